@@ -1,0 +1,377 @@
+"""The cross-rank analysis: from every rank's trace to a diagnosis.
+
+Order of reasoning:
+1. membership of every process group (from pg_config, or inferred for gloo);
+2. per group, match collectives by collective_seq_id and find where ranks disagree
+   (op, sizes, dtypes); the culprit of a disagreement is the odd one out by vote,
+   never "whoever's file came first";
+3. the wait-for graph of unfinished ops gives the root causes of a hang, each with
+   every rank it blocks, transitively through other groups;
+4. stragglers, timeouts and ranks without a dump.
+The result does not depend on file names or their order: ranks are sorted and
+every tie is broken by evidence or reported as ambiguous.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from dataclasses import dataclass
+
+from ..model import Frame
+from . import findings as F
+from .findings import Diagnosis, Finding, InputError
+from .hang import CYCLE, IDLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
+from .matching import Disagreement, match_group
+from .membership import Group, Membership, build_membership
+from .rank_trace import GroupTrace, RankTrace
+from .signature import Signature, canonical, describe, mismatch_kind, op_name
+from .straggler import find_stragglers
+
+
+@dataclass(frozen=True)
+class Options:
+    stuck_after_s: float = 5.0  # a rank seen this long after its peers issued an op, without it, never issued it
+    straggler_lateness_s: float = 0.05
+    max_findings: int = 100
+
+
+def format_ranks(ranks) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    ranks = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def site_text(frame: Frame | None) -> str | None:
+    return None if frame is None else f"{frame.filename}:{frame.line} {frame.name}"
+
+
+class _Context:
+    """Shared lookups for one analysis run."""
+
+    def __init__(self, traces: dict[int, RankTrace], membership: Membership) -> None:
+        self.traces = traces
+        self.membership = membership
+        canon_ids: dict[tuple, int] = {}
+        self.canon: dict[int, list[int]] = {}
+        for rank, t in traces.items():
+            self.canon[rank] = [canon_ids.setdefault(canonical(sig), len(canon_ids)) for sig in t.signatures]
+
+    def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
+        cols = {}
+        for r in group.members:
+            t = self.traces.get(r)
+            g = t.groups.get(group.name) if t else None
+            if g is not None and self.membership.group_of.get((r, group.name), group.name) == group.key:
+                cols[r] = (g, array("l", map(self.canon[r].__getitem__, g.sig)))
+        return cols
+
+    def entry(self, rank: int, group: Group, seq: int) -> tuple[Signature, Frame | None, int] | None:
+        t = self.traces.get(rank)
+        g = t.groups.get(group.name) if t else None
+        i = g.position(seq) if g else None
+        if i is None:
+            return None
+        return t.signatures[g.sig[i]], t.call_site(g.site[i]), g.created_ns[i]
+
+    def last_site(self, rank: int) -> str | None:
+        """Where a rank issued its newest recorded op (a hint to where it is now)."""
+        t = self.traces.get(rank)
+        best = None
+        for g in (t.groups.values() if t else ()):
+            if len(g.seq):
+                i = max(range(len(g.seq)), key=lambda k: g.created_ns[k])
+                if best is None or g.created_ns[i] > best[0]:
+                    best = (g.created_ns[i], t.call_site(g.site[i]), g)
+        if best is None:
+            return None
+        return site_text(best[1]) or f"{best[2].pg_desc or best[2].pg_name}"
+
+    def sites_of(self, rank: int) -> set[Frame]:
+        t = self.traces.get(rank)
+        return set(t.call_sites) if t else set()
+
+
+def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
+            known_ranks: set[int] | None = None, options: Options = Options()) -> Diagnosis:
+    by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
+    membership = build_membership(by_rank, known_ranks)
+    ctx = _Context(by_rank, membership)
+    stuck_after_ns = int(options.stuck_after_s * 1e9)
+
+    matched = 0
+    mismatch_findings: dict[tuple[str, int], Finding] = {}  # (group key, seq) -> finding
+    all_cols: dict[str, dict[int, tuple[GroupTrace, array]]] = {}
+    for key, group in membership.groups.items():
+        cols = all_cols[key] = ctx.group_cols(group)
+        result = match_group(cols)
+        matched += result.matched
+        for f, seqs in _mismatch_findings(ctx, group, cols, result.disagreements):
+            for s in seqs:
+                mismatch_findings[(key, s)] = f
+
+    waits = find_waits(by_rank, membership, stuck_after_ns)
+    roots = root_causes(waits, by_rank, stuck_after_ns)
+    root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings)
+    findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
+    hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
+
+    seen_mismatch = set()
+    for f in mismatch_findings.values():
+        if id(f) not in used_mismatches and id(f) not in seen_mismatch:
+            seen_mismatch.add(id(f))
+            findings.append(f)
+    findings.extend(_timeout_findings(waits, root_findings))
+    findings.extend(_straggler_findings(ctx, all_cols, hang_culprits, options))
+    findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or []))
+
+    notes = list(membership.notes)
+    for t in by_rank.values():
+        notes.extend(f"rank {t.rank}: {n}" for n in t.notes)
+    versions = Counter(t.version_text for t in by_rank.values())
+    if len(versions) > 1:
+        notes.append("ranks wrote different dump format versions: " +
+                     ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
+    if len(findings) > options.max_findings:
+        notes.append(f"{len(findings) - options.max_findings} more findings not shown")
+        findings = findings[: options.max_findings]
+    return Diagnosis(ranks=sorted(by_rank), findings=findings, input_errors=list(input_errors or []),
+                     notes=notes, matched=matched, groups=len(membership.groups))
+
+
+def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):
+    """One finding per run of disagreements with the same culprits, kind and normal op."""
+    out: list[tuple[Finding, list[int]]] = []
+    current = None
+    for d in disagreements:
+        counts = Counter(d.votes.values())
+        ranked = counts.most_common()
+        normal = ranked[0][0]
+        ambiguous = len(ranked) > 1 and ranked[1][1] == ranked[0][1]
+        if ambiguous:  # a tie: the op this group ran more often before is the normal one
+            tied = [c for c, n in ranked if n == ranked[0][1]]
+            history = {c: sum(col.count(c) for _, col in cols.values()) for c in tied}
+            best = max(history.values())
+            if list(history.values()).count(best) == 1:
+                normal, ambiguous = max(history, key=history.get), False
+        culprits = tuple(sorted(d.votes)) if ambiguous else tuple(sorted(r for r, c in d.votes.items() if c != normal))
+        agreeing = tuple(sorted(r for r, c in d.votes.items() if c == normal)) if not ambiguous else ()
+        normal_rank = agreeing[0] if agreeing else culprits[0]
+        normal_sig, _, created = ctx.entry(normal_rank, group, d.seq)
+        culprit_sig, culprit_site, _ = ctx.entry(culprits[0], group, d.seq)
+        kind = mismatch_kind(normal_sig, culprit_sig) if not ambiguous else _ambiguous_kind(ctx, group, d)
+        key = (kind, culprits, canonical(normal_sig))
+        if current is not None and current[0] == key and d.seq == current[2][-1] + 1:
+            current[2].append(d.seq)
+            continue
+        if current is not None:
+            out.append((_finish_mismatch(current), current[2]))
+        details = []
+        by_sig: dict[int, list[int]] = {}
+        for r, c in d.votes.items():
+            by_sig.setdefault(c, []).append(r)
+        for c, ranks in sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[1])):
+            sig, site, _ = ctx.entry(ranks[0], group, d.seq)
+            details.append(f"ranks {format_ranks(ranks)}: {describe(sig)}" + (f" at {site_text(site)}" if site else ""))
+        if ambiguous:
+            message = (f"ranks {format_ranks(d.votes)} disagree on collective {d.seq} of group {group.label} "
+                       f"and no side is a majority")
+        else:
+            message = (f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)} "
+                       f"{_mismatch_verb(kind)} at collective {d.seq} of group {group.label}: "
+                       f"{describe(culprit_sig)} where ranks {format_ranks(agreeing)} ran {describe(normal_sig)}")
+        finding = Finding(kind, group.name, group.desc, d.seq, culprits, (), op_name(culprit_sig),
+                          site_text(culprit_site), message, tuple(details), time_ns=created)
+        current = [key, finding, [d.seq]]
+    if current is not None:
+        out.append((_finish_mismatch(current), current[2]))
+    return out
+
+
+def _finish_mismatch(current) -> Finding:
+    _, f, seqs = current
+    if len(seqs) == 1:
+        return f
+    return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, f.blocked_ranks, f.op,
+                   f.call_site, f"{f.message} (and the {len(seqs) - 1} collectives after it)", f.details,
+                   f.root_cause, f.time_ns)
+
+
+def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
+    sigs = [ctx.entry(r, group, d.seq)[0] for r in sorted(d.votes)]
+    kinds = {mismatch_kind(sigs[0], s) for s in sigs[1:] if canonical(s) != canonical(sigs[0])}
+    for k in (F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH):
+        if k in kinds:
+            return k
+    return F.DESYNC
+
+
+def _mismatch_verb(kind: str) -> str:
+    return {F.DESYNC: "ran a different collective", F.SIZE_MISMATCH: "passed different tensor sizes",
+            F.DTYPE_MISMATCH: "passed different dtypes"}[kind]
+
+
+def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str, int], Finding]):
+    findings: list[Finding] = []
+    used: set[int] = set()
+    merged: dict[tuple, list[Root]] = {}
+    for root in roots:
+        w = root.wait
+        merged.setdefault((root.kind, w.group.key, w.seq, w.p2p), []).append(root)
+    for (kind, gkey, seq, p2p), rs in merged.items():
+        w = min((r.wait for r in rs), key=lambda w: (w.created_ns, w.rank))
+        ranks = tuple(sorted({r for root in rs for r in root.ranks}))
+        blocked = {r for root in rs for r in root.blocked} - set(ranks)
+        if kind == INSIDE:
+            mismatch = mismatches.get((gkey, seq))
+            if mismatch is not None:
+                used.add(id(mismatch))
+                culprits = mismatch.culprit_ranks
+                blocked |= set(w.joined) | set(ranks)
+                findings.append(_as_root(mismatch, tuple(sorted(blocked - set(culprits))), w))
+            else:
+                findings.append(_stuck_inside(ctx, w, ranks, blocked))
+        elif kind == NO_DUMP:
+            findings.append(Finding(
+                F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
+                op_name(w.sig), site_text(w.site),
+                f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
+                f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
+                f"{op_name(w.sig)} (collective {seq} of group {w.group.label}): the likely culprit, but the "
+                f"dump that would show why is missing", _waiting_details(w), True, w.created_ns))
+        elif kind == CYCLE:
+            findings.append(Finding(
+                F.DESYNC, w.group.name, w.group.desc, seq, ranks, tuple(sorted(blocked)), op_name(w.sig),
+                site_text(w.site),
+                f"ranks {format_ranks(ranks)} wait for each other across process groups: they issued "
+                f"collectives in different orders (a deadlock)", _waiting_details(w), True, w.created_ns))
+        else:
+            waited_by = {r for root in rs for r in root.waited_by}
+            findings.append(_idle_root(ctx, w, ranks, blocked, waited_by, p2p))
+    return findings, used
+
+
+def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
+    message = f.message
+    if blocked:
+        message += (f"; it never finished: rank{'s' if len(blocked) > 1 else ''} {format_ranks(blocked)} "
+                    f"{'have' if len(blocked) > 1 else 'has'} been blocked in it for {w.age_ns / 1e9:.1f} s")
+    return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, blocked, f.op,
+                   f.call_site, message, f.details, True, f.time_ns)
+
+
+def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked) -> Finding:
+    members = set(w.joined) | set(ranks)
+    kind = F.TIMEOUT if w.timed_out else F.NOT_COMPLETED
+    what = "timed out" if w.timed_out else f"has not finished after {w.age_ns / 1e9:.1f} s"
+    return Finding(
+        kind, w.group.name, w.group.desc, None if w.p2p else w.seq, (), tuple(sorted(members | blocked)),
+        op_name(w.sig), site_text(w.site),
+        f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}) {what} although every member "
+        f"({format_ranks(members)}) issued it with matching sizes and dtypes: look below PyTorch "
+        f"(network, device, communicator)", _waiting_details(w), True, w.created_ns)
+
+
+def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], waited_by: set[int],
+               p2p: bool) -> Finding:
+    joined = tuple(sorted(set(w.joined) | {w.rank}))
+    where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
+    # Odd one out: when most ranks never issued the op, the few that did are the ones out of step,
+    # unless ranks elsewhere also wait for the idle ones. A tie goes to the side whose call site the
+    # other side never ran.
+    peers_sites = set().union(*(ctx.sites_of(r) for r in ranks))
+    unknown_site = w.site is not None and peers_sites and w.site not in peers_sites
+    alone = waited_by <= set(joined)
+    extra = not p2p and alone and (len(ranks) > len(joined) or (len(ranks) == len(joined) and unknown_site))
+    details = list(_waiting_details(w))
+    for r in ranks:
+        last = ctx.last_site(r)
+        if last:
+            details.append(f"rank {r} last recorded an op at {last}")
+    if extra:
+        return Finding(
+            F.DESYNC, w.group.name, w.group.desc, w.seq, joined, tuple(sorted(blocked - set(joined) - set(ranks))),
+            op_name(w.sig), site_text(w.site),
+            f"rank{'s' if len(joined) > 1 else ''} {format_ranks(joined)} issued {where} that ranks "
+            f"{format_ranks(ranks)} never issued: an extra collective on "
+            f"{'those ranks' if len(joined) > 1 else 'that rank'}, which now waits in it", tuple(details), True,
+            w.created_ns)
+    kind = F.UNMATCHED_P2P if p2p else F.MISSING_RANK
+    verb = "never posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
+        else "never issued"
+    return Finding(
+        kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
+        op_name(w.sig), site_text(w.site),
+        f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} {verb} {where}; "
+        f"{len(blocked)} rank{'s' if len(blocked) != 1 else ''} ({format_ranks(blocked)}) "
+        f"{'are' if len(blocked) != 1 else 'is'} blocked, the oldest for {w.age_ns / 1e9:.1f} s",
+        tuple(details), True, w.created_ns)
+
+
+def _waiting_details(w: Wait) -> tuple[str, ...]:
+    waiting = sorted(set(w.joined) | {w.rank}) if not w.p2p else [w.rank]
+    line = f"ranks {format_ranks(waiting)} wait in {describe(w.sig)}"
+    if w.site is not None:
+        line += f" issued at {site_text(w.site)}"
+    return (line,)
+
+
+def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
+    explained = {(f.pg_name, f.collective_seq_id) for f in roots}
+    out: dict[tuple, list[Wait]] = {}
+    for w in waits:
+        if w.timed_out and (w.group.name, w.seq) not in explained:
+            out.setdefault((w.group.key, w.seq, w.p2p), []).append(w)
+    findings = []
+    for ws in out.values():
+        w = ws[0]
+        ranks = tuple(sorted(x.rank for x in ws))
+        findings.append(Finding(
+            F.TIMEOUT, w.group.name, w.group.desc, None if w.p2p else w.seq, (), ranks, op_name(w.sig),
+            site_text(w.site),
+            f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}) timed out on ranks "
+            f"{format_ranks(ranks)}", _waiting_details(w), False, w.created_ns))
+    return findings
+
+
+def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Options) -> list[Finding]:
+    best = {}
+    for key, group in ctx.membership.groups.items():
+        cols = {r: c[0] for r, c in all_cols[key].items()}
+        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9)):
+            if s.rank not in exclude and (s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns):
+                best[s.rank] = s
+    out = []
+    for rank, s in sorted(best.items()):
+        entry = ctx.entry(rank, s.group, s.first_seq)
+        sig, site = (entry[0], entry[1]) if entry else ((), None)
+        how = "shorter collective durations" if s.by_duration else "later enqueue times"
+        out.append(Finding(
+            F.STRAGGLER, s.group.name, s.group.desc, s.first_seq, (rank,),
+            tuple(r for r in s.group.members if r != rank), op_name(sig) if sig else None, site_text(site),
+            f"rank {rank} reaches collectives of group {s.group.label} a median {s.median_lateness_ns / 1e6:.0f} ms "
+            f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
+            f"(from {how}); its peers wait for it", (), False, None))
+    return out
+
+
+def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError]) -> list[Finding]:
+    named = {r for f in roots if f.kind == F.MISSING_DUMP for r in f.culprit_ranks}
+    world = ctx.membership.world_size
+    missing = sorted(set(range(world)) - set(ctx.traces) - named)
+    if not missing:
+        return []
+    how = "" if not ctx.membership.world_size_inferred else " (world size inferred from the highest rank seen)"
+    unreadable = f"; {len(errors)} files could not be read" if errors else ""
+    return [Finding(
+        F.MISSING_DUMP, "", "", None, tuple(missing), (), None, None,
+        f"no usable dump for rank{'s' if len(missing) > 1 else ''} {format_ranks(missing)} of a world of "
+        f"{world}{how}{unreadable}: collectives involving {'them' if len(missing) > 1 else 'it'} cannot be checked",
+        (), False, None)]

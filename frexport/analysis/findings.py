@@ -1,0 +1,82 @@
+"""What the analysis concludes: findings and the overall diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Finding kinds.
+DESYNC = "desync"
+SIZE_MISMATCH = "size_mismatch"
+DTYPE_MISMATCH = "dtype_mismatch"
+MISSING_RANK = "missing_rank"
+MISSING_DUMP = "missing_dump"
+NOT_COMPLETED = "not_completed"
+TIMEOUT = "timeout"
+STRAGGLER = "straggler"
+UNMATCHED_P2P = "unmatched_p2p"
+
+HEALTHY = "healthy"
+UNHEALTHY = "unhealthy"
+INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    pg_name: str
+    pg_desc: str
+    collective_seq_id: int | None
+    culprit_ranks: tuple[int, ...]
+    blocked_ranks: tuple[int, ...]
+    op: str | None
+    call_site: str | None
+    message: str
+    details: tuple[str, ...] = ()  # further report lines: each side's sizes and dtypes, where ranks wait
+    root_cause: bool = False  # explains a hang (other ranks are blocked by it)
+    time_ns: int | None = None  # when the collective was issued, for ordering
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "process_group": {"name": self.pg_name, "desc": self.pg_desc},
+            "collective_seq_id": self.collective_seq_id,
+            "culprit_ranks": list(self.culprit_ranks),
+            "blocked_ranks": list(self.blocked_ranks),
+            "op": self.op,
+            "call_site": self.call_site,
+            "message": self.message,
+        }
+
+
+@dataclass
+class InputError:
+    file: str
+    error: str
+
+
+@dataclass
+class Diagnosis:
+    ranks: list[int]
+    findings: list[Finding]
+    input_errors: list[InputError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    matched: int = 0  # collectives that every visible member recorded identically
+    groups: int = 0
+
+    @property
+    def verdict(self) -> str:
+        if not self.ranks:
+            return INCONCLUSIVE
+        if any(f.kind != MISSING_DUMP for f in self.findings):
+            return UNHEALTHY
+        if self.findings:
+            return INCONCLUSIVE
+        return HEALTHY
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "ranks": list(self.ranks),
+            "findings": [f.to_json() for f in self.findings],
+            "input_errors": [{"file": e.file, "error": e.error} for e in self.input_errors],
+        }

@@ -1,0 +1,88 @@
+"""Match one process group's collectives across ranks by collective_seq_id.
+
+Ring buffers start at different points on different ranks, so each rank only
+speaks for the seq ids it still holds; a seq that fell out of a rank's buffer is
+never counted against it. Runs where every rank agrees are compared as whole
+array slices (one C-level comparison per rank); only the seq ids where some rank
+differs are looked at one by one.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from .rank_trace import GroupTrace
+
+
+@dataclass
+class Disagreement:
+    seq: int
+    votes: dict[int, int]  # rank -> canonical signature id
+
+
+@dataclass
+class GroupMatch:
+    matched: int = 0
+    disagreements: list[Disagreement] = field(default_factory=list)
+
+
+def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
+    present = {r: c for r, c in cols.items() if len(c[0].seq)}
+    result = GroupMatch()
+    if len(present) < 2:
+        return result
+    # The pivot only speeds up equality tests; verdicts come from votes of every rank.
+    pivot = max(present, key=lambda r: (len(present[r][0].seq), -r))
+    pg, pc = present[pivot]
+    suspicious: set[int] = set()
+    covered: list[tuple[int, int]] = []  # other ranks' windows inside the pivot's
+    outside: dict[int, int] = {}  # seq outside the pivot's window -> ranks holding it
+    for r, (g, c) in present.items():
+        if r == pivot:
+            continue
+        lo, hi = max(pg.first_seq, g.first_seq), min(pg.last_seq, g.last_seq)
+        if lo <= hi:
+            covered.append((lo, hi))
+            if pg.contiguous() and g.contiguous():
+                a = pc[lo - pg.first_seq: hi - pg.first_seq + 1]
+                b = c[lo - g.first_seq: hi - g.first_seq + 1]
+                if a != b:
+                    suspicious.update(lo + i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            else:
+                for i, s in enumerate(g.seq):
+                    if lo <= s <= hi:
+                        j = pg.position(s)
+                        if j is None or pc[j] != c[i]:
+                            suspicious.add(s)
+        for s in g.seq:
+            if s < pg.first_seq or s > pg.last_seq:
+                outside[s] = outside.get(s, 0) + 1
+    for s, n in outside.items():
+        if n >= 2:
+            suspicious.add(s)
+
+    for s in sorted(suspicious):
+        votes = {}
+        for r, (g, c) in present.items():
+            j = g.position(s)
+            if j is not None:
+                votes[r] = c[j]
+        if len(votes) >= 2 and len(set(votes.values())) > 1:
+            result.disagreements.append(Disagreement(s, votes))
+    n_shared = _covered_count(covered, pg) + sum(1 for n in outside.values() if n >= 2)
+    result.matched = max(0, n_shared - len(result.disagreements))
+    return result
+
+
+def _covered_count(windows: list[tuple[int, int]], pivot: GroupTrace) -> int:
+    """How many of the pivot's seq ids at least one other rank also holds."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(windows):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    if pivot.contiguous():
+        return sum(hi - lo + 1 for lo, hi in merged)
+    return sum(1 for s in pivot.seq if any(lo <= s <= hi for lo, hi in merged))

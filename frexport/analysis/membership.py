@@ -1,0 +1,107 @@
+"""Which global ranks belong to which process group.
+
+NCCL dumps say it in pg_config. gloo (torch 2.13) writes an empty placeholder,
+so membership is rebuilt from what the dumps do hold: the default group spans
+the world; any other group is made of the ranks that recorded ops in it. Such
+groups are marked `inferred`: a member that never used the group (or whose
+records wrapped away) cannot be seen, and the report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .rank_trace import RankTrace
+
+DEFAULT_PG_DESC = "default_pg"
+
+
+@dataclass(frozen=True)
+class Group:
+    key: str  # unique across the analysis: the PG name, or name@i when ranks disagree on a name's members
+    name: str
+    desc: str
+    members: tuple[int, ...]  # global ranks in group-rank order
+    inferred: bool
+
+    def global_rank(self, local: int | None) -> int | None:
+        if local is None or not 0 <= local < len(self.members):
+            return None
+        return self.members[local]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.desc})" if self.desc else self.name
+
+
+@dataclass
+class Membership:
+    groups: dict[str, Group]
+    group_of: dict[tuple[int, str], str]  # (rank, pg_name) -> group key
+    world_size: int
+    world_size_inferred: bool
+    notes: list[str]
+
+
+def _is_default(name: str, desc: str) -> bool:
+    return desc == DEFAULT_PG_DESC or (name == "0" and desc in ("", DEFAULT_PG_DESC))
+
+
+def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None = None) -> Membership:
+    notes: list[str] = []
+    configs: dict[str, dict[tuple[int, ...], set[int]]] = {}  # name -> members -> ranks reporting it
+    descs: dict[str, str] = {}
+    for rank, t in traces.items():
+        for c in t.pg_config:
+            descs.setdefault(c.name, c.desc)
+            if c.ranks is not None:
+                configs.setdefault(c.name, {}).setdefault(tuple(sorted(c.ranks)), set()).add(rank)
+    users: dict[str, set[int]] = {}
+    for rank, t in traces.items():
+        for name, g in t.groups.items():
+            users.setdefault(name, set()).add(rank)
+            descs.setdefault(name, g.pg_desc)
+
+    world_from_config = None
+    for name, variants in configs.items():
+        if _is_default(name, descs.get(name, "")) and len(variants) == 1:
+            world_from_config = len(next(iter(variants)))
+    seen = set(traces) | (known_ranks or set())
+    for variants in configs.values():
+        for members in variants:
+            seen.update(members)
+    world = world_from_config or (max(seen) + 1 if seen else 0)
+    world_inferred = world_from_config is None
+
+    groups: dict[str, Group] = {}
+    group_of: dict[tuple[int, str], str] = {}
+    inferred_names = []
+    for name in sorted(set(configs) | set(users)):
+        desc = descs.get(name, "")
+        variants = configs.get(name, {})
+        if len(variants) == 1:
+            members = next(iter(variants))
+            groups[name] = Group(name, name, desc, members, False)
+            for r in set(members) | users.get(name, set()):
+                group_of[(r, name)] = name
+        elif len(variants) > 1:  # the same name for different member sets: one group per member set
+            for i, members in enumerate(sorted(variants)):
+                key = f"{name}@{i}"
+                groups[key] = Group(key, name, desc, members, False)
+                for r in members:
+                    group_of[(r, name)] = key
+            notes.append(f"process group {name!r} has {len(variants)} different member sets across ranks")
+        else:
+            if _is_default(name, desc):
+                members = tuple(range(world))
+            else:
+                members = tuple(sorted(users.get(name, ())))
+                inferred_names.append(name)
+            groups[name] = Group(name, name, desc, members, True)
+            for r in members:
+                group_of[(r, name)] = name
+    if inferred_names or (groups and world_inferred):
+        notes.append(
+            "process-group membership inferred from the recorded ops (the dumps' pg_config lists no ranks, "
+            "as gloo writes it): a member that never recorded an op in a group is not visible")
+    return Membership(groups, group_of, world, world_inferred, notes)

@@ -1,0 +1,228 @@
+"""The analysis view of one rank: per process group, columns indexed by sequence id.
+
+Built from a `RankDump` (in a decode worker for `frexport analyze`, in-process
+for the sidecar) so the cross-rank matcher works on small integer columns
+instead of millions of entry objects: a worker ships a few arrays per group,
+and equal runs of collectives compare as one bytes comparison.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from ..model import Entry, Frame, RankDump
+from .signature import OpSignature, Signature
+
+# Per-collective flags.
+FINISHED = 1  # completed, or retired on a backend that does not report completion (gloo)
+COMPLETED = 2
+RETIRED = 4
+STARTED = 8
+TIMED_OUT = 16  # retired without completing on a backend that reports completion (NCCL watchdog timeout)
+
+# Backends whose recorder marks work started/completed; gloo (2.13) leaves every entry 'scheduled'.
+_COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
+
+
+@dataclass
+class GroupTrace:
+    """One rank's collectives in one process group, ordered by collective_seq_id."""
+
+    pg_name: str
+    pg_desc: str
+    pg_id: int
+    seq: array = field(default_factory=lambda: array("q"))
+    sig: array = field(default_factory=lambda: array("l"))  # index into RankTrace.signatures
+    flags: array = field(default_factory=lambda: array("B"))
+    created_ns: array = field(default_factory=lambda: array("q"))
+    duration_us: array = field(default_factory=lambda: array("q"))  # -1: unknown (only NCCL with timing has it)
+    site: array = field(default_factory=lambda: array("l"))  # index into RankTrace.call_sites, -1: none
+    p2p: list[P2POp] = field(default_factory=list)
+
+    @property
+    def first_seq(self) -> int:
+        return self.seq[0]
+
+    @property
+    def last_seq(self) -> int:
+        return self.seq[-1]
+
+    def contiguous(self) -> bool:
+        return not self.seq or self.seq[-1] - self.seq[0] + 1 == len(self.seq)
+
+    def position(self, seq_id: int) -> int | None:
+        """Index of `seq_id` in the columns (O(1) when contiguous, else a binary search)."""
+        if not self.seq:
+            return None
+        i = seq_id - self.seq[0]
+        if 0 <= i < len(self.seq) and self.seq[i] == seq_id:
+            return i
+        lo, hi = 0, len(self.seq)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.seq[mid] < seq_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < len(self.seq) and self.seq[lo] == seq_id else None
+
+
+class P2POp(NamedTuple):
+    """A send or recv; peers are group-local ranks, as PyTorch names them ("send 0->1")."""
+
+    seq: int  # p2p_seq_id
+    op: str
+    src: int | None
+    dst: int | None
+    sig: int
+    flags: int
+    created_ns: int
+    site: int
+
+
+@dataclass
+class RankTrace:
+    rank: int
+    source: str
+    format: str
+    version_text: str | None
+    notes: tuple[str, ...]
+    dumped_at_ns: int | None
+    n_entries: int
+    has_frames: bool
+    tracks_completion: bool
+    pg_config: tuple
+    pg_status: tuple
+    first_created_ns: int | None
+    last_created_ns: int | None
+    signatures: list[Signature] = field(default_factory=list)
+    call_sites: list[Frame] = field(default_factory=list)
+    groups: dict[str, GroupTrace] = field(default_factory=dict)  # by pg_name
+
+    @property
+    def seen_at_ns(self) -> int | None:
+        """When this rank was last known alive and recording: the dump time, else its newest entry."""
+        return self.dumped_at_ns or self.last_created_ns
+
+    def call_site(self, index: int) -> Frame | None:
+        return self.call_sites[index] if index >= 0 else None
+
+
+def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
+    rank = dump.rank if rank is None else rank
+    if rank is None:
+        raise ValueError(f"{dump.source}: the rank of this dump is unknown")
+    entries = dump.entries
+    backends = {e.backend for e in entries[:64]}
+    tracks = bool(backends & _COMPLETION_BACKENDS) or dump.tracks_completion
+    trace = RankTrace(
+        rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
+        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), has_frames=dump.has_frames or any(
+            e.call_site for e in entries[-8:]),
+        tracks_completion=tracks, pg_config=dump.pg_config, pg_status=dump.pg_status,
+        first_created_ns=min((e.time_created_ns for e in entries if e.time_created_ns), default=None),
+        last_created_ns=max((e.time_created_ns for e in entries), default=None) or None,
+    )
+    sig_index: dict[Signature, int] = {}
+    site_index: dict[Frame, int] = {}
+    groups = trace.groups
+    one_sig: dict[tuple, Signature] = {}
+
+    for e in entries:
+        if e.op == "coalesced" and e.is_p2p:
+            continue  # the end marker of a p2p coalesced group; its members are recorded individually
+        g = groups.get(e.pg_name)
+        if g is None:
+            g = groups[e.pg_name] = GroupTrace(e.pg_name, e.pg_desc, e.pg_id)
+        key = (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
+        sig = one_sig.get(key)
+        if sig is None:
+            sig = one_sig[key] = (OpSignature(*key),)
+        flags = _flags(e, tracks)
+        site = -1
+        if e.call_site is not None:
+            site = site_index.get(e.call_site, -1)
+            if site < 0:
+                site = site_index[e.call_site] = len(trace.call_sites)
+                trace.call_sites.append(e.call_site)
+        if e.is_p2p:
+            g.p2p.append(P2POp(e.p2p_seq_id, e.op, e.p2p_src, e.p2p_dst, _intern(sig, sig_index, trace.signatures),
+                               flags, e.time_created_ns, site))
+            continue
+        if g.seq and g.seq[-1] == e.collective_seq_id:  # another op of the same coalesced group
+            i = len(g.seq) - 1
+            merged = trace.signatures[g.sig[i]] + sig
+            g.sig[i] = _intern(merged, sig_index, trace.signatures)
+            g.flags[i] = _merge_flags(g.flags[i], flags)
+            if g.site[i] < 0:
+                g.site[i] = site
+            continue
+        g.seq.append(e.collective_seq_id)
+        g.sig.append(_intern(sig, sig_index, trace.signatures))
+        g.flags.append(flags)
+        g.created_ns.append(e.time_created_ns)
+        g.duration_us.append(-1 if e.duration_ms is None else int(e.duration_ms * 1000))
+        g.site.append(site)
+    for g in groups.values():
+        if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
+            _sort_group(g)
+        g.p2p = _recent_p2p(g.p2p)
+    return trace
+
+
+def _recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
+    """Pending p2p ops plus the last few per peer pair: enough to judge the frontier, small to ship."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for op in reversed(ops):
+        key = (op.op, op.src, op.dst)
+        n = seen.get(key, 0)
+        if n < keep or not op.flags & FINISHED:
+            out.append(op)
+        seen[key] = n + 1
+    out.reverse()
+    return out
+
+
+def _intern(sig: Signature, index: dict[Signature, int], table: list[Signature]) -> int:
+    i = index.get(sig)
+    if i is None:
+        i = index[sig] = len(table)
+        table.append(sig)
+    return i
+
+
+def _flags(e: Entry, tracks_completion: bool) -> int:
+    f = 0
+    if e.state == "completed":
+        f |= COMPLETED | FINISHED
+    if e.state == "started" or e.time_started_ns:
+        f |= STARTED
+    if e.retired:
+        f |= RETIRED
+        if not tracks_completion:
+            f |= FINISHED
+        elif not f & COMPLETED:
+            f |= TIMED_OUT
+    return f
+
+
+def _merge_flags(a: int, b: int) -> int:
+    done = (a & b) & (FINISHED | COMPLETED)  # a group is finished when all its ops are
+    return done | ((a | b) & (RETIRED | STARTED | TIMED_OUT))
+
+
+def _sort_group(g: GroupTrace) -> None:
+    """Entries out of seq order (a wrapped or reset recorder): sort, keeping the newest of duplicates."""
+    rows = {}
+    for i, s in enumerate(g.seq):
+        rows[s] = (g.sig[i], g.flags[i], g.created_ns[i], g.duration_us[i], g.site[i])
+    order = sorted(rows)
+    g.seq = array("q", order)
+    g.sig = array("l", (rows[s][0] for s in order))
+    g.flags = array("B", (rows[s][1] for s in order))
+    g.created_ns = array("q", (rows[s][2] for s in order))
+    g.duration_us = array("q", (rows[s][3] for s in order))
+    g.site = array("l", (rows[s][4] for s in order))

@@ -1,0 +1,100 @@
+"""`frexport analyze`: load, diagnose, print."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+from .analysis.engine import Options, analyze
+from .analysis.findings import Diagnosis
+from .decode import DEFAULT_MAX_BYTES, decode_file
+from .discover import default_locations
+from .errors import DecodeError
+from .load import load
+from .report import render_json, render_text
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    paths = list(args.paths)
+    if not paths:
+        paths = [p for p in default_locations() if _has_files(p)]
+        if not paths:
+            print("frexport analyze: no DIR given and no dumps in PyTorch's default locations "
+                  f"({', '.join(default_locations())})", file=sys.stderr)
+            return 2
+        print(f"frexport analyze: reading {', '.join(paths)}", file=sys.stderr)
+    loaded = load(paths, prefix=args.prefix, workers=args.workers,
+                  max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
+    if args.raw:
+        return _raw(loaded, args)
+    diagnosis = analyze(loaded.traces, loaded.errors, options=Options(
+        stuck_after_s=args.stuck_after, straggler_lateness_s=args.straggler_ms / 1000))
+    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
+    diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
+    if args.format == "json":
+        print(render_json(diagnosis))
+    else:
+        sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
+    if not diagnosis.ranks:
+        if args.format == "text":
+            print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
+        return 2
+    return 0 if diagnosis.verdict == "healthy" else 1
+
+
+def _has_files(prefix: str) -> bool:
+    d, base = os.path.split(prefix)
+    try:
+        return any(n.startswith(base) for n in os.listdir(d or "."))
+    except OSError:
+        return False
+
+
+def _filtered(d: Diagnosis, ranks: set[int] | None, pgs: str | None) -> Diagnosis:
+    findings = d.findings
+    if ranks:
+        findings = [f for f in findings if ranks & set(f.culprit_ranks + f.blocked_ranks)]
+    if pgs:
+        wanted = {p.strip() for p in pgs.split(",") if p.strip()}
+        findings = [f for f in findings if f.pg_name in wanted or f.pg_desc in wanted]
+    return replace(d, findings=findings) if findings is not d.findings else d
+
+
+def _raw(loaded, args) -> int:
+    """Every selected rank's entries, one line each (torchfrtrace -j style)."""
+    wanted_pgs = {p.strip() for p in (args.pg_filters or "").split(",") if p.strip()}
+    ranks = sorted(loaded.discovery.by_rank)
+    if args.selected_ranks:
+        ranks = [r for r in ranks if r in args.selected_ranks]
+    out = sys.stdout
+    for rank in ranks:
+        path = loaded.discovery.by_rank[rank][0].path
+        try:
+            dump = decode_file(path, rank, max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES)
+        except DecodeError as exc:
+            out.write(f"rank {rank}: {exc}\n")
+            continue
+        out.write(f"rank {rank}: {path} (version {dump.version_text or 'unversioned'}, {dump.format}, "
+                  f"{len(dump.entries)} entries)\n")
+        out.write(f"  {'record':>7} {'group':<16} {'seq':>6} {'p2p':>5} {'op':<22} {'state':<10} "
+                  f"{'input sizes':<22} {'dtypes':<12} call site\n")
+        for e in dump.entries:
+            if wanted_pgs and e.pg_name not in wanted_pgs and e.pg_desc not in wanted_pgs:
+                continue
+            group = f"{e.pg_name}:{e.pg_desc}"[:16]
+            state = e.state + ("*" if e.retired else "")
+            sizes = str([list(s) for s in e.input_sizes])[:22]
+            site = f"{e.call_site.filename}:{e.call_site.line}" if e.call_site else ""
+            out.write(f"  {e.record_id:>7} {group:<16} {e.collective_seq_id:>6} {e.p2p_seq_id:>5} "
+                      f"{e.profiling_name[:22]:<22} {state:<10} {sizes:<22} {'/'.join(e.input_dtypes)[:12]:<12} "
+                      f"{site}\n")
+            if args.verbose:
+                out.writelines(f"        {fr}\n" for fr in e.frames)
+    out.write("(* = retired)\n")
+    if loaded.errors:
+        out.write("unreadable: " + "; ".join(f"{e.file}: {e.error}" for e in loaded.errors) + "\n")
+    return 0 if ranks else 2
+
+

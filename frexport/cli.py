@@ -1,0 +1,76 @@
+"""The `frexport` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import __version__
+
+
+def _rank_set(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a rank list: {text!r} (use e.g. 0,2,4-7)") from None
+    return out
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="frexport", description="PyTorch Flight Recorder exporter and analyzer")
+    p.add_argument("--version", action="version", version=f"frexport {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="diagnose a directory of Flight Recorder dumps (post-mortem)",
+                       description="Diagnose Flight Recorder dumps across ranks: names the culprit rank, the "
+                                   "collective and the call site. Exit 0 healthy, 1 findings, 2 no readable input.")
+    a.add_argument("paths", nargs="*", metavar="DIR",
+                   help="dump directories, files, or path prefixes like /tmp/nccl_trace_rank_ "
+                        "(default: PyTorch's dump locations)")
+    a.add_argument("--prefix", help="file name prefix of the dumps (default: detected)")
+    a.add_argument("--format", choices=("text", "json"), default="text")
+    a.add_argument("--selected-ranks", type=_rank_set, metavar="RANKS",
+                   help="only report findings involving these ranks, e.g. 0,4-7 (also filters --raw)")
+    a.add_argument("--pg-filters", metavar="NAMES",
+                   help="only report these process groups (names or descriptions, comma separated)")
+    a.add_argument("--raw", action="store_true", help="print each rank's recorded entries instead of a diagnosis")
+    a.add_argument("-v", "--verbose", action="store_true", help="list every note and skipped file; stacks in --raw")
+    a.add_argument("--stuck-after", type=_positive_float, default=5.0, metavar="SECONDS",
+                   help="a rank seen this long after its peers issued a collective, without issuing it, "
+                        "is missing from it (default 5)")
+    a.add_argument("--straggler-ms", type=_positive_float, default=50.0, metavar="MS",
+                   help="median lateness that makes a rank a straggler (default 50)")
+    a.add_argument("--workers", type=int, default=None, help="decode processes (default: CPU count)")
+    a.add_argument("--max-file-bytes", type=int, default=None, help="larger files are refused (default 512 MiB)")
+    a.add_argument("--follow-symlinks", action="store_true", help="follow symbolic links inside directories")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "analyze":
+        from .analyze_command import run_analyze
+
+        return run_analyze(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

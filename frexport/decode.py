@@ -1,0 +1,77 @@
+"""Bytes or files in, `RankDump` out: format sniffing, size caps and clear errors.
+
+Pickle and JSON are told apart by their first byte, not the file name: PyTorch
+writes pickles without an extension and people rename files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from .errors import DecodeError
+from .model import RankDump
+from .normalize import normalize
+from .safe_pickle import load_plain, loads_plain
+
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+
+
+def sniff_format(head: bytes) -> str:
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")  # whitespace and a UTF-8 BOM
+    return "json" if stripped[:1] in (b"{", b"[") else "pickle"
+
+
+def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns: int | None = None,
+                 keep_frames: bool = True) -> RankDump:
+    if not data:
+        raise DecodeError(source, "empty", "empty file (0 bytes): the dump was never written or is still being written")
+    fmt = sniff_format(data[:64])
+    raw = _json(data, source) if fmt == "json" else loads_plain(data, source)
+    return normalize(raw, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns, size_bytes=len(data),
+                     keep_frames=keep_frames)
+
+
+def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                keep_frames: bool = True, follow_symlinks: bool = True) -> RankDump:
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))  # O_NONBLOCK: a FIFO must not hang us
+    except OSError as exc:
+        raise DecodeError(path, "unreadable", f"cannot open: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb", buffering=1 << 16) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DecodeError(path, "not_a_file", "not a regular file")
+        if st.st_size == 0:
+            raise DecodeError(path, "empty", "empty file (0 bytes): the dump was never written or is still being written")
+        if st.st_size > max_bytes:
+            raise DecodeError(path, "too_large", f"{st.st_size} bytes is over the {max_bytes}-byte limit")
+        try:
+            head = f.peek(64)[:64]
+            fmt = sniff_format(head)
+            if fmt == "json":
+                raw = _json(f.read(max_bytes + 1), path)
+            else:
+                raw = load_plain(f, path)
+        except OSError as exc:
+            raise DecodeError(path, "unreadable", f"read failed: {exc.strerror or exc}") from None
+    return normalize(raw, path, fmt, rank=rank, dumped_at_ns=st.st_mtime_ns, size_bytes=st.st_size,
+                     keep_frames=keep_frames)
+
+
+def _json(data: bytes, source: str) -> object:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        stripped = data.rstrip()
+        if exc.pos >= len(stripped) - 1 or stripped[-1:] not in (b"}", b"]"):
+            raise DecodeError(source, "truncated", f"JSON is truncated ({len(data)} bytes)") from None
+        raise DecodeError(source, "corrupt", f"not valid JSON: {exc.msg} at byte {exc.pos}") from None
+    except UnicodeDecodeError:
+        raise DecodeError(source, "corrupt", "not valid JSON: not UTF-8 text") from None
+    except RecursionError:
+        raise DecodeError(source, "too_deep", "JSON nests too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
+        raise DecodeError(source, "corrupt", f"not valid JSON: {exc}") from None

@@ -1,0 +1,72 @@
+"""Load a dump directory for analysis: discover files, decode them in parallel, sandboxed.
+
+Each rank is decoded in a limited worker process (see sandbox.py) straight into
+its compact `RankTrace`, so the parent never holds millions of entry objects.
+A rank whose preferred file is unreadable falls back to its next candidate
+(e.g. the JSON twin); every unreadable file is reported, none stops the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .analysis.findings import InputError
+from .analysis.rank_trace import RankTrace, build_rank_trace
+from .decode import DEFAULT_MAX_BYTES, decode_file
+from .discover import Discovery, discover
+from .errors import DecodeError
+from .sandbox import Limits, SandboxPool
+
+
+@dataclass
+class Loaded:
+    traces: list[RankTrace]
+    errors: list[InputError]
+    discovery: Discovery
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Task:
+    rank: int
+    paths: tuple[str, ...]
+    max_bytes: int
+    follow_symlinks: bool
+
+    @property
+    def path(self) -> str:
+        return self.paths[0]
+
+
+def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
+    errors = []
+    for path in task.paths:
+        try:
+            dump = decode_file(path, task.rank, max_bytes=task.max_bytes, keep_frames=False,
+                               follow_symlinks=task.follow_symlinks)
+        except DecodeError as exc:
+            errors.append(exc)
+            continue
+        return build_rank_trace(dump), errors
+    return None, errors
+
+
+def load(paths: list[str], prefix: str | None = None, workers: int | None = None,
+         max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits = Limits(), follow_symlinks: bool = False) -> Loaded:
+    found = discover(paths, prefix=prefix, follow_symlinks=follow_symlinks)
+    tasks = [_Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks)
+             for rank, files in found.by_rank.items()]
+    traces: list[RankTrace] = []
+    errors: list[InputError] = []
+    notes: list[str] = []
+    for task, result in zip(tasks, SandboxPool(workers, limits).map(_load_rank, tasks)):
+        if isinstance(result, DecodeError):
+            errors.append(InputError(task.path, result.detail))
+            continue
+        trace, failed = result
+        errors.extend(InputError(e.source, e.detail) for e in failed)
+        if trace is not None:
+            traces.append(trace)
+            if failed:
+                notes.append(f"rank {task.rank}: used {trace.source} because {failed[0].source} is unreadable")
+    return Loaded(traces, errors, found, notes)

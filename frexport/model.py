@@ -1,0 +1,117 @@
+"""The normalized Flight Recorder model shared by every part of frexport.
+
+Whatever the source (pickle file, JSON file, worker-server body) and whatever
+the format version, a dump becomes one `RankDump` holding `Entry` records.
+Everything is immutable. Entries are NamedTuples because a dump can hold
+thousands of them and NamedTuple construction is several times cheaper than
+a frozen dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+# Entry.state values, as PyTorch derives them at dump time.
+SCHEDULED = "scheduled"
+STARTED = "started"
+COMPLETED = "completed"
+
+P2P_OPS = frozenset({"send", "recv"})
+
+
+class Frame(NamedTuple):
+    name: str
+    filename: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line} {self.name}"
+
+
+class ProcessGroupConfig(NamedTuple):
+    """One pg_config record. `ranks` is None when the dump does not say (gloo writes "[]")."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...] | None
+
+
+class ProcessGroupStatus(NamedTuple):
+    """One pg_status record, keyed in the dump by the *local* pg_id (not the PG name)."""
+
+    pg_id: int
+    last_enqueued: int | None
+    last_started: int | None
+    last_completed: int | None
+
+
+class Entry(NamedTuple):
+    record_id: int
+    pg_id: int
+    pg_name: str
+    pg_desc: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    op_id: int | None
+    is_p2p: bool
+    profiling_name: str
+    backend: str  # "nccl", "gloo", ... ("" when the name has no prefix)
+    op: str  # "all_reduce", "send", "coalesced", ...
+    p2p_src: int | None  # group-local peers of a send/recv, from "send 1->2" / "recv 3<-0"
+    p2p_dst: int | None
+    input_sizes: tuple[tuple[int, ...], ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_dtypes: tuple[str, ...]
+    state: str
+    retired: bool | None  # None: the dump predates the field
+    time_created_ns: int
+    time_started_ns: int | None  # None: unknown (PyTorch writes None in pickles, 0 in JSON)
+    time_completed_ns: int | None
+    duration_ms: float | None
+    timeout_ms: int | None
+    thread_id: str | None
+    thread_name: str | None
+    frames: tuple[Frame, ...]  # innermost first; () in JSON dumps, which never carry stacks
+    call_site: Frame | None  # innermost frame outside torch itself: where the user's code issued the op
+
+    @property
+    def seq_id(self) -> int:
+        """The per-group sequence number that identifies this op across ranks."""
+        return self.p2p_seq_id if self.is_p2p else self.collective_seq_id
+
+    @property
+    def finished(self) -> bool:
+        """Completed, or retired by the watchdog (gloo retires finished and failed work alike)."""
+        return self.state == COMPLETED or bool(self.retired)
+
+
+@dataclass(frozen=True, slots=True)
+class RankDump:
+    """One rank's Flight Recorder snapshot."""
+
+    rank: int | None
+    source: str  # file path or URL it came from
+    format: str  # "pickle" | "json"
+    version: tuple[int, int] | None  # None: unversioned (pre-2.2 list form) or unparseable
+    version_text: str | None
+    comm_lib_version: str | None
+    pg_config: tuple[ProcessGroupConfig, ...]
+    pg_status: tuple[ProcessGroupStatus, ...]
+    entries: tuple[Entry, ...]
+    notes: tuple[str, ...] = ()
+    dumped_at_ns: int | None = None  # when the snapshot was taken, if known (file mtime, poll time)
+    size_bytes: int = 0
+
+    @property
+    def has_frames(self) -> bool:
+        return any(e.frames for e in self.entries)
+
+    @property
+    def tracks_completion(self) -> bool:
+        """True for backends that report start/completion (NCCL); gloo leaves every entry 'scheduled'."""
+        return any(e.state != SCHEDULED or e.time_completed_ns for e in self.entries)
+
+    def with_rank(self, rank: int) -> "RankDump":
+        return replace(self, rank=rank)

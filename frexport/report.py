@@ -1,0 +1,71 @@
+"""Render a Diagnosis for people (text) or programs (JSON)."""
+
+from __future__ import annotations
+
+import json
+
+from .analysis.engine import format_ranks
+from .analysis.findings import HEALTHY, Diagnosis, Finding
+
+
+def render_json(d: Diagnosis) -> str:
+    return json.dumps(d.to_json(), indent=2)
+
+
+def render_text(d: Diagnosis, skipped: list[tuple[str, str]] = (), verbose: bool = False) -> str:
+    lines = [verdict_line(d)]
+    for i, f in enumerate(d.findings, 1):
+        lines.append("")
+        lines.extend(_finding(i, f))
+    if d.input_errors:
+        lines.append("")
+        lines.append(f"unreadable input ({len(d.input_errors)} files):")
+        lines.extend(f"  {e.file}: {e.error}" for e in d.input_errors)
+    notes = list(d.notes)
+    if skipped:
+        if verbose:
+            notes.extend(f"skipped {path}: {why}" for path, why in skipped)
+        else:
+            notes.append(f"skipped {len(skipped)} files that are not dumps (e.g. {skipped[0][0]}: {skipped[0][1]}); "
+                         f"--verbose lists them")
+    if notes:
+        lines.append("")
+        lines.append("notes:")
+        lines.extend(f"  - {n}" for n in (notes if verbose else notes[:20]))
+        if not verbose and len(notes) > 20:
+            lines.append(f"  - ... {len(notes) - 20} more (--verbose)")
+    return "\n".join(lines) + "\n"
+
+
+def verdict_line(d: Diagnosis) -> str:
+    scope = f"{len(d.ranks)} ranks" + (f" ({format_ranks(d.ranks)})" if d.ranks else "")
+    if d.verdict == HEALTHY:
+        return f"healthy: {scope}, {d.matched} collectives matched across {d.groups} process groups"
+    n = len(d.findings)
+    head = f"{d.verdict}: {n} finding{'s' if n != 1 else ''} in {scope}, {d.matched} collectives matched"
+    if d.findings:
+        head += f"; first: {d.findings[0].message}"
+    elif not d.ranks:
+        head = f"{d.verdict}: no readable dump"
+    return head
+
+
+def _finding(i: int, f: Finding) -> list[str]:
+    where = f"group {f.pg_name} ({f.pg_desc})" if f.pg_name or f.pg_desc else "job"
+    head = f"{i}. {f.kind}" + (" [root cause]" if f.root_cause else "") + f" - {where}"
+    if f.collective_seq_id is not None:
+        head += f", collective {f.collective_seq_id}"
+    if f.op:
+        head += f", {f.op}"
+    out = [head, f"   {f.message}"]
+    roles = []
+    if f.culprit_ranks:
+        roles.append(f"culprit: {format_ranks(f.culprit_ranks)}")
+    if f.blocked_ranks:
+        roles.append(f"blocked: {format_ranks(f.blocked_ranks)}")
+    if roles:
+        out.append("   " + "   ".join(roles))
+    if f.call_site:
+        out.append(f"   call site: {f.call_site}")
+    out.extend(f"   {d}" for d in f.details)
+    return out
