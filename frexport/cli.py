@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from . import __version__
@@ -60,6 +59,33 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--workers", type=int, default=None, help="decode processes (default: CPU count)")
     a.add_argument("--max-file-bytes", type=int, default=None, help="larger files are refused (default 512 MiB)")
     a.add_argument("--follow-symlinks", action="store_true", help="follow symbolic links inside directories")
+
+    s = sub.add_parser("serve", help="run the sidecar: watch dumps, poll worker servers, serve /metrics",
+                       description="Run the frexport sidecar. Settings: --config YAML < FREXPORT_* environment "
+                                   "< these flags.")
+    s.add_argument("--config", metavar="FILE", help="YAML config (see config/frexport.example.yaml)")
+    s.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
+    s.add_argument("--listen", help="host:port for /metrics, /healthz, /readyz (default 0.0.0.0:9464)")
+    s.add_argument("--sockets-dir", help="directory of rank-<N>.sock worker-server sockets (frexport.agent)")
+    s.add_argument("--url", action="append", default=[], metavar="RANK=URL",
+                   help="a rank's worker server over TCP, e.g. 3=http://10.0.0.7:25999 (repeatable)")
+    s.add_argument("--dump-dir", action="append", default=[], metavar="DIR",
+                   help="directory PyTorch writes dumps into (repeatable)")
+    s.add_argument("--polling", action="store_true", help="poll dump dirs instead of inotify (NFS, shared volumes)")
+    s.add_argument("--poll-interval", help="worker-server poll interval, e.g. 5s")
+    s.add_argument("--stall-after", help="stall threshold, e.g. 2m (default: derived from the step time)")
+    s.add_argument("--evidence-dir", help="where to write evidence bundles when a stall is seen")
+    s.add_argument("--log-format", choices=("text", "json"))
+    s.add_argument("--job-id", help="job identifier (trace ids, bundle names)")
+
+    n = sub.add_parser("snapshot", help="fetch every rank's Flight Recorder now and write a dump directory",
+                       description="Fetch all ranks' recorders now (like an on-demand dump) into a directory "
+                                   "that `frexport analyze` reads.")
+    n.add_argument("output", metavar="OUTDIR")
+    n.add_argument("--sockets-dir", help="directory of rank-<N>.sock worker-server sockets")
+    n.add_argument("--url", action="append", default=[], metavar="RANK=URL")
+    n.add_argument("--timeout", type=_positive_float, default=10.0, help="per-rank request timeout, seconds")
+    n.add_argument("--stacks", action="store_true", help="also save each rank's Python stacks (dump_traceback)")
     return p
 
 
@@ -69,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         from .analyze_command import run_analyze
 
         return run_analyze(args)
+    if args.command == "serve":
+        from .serve_command import run_serve
+
+        return run_serve(args)
+    if args.command == "snapshot":
+        from .snapshot_command import run_snapshot
+
+        return run_snapshot(args)
     return 2
 
 

@@ -24,13 +24,16 @@ def sniff_format(head: bytes) -> str:
 
 
 def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns: int | None = None,
-                 keep_frames: bool = True) -> RankDump:
+                 keep_frames: bool = True, only: str | None = None, previous: dict | None = None) -> RankDump:
+    """`only="json"` refuses anything else: in-process callers must not unpickle (see sandbox.py)."""
     if not data:
         raise DecodeError(source, "empty", "empty file (0 bytes): the dump was never written or is still being written")
     fmt = sniff_format(data[:64])
+    if only is not None and fmt != only:
+        raise DecodeError(source, "unexpected_format", f"expected {only}, got something else")
     raw = _json(data, source) if fmt == "json" else loads_plain(data, source)
     return normalize(raw, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns, size_bytes=len(data),
-                     keep_frames=keep_frames)
+                     keep_frames=keep_frames, previous=previous)
 
 
 def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,

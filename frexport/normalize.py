@@ -53,8 +53,12 @@ def parse_version(text: Any) -> tuple[int, int] | None:
 
 
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
-              size_bytes: int = 0, keep_frames: bool = True) -> RankDump:
-    """`keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks."""
+              size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None) -> RankDump:
+    """`keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks.
+
+    `previous` (record_id -> Entry of the last snapshot of the same rank) lets a poller skip entries that
+    were already finished then: they cannot change, so the old Entry is reused.
+    """
     notes: list[str] = []
     if isinstance(raw, list):  # the first recorder (2023) dumped a bare list of entries
         top: dict[str, Any] = {"entries": raw}
@@ -89,7 +93,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         notes.append(f"{len(entries_raw)} entries: kept the newest {MAX_ENTRIES}")
         entries_raw = entries_raw[-MAX_ENTRIES:]
 
-    entries, skipped = _entries(entries_raw, keep_frames)
+    entries, skipped = _entries(entries_raw, keep_frames, previous)
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
 
@@ -233,7 +237,8 @@ class _Caches:
         return hit
 
 
-def _entries(raw_entries: list | tuple, keep_frames: bool) -> tuple[tuple[Entry, ...], int]:
+def _entries(raw_entries: list | tuple, keep_frames: bool,
+             previous: dict[int, Entry] | None = None) -> tuple[tuple[Entry, ...], int]:
     caches = _Caches()
     out: list[Entry] = []
     append = out.append
@@ -242,6 +247,12 @@ def _entries(raw_entries: list | tuple, keep_frames: bool) -> tuple[tuple[Entry,
         if type(raw) is not dict:
             skipped += 1
             continue
+        if previous:
+            rid = raw.get("record_id")
+            old = previous.get(rid) if type(rid) is int else None
+            if old is not None and old.finished and old.time_created_ns == raw.get("time_created_ns"):
+                append(old)
+                continue
         try:
             append(_entry(raw, index, caches, keep_frames))
         except (_BadEntry, TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError):

@@ -1,0 +1,258 @@
+"""`frexport serve` configuration: one YAML file, FREXPORT_* environment overrides, CLI flags.
+
+Precedence: defaults < YAML file < environment < command line. Every field is
+validated at start; an error names the field (`sources.worker_servers.timeout:
+expected a duration like 5s, got 'soon'`). The environment uses the field path
+in upper case with `__` between levels, e.g.
+FREXPORT_SOURCES__WORKER_SERVERS__SOCKETS_DIR=/shared/frexport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, get_args, get_origin, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class DumpDir:
+    path: str = ""
+    prefix: str | None = None
+    polling: bool = False  # use for NFS and other shared volumes: inotify misses writes from other hosts
+    poll_interval: float = 2.0
+    settle: float = 1.0
+    timeout_dumps: bool = True  # these are PyTorch's dumps (count them); false for periodic snapshots
+
+
+@dataclass
+class WorkerServers:
+    sockets_dir: str | None = None
+    urls: dict[int, str] = field(default_factory=dict)  # rank -> http://host:port
+    poll_interval: float = 5.0
+    timeout: float = 5.0
+    concurrency: int = 8
+    backoff_max: float = 60.0
+    max_body_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass
+class Sources:
+    dump_dirs: list[DumpDir] = field(default_factory=list)
+    worker_servers: WorkerServers = field(default_factory=WorkerServers)
+
+
+@dataclass
+class Analysis:
+    interval: float = 5.0
+    stall_after: float | None = None  # None: derived from the observed step time, within the bounds below
+    min_stall_after: float = 30.0
+    max_stall_fraction_of_timeout: float = 0.5
+    straggler_lateness: float = 0.05
+    rank_expiry: float = 600.0
+
+
+@dataclass
+class Evidence:
+    dir: str | None = None
+    max_bundles: int = 20
+    max_bytes: int = 1024 * 1024 * 1024
+    pyspy: bool = True  # also ask the worker server for a py-spy dump (needs py-spy in the trainer image)
+
+
+@dataclass
+class Web:
+    listen: str = "0.0.0.0:9464"
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    basic_auth_users: dict[str, str] = field(default_factory=dict)  # user -> bcrypt or sha256 hash
+
+
+@dataclass
+class Traces:
+    enabled: bool = False
+    queue_size: int = 20000
+    checkpoint_file: str | None = None
+
+
+@dataclass
+class Log:
+    format: str = "text"  # text | json
+    level: str = "info"
+
+
+@dataclass
+class Config:
+    job_id: str | None = None
+    max_ranks: int = 4096
+    sources: Sources = field(default_factory=Sources)
+    analysis: Analysis = field(default_factory=Analysis)
+    evidence: Evidence = field(default_factory=Evidence)
+    web: Web = field(default_factory=Web)
+    traces: Traces = field(default_factory=Traces)
+    log: Log = field(default_factory=Log)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$")
+_SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10**3, "MB": 10**6,
+               "GB": 10**9}
+_DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_FIELDS = {"poll_interval", "settle", "timeout", "backoff_max", "interval", "stall_after", "min_stall_after",
+                    "straggler_lateness", "rank_expiry"}
+_SIZE_FIELDS = {"max_body_bytes", "max_bytes"}
+
+
+def load_config(path: str | None = None, env: dict[str, str] | None = None,
+                overrides: dict[str, Any] | None = None) -> Config:
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path) as f:
+                loaded = yaml.safe_load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        data = loaded or {}
+    for key, value in sorted((env if env is not None else os.environ).items()):
+        if key.startswith("FREXPORT_") and "__" in key[9:] or key in _ENV_TOP:
+            _set_path(data, key[9:].lower().split("__"), yaml.safe_load(value) if value else value)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_path(data, dotted.split("."), value)
+    return _build(Config, data, "")
+
+
+_ENV_TOP = {"FREXPORT_JOB_ID", "FREXPORT_MAX_RANKS"}
+
+
+def _set_path(data: dict, parts: list[str], value: Any) -> None:
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{'.'.join(parts)}: cannot set inside a non-mapping")
+    node[parts[-1]] = value
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where + '.' if where else ''}{unknown[0]}: unknown field "
+                          f"(known: {', '.join(sorted(known))})")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _value(hints[f.name], data[f.name], f"{where + '.' if where else ''}{f.name}", f.name)
+    return cls(**kwargs)
+
+
+def _value(tp: Any, v: Any, where: str, name: str) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if args and type(None) in args:  # Optional[X]
+        if v is None:
+            return None
+        tp = next(a for a in args if a is not type(None))
+        origin, args = get_origin(tp), get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, v, where)
+    if origin is list:
+        if not isinstance(v, list):
+            raise ConfigError(f"{where}: expected a list, got {v!r}")
+        return [_value(args[0], x, f"{where}[{i}]", name) for i, x in enumerate(v)]
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {v!r}")
+        return {_value(args[0], k, f"{where} key", name): _value(args[1], x, f"{where}.{k}", name) for k, x in v.items()}
+    if tp is bool:
+        if isinstance(v, bool):
+            return v
+        raise ConfigError(f"{where}: expected true or false, got {v!r}")
+    if tp is float and name in _DURATION_FIELDS:
+        return _duration(v, where)
+    if tp is int and name in _SIZE_FIELDS:
+        return _size(v, where)
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, str) and v.isdigit()):
+            raise ConfigError(f"{where}: expected an integer, got {v!r}")
+        return int(v)
+    if tp is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {v!r}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, (str, int)) or isinstance(v, bool):
+            raise ConfigError(f"{where}: expected a string, got {v!r}")
+        return str(v)
+    raise ConfigError(f"{where}: unsupported value {v!r}")
+
+
+def _duration(v: Any, where: str) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+        return float(v)
+    m = _DURATION.match(str(v))
+    if not m or isinstance(v, bool):
+        raise ConfigError(f"{where}: expected a duration like 500ms, 5s, 2m or 1h, got {v!r}")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+def _size(v: Any, where: str) -> int:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    m = _SIZE.match(str(v))
+    if not m or isinstance(v, bool):
+        raise ConfigError(f"{where}: expected a size like 512MiB or 1GiB, got {v!r}")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def validate(cfg: Config) -> list[str]:
+    """Cross-field checks; returns problems as 'field: message'."""
+    problems = []
+    ws = cfg.sources.worker_servers
+    if not cfg.sources.dump_dirs and not ws.sockets_dir and not ws.urls:
+        problems.append("sources: nothing to watch (set sources.dump_dirs, sources.worker_servers.sockets_dir "
+                        "or sources.worker_servers.urls)")
+    for i, d in enumerate(cfg.sources.dump_dirs):
+        if not d.path:
+            problems.append(f"sources.dump_dirs[{i}].path: required")
+    for rank, url in ws.urls.items():
+        from .sources.http_client import Target
+
+        try:
+            Target.parse(url)
+        except ValueError as exc:
+            problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
+    if ws.poll_interval <= 0:
+        problems.append("sources.worker_servers.poll_interval: must be positive")
+    if ws.concurrency < 1:
+        problems.append("sources.worker_servers.concurrency: must be at least 1")
+    if cfg.analysis.interval <= 0:
+        problems.append("analysis.interval: must be positive")
+    if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:
+        problems.append("analysis.max_stall_fraction_of_timeout: must be in (0, 1]")
+    if cfg.log.format not in ("text", "json"):
+        problems.append(f"log.format: expected text or json, got {cfg.log.format!r}")
+    if cfg.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        problems.append(f"log.level: expected debug, info, warning or error, got {cfg.log.level!r}")
+    host, sep, port = cfg.web.listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        problems.append(f"web.listen: expected host:port, got {cfg.web.listen!r}")
+    if bool(cfg.web.tls_cert_file) != bool(cfg.web.tls_key_file):
+        problems.append("web.tls_cert_file, web.tls_key_file: set both or neither")
+    return problems

@@ -1,0 +1,138 @@
+"""Live diagnosis: the post-mortem engine on every rank's latest snapshot, plus what only time tells.
+
+Each pass builds rank traces from the latest snapshots, with each rank's poll
+time as "seen at", and runs the same analysis as `frexport analyze`. A rank is
+only said to be missing from a collective, or a collective stuck, once that has
+lasted longer than the stall threshold; the threshold follows the job: a few
+times its observed step time, never below `min_stall_after`, never above a
+fraction of the collective timeout (so frexport speaks before PyTorch's watchdog
+kills the job). Rank statuses:
+- stalled: culprit of a hang (never issued the collective its peers wait in, or
+  stuck in one that never finishes);
+- blocked: waits, directly or through other groups, for a stalled rank;
+- desynced: ran a different op, sizes or dtypes than its peers, or its peers
+  completed collectives in a group past the last one it issued;
+- straggling: completes, but reaches collectives consistently after its peers;
+- ok.
+A slow rank that keeps progressing is never stalled: its peers' waits end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+
+from .analysis import findings as F
+from .analysis.engine import Options, analyze
+from .analysis.findings import Diagnosis
+from .analysis.rank_trace import build_rank_trace
+from .config import Analysis
+from .model import RankDump
+from .state import LiveState
+
+OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
+STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
+_STALL_KINDS = {F.MISSING_RANK, F.NOT_COMPLETED, F.TIMEOUT, F.MISSING_DUMP, F.UNMATCHED_P2P}
+_DESYNC_KINDS = {F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH}
+
+
+@dataclass
+class LiveResult:
+    diagnosis: Diagnosis
+    statuses: dict[int, str]
+    stall_after_s: float
+    new_root_causes: list[F.Finding] = field(default_factory=list)
+
+
+class LiveAnalysis:
+    def __init__(self, state: LiveState, cfg: Analysis) -> None:
+        self.state = state
+        self.cfg = cfg
+        self._reported: set[tuple] = set()
+
+    def run(self) -> LiveResult:
+        dumps = self.state.latest_dumps()
+        stall_after = self.stall_after(dumps)
+        traces = [build_rank_trace(d) for d in dumps.values() if d.rank is not None]
+        diagnosis = analyze(traces, options=Options(stuck_after_s=stall_after,
+                                                    straggler_lateness_s=self.cfg.straggler_lateness))
+        statuses = statuses_of(diagnosis, dumps)
+        self.state.set_diagnosis(diagnosis.findings, statuses)
+        roots = [f for f in diagnosis.findings if f.root_cause]
+        keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
+        new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]
+        self._reported = keys  # a root cause that clears and returns is new again
+        return LiveResult(diagnosis, statuses, stall_after, new)
+
+    def stall_after(self, dumps: dict[int, RankDump]) -> float:
+        if self.cfg.stall_after is not None:
+            return self.cfg.stall_after
+        step = observed_step_s(dumps.values())
+        threshold = max(self.cfg.min_stall_after, 5 * step if step else 0.0)
+        timeouts = [e.timeout_ms for d in dumps.values() for e in d.entries[-1:] if e.timeout_ms]
+        if timeouts:
+            threshold = min(threshold, self.cfg.max_stall_fraction_of_timeout * min(timeouts) / 1000)
+        return threshold
+
+
+def observed_step_s(dumps) -> float | None:
+    """The job's period: the median gap between repeats of each rank's most frequent op."""
+    periods = []
+    for d in dumps:
+        times: dict[tuple, list[int]] = {}
+        for e in d.entries:
+            times.setdefault((e.pg_name, e.profiling_name, e.input_sizes), []).append(e.time_created_ns)
+        if not times:
+            continue
+        ts = max(times.values(), key=len)
+        gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
+        if gaps:
+            periods.append(median(gaps) / 1e9)
+    return median(periods) if periods else None
+
+
+def statuses_of(d: Diagnosis, dumps: dict[int, RankDump]) -> dict[int, str]:
+    out: dict[int, str] = {r: OK for r in d.ranks}
+
+    def mark(ranks, status: str, over: tuple[str, ...] = (OK,)) -> None:
+        for r in ranks:
+            if out.get(r, OK) in over:
+                out[r] = status
+
+    for f in d.findings:
+        if f.root_cause and f.kind in _STALL_KINDS:
+            mark(f.culprit_ranks or f.blocked_ranks, STALLED, (OK, BLOCKED, STRAGGLING, DESYNCED))
+        elif f.kind in _DESYNC_KINDS:
+            mark(f.culprit_ranks, DESYNCED, (OK, BLOCKED, STRAGGLING))
+    for f in d.findings:
+        if f.root_cause:
+            mark(f.blocked_ranks, BLOCKED, (OK, STRAGGLING))
+        elif f.kind == F.STRAGGLER:
+            mark(f.culprit_ranks, STRAGGLING)
+    mark(_passed_by_peers(dumps), DESYNCED, (OK, STRAGGLING, BLOCKED))
+    return out
+
+
+def _passed_by_peers(dumps: dict[int, RankDump]) -> set[int]:
+    """Ranks whose peers completed collectives in a group beyond the last one the rank issued.
+
+    A collective cannot complete without every member, so this means the rank's collectives
+    pair up with different ones on its peers (it skipped or added one) even where the ops look alike."""
+    issued: dict[str, dict[int, int]] = {}
+    completed: dict[str, dict[int, int]] = {}
+    for rank, d in dumps.items():
+        for e in d.entries:
+            if e.is_p2p:
+                continue
+            g = issued.setdefault(e.pg_name, {})
+            g[rank] = max(g.get(rank, -1), e.collective_seq_id)
+            if e.finished:
+                c = completed.setdefault(e.pg_name, {})
+                c[rank] = max(c.get(rank, -1), e.collective_seq_id)
+    out = set()
+    for name, by_rank in issued.items():
+        done = completed.get(name, {})
+        for rank, last in by_rank.items():
+            if any(seq > last for peer, seq in done.items() if peer != rank):
+                out.add(rank)
+    return out

@@ -1,0 +1,67 @@
+"""`frexport snapshot`: fetch every rank's recorder now into a directory `frexport analyze` reads."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .config import ConfigError
+from .serve_command import parse_urls
+from .sources.health import HealthRegistry
+from .sources.http_client import PeerError
+from .sources.worker_server import JSON_HANDLERS, WorkerServerSource
+from .state import LiveState
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    try:
+        urls = parse_urls(args.url)
+    except ConfigError as exc:
+        print(f"frexport snapshot: {exc}", file=sys.stderr)
+        return 2
+    if not args.sockets_dir and not urls:
+        print("frexport snapshot: give --sockets-dir or --url", file=sys.stderr)
+        return 2
+    source = WorkerServerSource(LiveState(), HealthRegistry(), args.sockets_dir, urls, timeout_s=args.timeout)
+    targets = source.targets()
+    if not targets:
+        print(f"frexport snapshot: no worker servers found in {args.sockets_dir}", file=sys.stderr)
+        return 2
+    os.makedirs(args.output, exist_ok=True)
+    saved, failed = [], []
+    for t in targets:
+        body, name = None, None
+        # The agent's pickle carries stack frames; the JSON handlers are what any worker server has.
+        for handler, filename in [("frexport_fr_pickle", f"trace_{t.rank}")] + \
+                                 [(h, f"trace_{t.rank}.json") for h in JSON_HANDLERS]:
+            try:
+                body, name = source.fetch(t, handler), filename
+                break
+            except PeerError as exc:
+                last = exc
+                if exc.down:
+                    break
+        if body is None:
+            failed.append(f"rank {t.rank}: {last.detail}")
+            continue
+        _atomic_write(os.path.join(args.output, name), body)
+        saved.append(name)
+        if args.stacks:
+            try:
+                _atomic_write(os.path.join(args.output, "stacks", f"rank_{t.rank}.traceback.txt"),
+                              source.fetch(t, "dump_traceback"))
+            except PeerError as exc:
+                failed.append(f"rank {t.rank} stacks: {exc.detail}")
+    print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}")
+    for f in failed:
+        print(f"  failed: {f}", file=sys.stderr)
+    return 0 if saved else 1
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

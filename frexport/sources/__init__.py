@@ -1,0 +1,1 @@
+"""Where Flight Recorder data comes from: dump directories and PyTorch worker servers."""

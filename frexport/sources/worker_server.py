@@ -1,0 +1,143 @@
+"""Live-poll every rank's Flight Recorder through PyTorch's worker server.
+
+Targets are unix sockets found in a directory (`rank-<N>.sock`, as frexport.agent
+creates them; any name carrying a rank works) and configured TCP URLs. Each poll
+POSTs the JSON handler the server lists: `dump_nccl_trace_json` on CUDA builds
+(the NCCL recorder), else `fr_trace_json`. A refused connection means the rank
+is down: counted, backed off, never a crash. Polls run with bounded concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..decode import decode_bytes
+from ..discover import parse_name
+from ..errors import DecodeError
+from ..state import LiveState
+from .health import HealthRegistry
+from .http_client import PeerError, Target, request
+
+JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
+
+
+@dataclass(frozen=True)
+class RankTarget:
+    rank: int
+    target: Target
+    name: str  # health/metrics label
+
+
+@dataclass
+class _Backoff:
+    failures: int = 0
+    next_try: float = 0.0
+    handler: str | None = None  # chosen JSON handler, re-chosen after a failure
+
+
+@dataclass
+class WorkerServerSource:
+    state: LiveState
+    health: HealthRegistry
+    sockets_dir: str | None = None
+    urls: dict[int, str] = field(default_factory=dict)  # rank -> http://host:port
+    timeout_s: float = 5.0
+    concurrency: int = 8
+    backoff_max_s: float = 60.0
+    max_body: int = 256 * 1024 * 1024
+    on_snapshot: Callable[[int, bytes], None] | None = None  # raw JSON body, for evidence bundles
+    _backoff: dict[str, _Backoff] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor | None = None
+
+    def targets(self) -> list[RankTarget]:
+        found = {}
+        if self.sockets_dir:
+            try:
+                names = sorted(os.listdir(self.sockets_dir))
+            except OSError:
+                names = []
+            for name in names:
+                if not name.endswith(".sock"):
+                    continue
+                parsed = parse_name(name[: -len(".sock")])
+                if parsed is not None:
+                    path = os.path.join(self.sockets_dir, name)
+                    found[parsed[0]] = RankTarget(parsed[0], Target(unix_path=path), f"socket:{name[:-5]}")
+        for rank, url in self.urls.items():
+            found[rank] = RankTarget(rank, Target.parse(url), f"url:{url}")
+        return [found[r] for r in sorted(found)]
+
+    def poll(self) -> int:
+        """Poll every due target once; returns how many snapshots were taken in."""
+        targets = self.targets()
+        live = {t.name for t in targets}
+        for name in list(self._backoff):
+            if name not in live:  # the socket file is gone: so is the rank's source
+                del self._backoff[name]
+                self.health.forget(name)
+        now = time.monotonic()
+        due = [t for t in targets if self._backoff.setdefault(t.name, _Backoff()).next_try <= now]
+        if not due:
+            return 0
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=max(1, self.concurrency), thread_name_prefix="frexport-poll")
+        return sum(self._pool.map(self._poll_one, due))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def fetch(self, t: RankTarget, handler: str, timeout_s: float | None = None) -> bytes:
+        """POST one handler (stacks, pickles for evidence); raises PeerError."""
+        resp = request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.timeout_s,
+                       max_body=self.max_body)
+        if resp.status != 200:
+            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}")
+        return resp.body
+
+    def _poll_one(self, t: RankTarget) -> int:
+        b = self._backoff[t.name]
+        start = time.monotonic()
+        now_ns = time.time_ns()
+        try:
+            if b.handler is None:
+                b.handler = self._choose_handler(t)
+            body = self.fetch(t, b.handler)
+            previous = self.state.previous_entries(t.rank)
+            dump = decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False,
+                                only="json", previous=previous)
+        except PeerError as exc:
+            self._failed(t, b, exc.reason, exc.detail, start, now_ns)
+            return 0
+        except DecodeError as exc:
+            self.state.count_decode_error(exc.reason)
+            self._failed(t, b, "decode_" + exc.reason, exc.detail, start, now_ns)
+            return 0
+        b.failures, b.next_try = 0, 0.0
+        taken = self.state.ingest(dump, t.name, now_ns)
+        self.health.record(t.name, True, time.monotonic() - start, now_ns)
+        if self.on_snapshot is not None:
+            self.on_snapshot(t.rank, body)
+        return int(taken)
+
+    def _choose_handler(self, t: RankTarget) -> str:
+        resp = request(t.target, "GET", "/handler/", timeout=self.timeout_s, max_body=1 << 20)
+        try:
+            names = set(json.loads(resp.body)) if resp.status == 200 else set()
+        except (ValueError, TypeError):
+            names = set()
+        for h in JSON_HANDLERS:
+            if h in names:
+                return h
+        return "fr_trace_json"  # servers too old to list handlers
+
+    def _failed(self, t: RankTarget, b: _Backoff, reason: str, detail: str, start: float, now_ns: int) -> None:
+        b.failures += 1
+        b.handler = None
+        b.next_try = time.monotonic() + min(self.backoff_max_s, 0.5 * 2 ** min(b.failures, 16))
+        self.health.record(t.name, False, time.monotonic() - start, now_ns, reason, detail)

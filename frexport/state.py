@@ -1,0 +1,283 @@
+"""The sidecar's live state: every rank's latest snapshot and what changed between snapshots.
+
+Sources call `ingest` with each new snapshot. The state de-duplicates entries
+across polls (ring buffers overlap from one poll to the next), counts entries
+that wrapped away unseen, starts a new epoch when a rank restarts (its record
+ids begin again), and emits one `EntryEvent` per entry when it is first seen
+finished, the basis of exactly-once counters and spans. Exporters read it at
+scrape time (`view`) or subscribe to events; nothing flows back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .analysis.findings import Finding
+from .model import COMPLETED, Entry, RankDump
+
+# Prometheus buckets for collective durations, 100 us to 30 min.
+DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
+
+FINISHED_COMPLETED = "completed"
+FINISHED_RETIRED = "retired"  # gloo: done, success not reported
+FINISHED_TIMED_OUT = "timed_out"  # NCCL: retired by the watchdog without completing
+
+
+@dataclass(frozen=True)
+class EntryEvent:
+    rank: int
+    epoch: int
+    entry: Entry
+    outcome: str  # one of the FINISHED_* values
+    observed_ns: int  # when the sidecar first saw it finished: the end time gloo cannot tell
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        for i, bound in enumerate(DURATION_BUCKETS):
+            if seconds <= bound:
+                self.counts[i] += 1
+                break
+        self.total += seconds
+        self.count += 1
+
+
+@dataclass
+class GroupProgress:
+    pg_name: str
+    pg_desc: str
+    last_enqueued: int | None = None
+    last_started: int | None = None
+    last_completed: int | None = None
+    last_progress_ns: int | None = None
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # op -> (count, oldest created_ns)
+    timeout_ms: int | None = None
+
+
+@dataclass
+class RankState:
+    rank: int
+    source: str
+    epoch: int = 0
+    dump: RankDump | None = None
+    first_seen_ns: int = 0
+    last_seen_ns: int = 0
+    max_record: int = -1
+    pending: set[int] = field(default_factory=set)
+    by_record: dict[int, Entry] = field(default_factory=dict)
+    dropped: int = 0
+    groups: dict[str, GroupProgress] = field(default_factory=dict)
+    status: str = "ok"
+
+
+class LiveState:
+    def __init__(self, max_ranks: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self.max_ranks = max_ranks
+        self.ranks: dict[int, RankState] = {}
+        self.collectives: Counter[tuple[str, str, str]] = Counter()  # (pg_desc, op, outcome)
+        self.durations: dict[tuple[str, str], Histogram] = {}  # (pg_desc, op)
+        self.decode_errors: Counter[str] = Counter()
+        self.timeout_dumps: Counter[int] = Counter()
+        self.findings: list[Finding] = []
+        self._listeners: list[Callable[[list[EntryEvent]], None]] = []
+
+    # --- writers (sources, analysis) -------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[list[EntryEvent]], None]) -> None:
+        """`listener` gets each batch of new events; it must not block (queue and return)."""
+        self._listeners.append(listener)
+
+    def previous_entries(self, rank: int) -> dict[int, Entry] | None:
+        with self._lock:
+            rs = self.ranks.get(rank)
+            return rs.by_record if rs else None
+
+    def ingest(self, dump: RankDump, source: str, now_ns: int, epoch_hint: object = None) -> bool:
+        """Take a rank's new snapshot. Returns False if it is older than what we have (ignored)."""
+        rank = dump.rank
+        if rank is None:
+            raise ValueError("a snapshot needs a rank")
+        with self._lock:
+            rs = self.ranks.get(rank)
+            if rs is None:
+                if len(self.ranks) >= self.max_ranks:
+                    return False
+                rs = self.ranks[rank] = RankState(rank, source, first_seen_ns=now_ns)
+            elif rs.dump is not None and dump.dumped_at_ns and rs.dump.dumped_at_ns \
+                    and dump.dumped_at_ns < rs.dump.dumped_at_ns:
+                return False
+            if rs.dump is not None and self._restarted(rs, dump):
+                rs.epoch += 1
+                rs.max_record, rs.pending, rs.groups = -1, set(), {}
+            events = self._advance(rs, dump, now_ns)
+            rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
+            rs.by_record = {e.record_id: e for e in dump.entries}
+            self._progress(rs, dump, now_ns)
+        if events:
+            for listener in self._listeners:
+                listener(events)
+        return True
+
+    def count_decode_error(self, reason: str) -> None:
+        with self._lock:
+            self.decode_errors[reason] += 1
+
+    def count_timeout_dump(self, rank: int) -> None:
+        with self._lock:
+            self.timeout_dumps[rank] += 1
+
+    def set_diagnosis(self, findings: list[Finding], statuses: dict[int, str]) -> None:
+        with self._lock:
+            self.findings = list(findings)
+            for rank, rs in self.ranks.items():
+                rs.status = statuses.get(rank, "ok")
+
+    def expire(self, now_ns: int, after_ns: int) -> list[int]:
+        """Forget ranks not seen for `after_ns`: their series disappear instead of freezing."""
+        with self._lock:
+            gone = [r for r, rs in self.ranks.items() if now_ns - rs.last_seen_ns > after_ns]
+            for r in gone:
+                del self.ranks[r]
+                self.timeout_dumps.pop(r, None)
+            return gone
+
+    # --- readers ----------------------------------------------------------------------------
+
+    def latest_dumps(self) -> dict[int, RankDump]:
+        with self._lock:
+            return {r: rs.dump for r, rs in self.ranks.items() if rs.dump is not None}
+
+    def view(self) -> "StateView":
+        """A consistent copy for one scrape: collectors never hold the lock while formatting."""
+        with self._lock:
+            return StateView(
+                ranks={r: _copy_rank(rs) for r, rs in self.ranks.items()},
+                collectives=dict(self.collectives),
+                durations={k: Histogram(list(h.counts), h.total, h.count) for k, h in self.durations.items()},
+                decode_errors=dict(self.decode_errors),
+                timeout_dumps=dict(self.timeout_dumps),
+                findings=list(self.findings),
+            )
+
+    # --- internals --------------------------------------------------------------------------
+
+    @staticmethod
+    def _restarted(rs: RankState, dump: RankDump) -> bool:
+        """Record ids only grow within one process; going back, or a known id with another
+        creation time, means the rank restarted (or the recorder was reset)."""
+        if not dump.entries or rs.max_record < 0:
+            return False
+        newest = max(e.record_id for e in dump.entries)
+        if newest < rs.max_record:
+            return True
+        for e in dump.entries[:1] + dump.entries[-1:]:
+            old = rs.by_record.get(e.record_id)
+            if old is not None and old.time_created_ns != e.time_created_ns:
+                return True
+        return False
+
+    def _advance(self, rs: RankState, dump: RankDump, now_ns: int) -> list[EntryEvent]:
+        events = []
+        if dump.entries and rs.max_record >= 0:
+            oldest = min(e.record_id for e in dump.entries)
+            if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
+                rs.dropped += oldest - rs.max_record - 1
+        for e in dump.entries:
+            rid = e.record_id
+            if rid <= rs.max_record and rid not in rs.pending:
+                continue
+            if e.finished:
+                rs.pending.discard(rid)
+                events.append(self._finished(rs, e, now_ns))
+            else:
+                rs.pending.add(rid)
+            if rid > rs.max_record:
+                rs.max_record = rid
+        return events
+
+    def _finished(self, rs: RankState, e: Entry, now_ns: int) -> EntryEvent:
+        if e.state == COMPLETED:
+            outcome = FINISHED_COMPLETED
+        elif e.retired and e.backend != "gloo" and e.state != COMPLETED:
+            outcome = FINISHED_TIMED_OUT
+        else:
+            outcome = FINISHED_RETIRED
+        self.collectives[(e.pg_desc, e.op, outcome)] += 1
+        seconds = _duration_s(e)
+        if seconds is not None:
+            h = self.durations.get((e.pg_desc, e.op))
+            if h is None:
+                h = self.durations[(e.pg_desc, e.op)] = Histogram()
+            h.observe(seconds)
+        return EntryEvent(rs.rank, rs.epoch, e, outcome, now_ns)
+
+    @staticmethod
+    def _progress(rs: RankState, dump: RankDump, now_ns: int) -> None:
+        seen: dict[str, GroupProgress] = {}
+        for e in dump.entries:
+            if e.is_p2p:
+                continue
+            g = seen.get(e.pg_name)
+            if g is None:
+                old = rs.groups.get(e.pg_name)
+                g = seen[e.pg_name] = GroupProgress(e.pg_name, e.pg_desc, last_progress_ns=old.last_progress_ns
+                                                    if old else None)
+            seq = e.collective_seq_id
+            g.timeout_ms = e.timeout_ms
+            if g.last_enqueued is None or seq > g.last_enqueued:
+                g.last_enqueued = seq
+            if (e.state != "scheduled" or e.time_started_ns) and (g.last_started is None or seq > g.last_started):
+                g.last_started = seq
+            if e.finished:
+                if g.last_completed is None or seq > g.last_completed:
+                    g.last_completed = seq
+            else:
+                count, oldest = g.pending.get(e.op, (0, e.time_created_ns))
+                g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
+        for name, g in seen.items():
+            old = rs.groups.get(name)
+            if old is None or old.last_completed is None:
+                newest = max((e.time_created_ns for e in dump.entries if e.pg_name == name and e.finished), default=0)
+                g.last_progress_ns = newest or None
+            elif g.last_completed is not None and g.last_completed > old.last_completed:
+                g.last_progress_ns = now_ns
+            if g.last_started is None and old is not None:
+                g.last_started = old.last_started
+        for name, old in rs.groups.items():  # a group whose entries all wrapped away keeps its last values
+            if name not in seen:
+                seen[name] = GroupProgress(old.pg_name, old.pg_desc, old.last_enqueued, old.last_started,
+                                           old.last_completed, old.last_progress_ns, {}, old.timeout_ms)
+        rs.groups = seen
+
+
+def _duration_s(e: Entry) -> float | None:
+    if e.duration_ms is not None:
+        return e.duration_ms / 1000.0
+    if e.time_started_ns and e.time_completed_ns and e.time_completed_ns >= e.time_started_ns:
+        return (e.time_completed_ns - e.time_started_ns) / 1e9
+    return None
+
+
+def _copy_rank(rs: RankState) -> RankState:
+    return RankState(rs.rank, rs.source, rs.epoch, rs.dump, rs.first_seen_ns, rs.last_seen_ns, rs.max_record,
+                     set(), {}, rs.dropped, dict(rs.groups), rs.status)
+
+
+@dataclass
+class StateView:
+    ranks: dict[int, RankState]
+    collectives: dict[tuple[str, str, str], int]
+    durations: dict[tuple[str, str], Histogram]
+    decode_errors: dict[str, int]
+    timeout_dumps: dict[int, int]
+    findings: list[Finding]
