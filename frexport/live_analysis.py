@@ -32,7 +32,7 @@ from .state import LiveState
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
-_STALL_KINDS = {F.MISSING_RANK, F.NOT_COMPLETED, F.TIMEOUT, F.MISSING_DUMP, F.UNMATCHED_P2P}
+STALL_KINDS = {F.MISSING_RANK, F.NOT_COMPLETED, F.TIMEOUT, F.MISSING_DUMP, F.UNMATCHED_P2P}
 _DESYNC_KINDS = {F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH}
 
 
@@ -100,7 +100,7 @@ def statuses_of(d: Diagnosis, dumps: dict[int, RankDump]) -> dict[int, str]:
                 out[r] = status
 
     for f in d.findings:
-        if f.root_cause and f.kind in _STALL_KINDS:
+        if f.root_cause and f.kind in STALL_KINDS:
             mark(f.culprit_ranks or f.blocked_ranks, STALLED, (OK, BLOCKED, STRAGGLING, DESYNCED))
         elif f.kind in _DESYNC_KINDS:
             mark(f.culprit_ranks, DESYNCED, (OK, BLOCKED, STRAGGLING))

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .live_analysis import STATUSES
+from .live_analysis import STALL_KINDS, STATUSES
 from .sources.health import HealthRegistry
 from .state import DURATION_BUCKETS, LiveState
 
@@ -101,6 +101,15 @@ class FrexportCollector(Collector):
             total.add_metric([desc, op, outcome], n)
         yield total
 
+        stall = GaugeMetricFamily("frexport_rank_stall_seconds",
+                                  "How long a stalled rank has held up the collective it is missing from or stuck "
+                                  "in (culprit ranks only)", labels=["rank", "pg", "pg_desc", "op", "kind"])
+        for f in v.findings:
+            if f.root_cause and f.kind in STALL_KINDS and f.time_ns:
+                for rank in f.culprit_ranks or f.blocked_ranks:
+                    stall.add_metric([str(rank), f.pg_name, f.pg_desc, f.op or "", f.kind],
+                                     max(0.0, now - f.time_ns / 1e9))
+        yield stall
         findings = GaugeMetricFamily("frexport_findings", "Current findings of the live analysis",
                                      labels=["kind", "pg"])
         counts: dict[tuple[str, str], int] = {}
