@@ -33,6 +33,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         stuck_after_s=args.stuck_after, straggler_lateness_s=args.straggler_ms / 1000))
     diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
+    if args.timeline:
+        from .timeline import write_timeline
+
+        write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
     if args.format == "json":
         print(render_json(diagnosis))
     else:

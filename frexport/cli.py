@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--workers", type=int, default=None, help="decode processes (default: CPU count)")
     a.add_argument("--max-file-bytes", type=int, default=None, help="larger files are refused (default 512 MiB)")
     a.add_argument("--follow-symlinks", action="store_true", help="follow symbolic links inside directories")
+    a.add_argument("--timeline", metavar="OUT.json",
+                   help="also write a Chrome/Perfetto trace-event timeline (one track per rank and group)")
 
     s = sub.add_parser("serve", help="run the sidecar: watch dumps, poll worker servers, serve /metrics",
                        description="Run the frexport sidecar. Settings: --config YAML < FREXPORT_* environment "

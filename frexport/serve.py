@@ -48,6 +48,13 @@ class Sidecar:
         self.analysis = LiveAnalysis(self.state, self.cfg.analysis)
         ev = self.cfg.evidence
         self.evidence = EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes) if ev.dir else None
+        self.traces = None
+        if self.cfg.traces.enabled:
+            from .traces import TraceExporter, make_exporter
+
+            self.traces = TraceExporter(make_exporter(), self.cfg.job_id or "", self.cfg.traces.queue_size,
+                                        self.cfg.traces.checkpoint_file)
+            self.state.subscribe(self.traces.on_events)
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = FrexportCollector(self.state, self.health, self._extra_metrics)
         self.registry.register(self.collector)
@@ -68,6 +75,8 @@ class Sidecar:
                 signal.signal(sig, lambda *_: self.stop_event.set())
         for d in self.dump_dirs:
             d.start()
+        if self.traces is not None:
+            self.traces.start()
         poll_every = self.cfg.sources.worker_servers.poll_interval
         next_poll = next_analysis = 0.0
         log.info("frexport serve: watching %d dump dirs, worker servers: %s", len(self.dump_dirs),
@@ -90,6 +99,10 @@ class Sidecar:
             self.shutdown()
 
     def shutdown(self) -> None:
+        if self.traces is not None:
+            self.traces.pump(self.state.view().findings)
+            self.traces.flush(2.0)
+            self.traces.shutdown(1.0)
         for d in self.dump_dirs:
             d.stop()
         if self.poller is not None:
@@ -108,6 +121,8 @@ class Sidecar:
             log.exception("live analysis failed")
             return
         self.last_result = result
+        if self.traces is not None:
+            self.traces.pump(result.diagnosis.findings)
         for f in result.new_root_causes:
             for rank in f.culprit_ranks or f.blocked_ranks:
                 log.warning("%s: %s", f.kind, f.message, extra={"rank": rank, "kind": f.kind})
@@ -162,6 +177,16 @@ class Sidecar:
             c.add_metric(["written"], self.evidence.written)
             c.add_metric(["failed"], self.evidence.failed)
             yield c
+        if self.traces is not None:
+            c = CounterMetricFamily("frexport_otlp_spans", "Spans exported over OTLP, failed to export, or dropped "
+                                    "from the full queue", labels=["result"])
+            c.add_metric(["exported"], self.traces.exported)
+            c.add_metric(["failed"], self.traces.failed)
+            c.add_metric(["dropped"], self.traces.dropped)
+            yield c
+            q = GaugeMetricFamily("frexport_otlp_queue_spans", "Spans waiting for export")
+            q.add_metric([], self.traces.queued())
+            yield q
         if self.last_result is not None:
             g = GaugeMetricFamily("frexport_stall_threshold_seconds",
                                   "How long a wait must last before the live analysis calls it a stall")
