@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", metavar="FILE", help="YAML config (see config/frexport.example.yaml)")
     s.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
     s.add_argument("--listen", help="host:port for /metrics, /healthz, /readyz (default 0.0.0.0:9464)")
+    s.add_argument("--web-config-file", help="Prometheus web-config file: TLS and basic auth for the endpoints")
     s.add_argument("--sockets-dir", help="directory of rank-<N>.sock worker-server sockets (frexport.agent)")
     s.add_argument("--url", action="append", default=[], metavar="RANK=URL",
                    help="a rank's worker server over TCP, e.g. 3=http://10.0.0.7:25999 (repeatable)")

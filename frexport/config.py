@@ -70,9 +70,7 @@ class Evidence:
 @dataclass
 class Web:
     listen: str = "0.0.0.0:9464"
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    basic_auth_users: dict[str, str] = field(default_factory=dict)  # user -> bcrypt or sha256 hash
+    config_file: str | None = None  # Prometheus web-config file: TLS and basic auth (see web_config.py)
 
 
 @dataclass
@@ -253,6 +251,4 @@ def validate(cfg: Config) -> list[str]:
     host, sep, port = cfg.web.listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         problems.append(f"web.listen: expected host:port, got {cfg.web.listen!r}")
-    if bool(cfg.web.tls_cert_file) != bool(cfg.web.tls_key_file):
-        problems.append("web.tls_cert_file, web.tls_key_file: set both or neither")
     return problems

@@ -64,7 +64,13 @@ class Sidecar:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start_web(self) -> WebServer:
-        self.web = WebServer(self.cfg.web.listen, self.registry, self.ready_event.is_set)
+        wrap = authorize = None
+        if self.cfg.web.config_file:
+            from .web_config import load_web_config
+
+            wc = load_web_config(self.cfg.web.config_file)
+            wrap, authorize = wc.wrap_socket, wc.authorize
+        self.web = WebServer(self.cfg.web.listen, self.registry, self.ready_event.is_set, wrap, authorize)
         self.web.start()
         return self.web
 

@@ -24,6 +24,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         overrides = {
             "web.listen": args.listen,
+            "web.config_file": args.web_config_file,
             "sources.worker_servers.sockets_dir": args.sockets_dir,
             "sources.worker_servers.poll_interval": args.poll_interval,
             "analysis.stall_after": args.stall_after,
@@ -37,6 +38,10 @@ def run_serve(args: argparse.Namespace) -> int:
             overrides["sources.dump_dirs"] = [{"path": d, "polling": args.polling} for d in args.dump_dir]
         cfg = load_config(args.config, overrides=overrides)
         problems = validate(cfg)
+        if cfg.web.config_file:
+            from .web_config import load_web_config
+
+            load_web_config(cfg.web.config_file)
     except ConfigError as exc:
         print(f"frexport serve: config error: {exc}", file=sys.stderr)
         return 2
@@ -51,6 +56,9 @@ def run_serve(args: argparse.Namespace) -> int:
     sidecar = Sidecar(cfg)
     try:
         web = sidecar.start_web()
+    except ConfigError as exc:
+        print(f"frexport serve: config error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"frexport serve: cannot listen on {cfg.web.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2

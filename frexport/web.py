@@ -10,6 +10,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+_CLIENT_TIMEOUT_S = 10.0
+
 _LANDING = b"""<html><head><title>frexport</title></head><body><h1>frexport</h1>
 <p>PyTorch Flight Recorder exporter.</p><ul><li><a href="/metrics">/metrics</a></li>
 <li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul></body></html>"""
@@ -17,6 +19,18 @@ _LANDING = b"""<html><head><title>frexport</title></head><body><h1>frexport</h1>
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    wrap_connection: Callable | None = None
+
+    def finish_request(self, request, client_address) -> None:
+        # In the connection's own thread: a client that never completes its TLS handshake (or never
+        # sends a request) holds only this thread, for at most the timeout, never the accept loop.
+        request.settimeout(_CLIENT_TIMEOUT_S)
+        if self.wrap_connection is not None:
+            try:
+                request = self.wrap_connection(request)
+            except (OSError, ValueError):
+                return
+        super().finish_request(request, client_address)
 
 
 class _Server6(_Server):
@@ -72,8 +86,7 @@ class WebServer:
         self.ready = ready
         self.authorize = authorize
         self.httpd = (_Server6 if ":" in host else _Server)((host, int(port)), Handler)
-        if wrap_socket is not None:
-            self.httpd.socket = wrap_socket(self.httpd.socket)
+        self.httpd.wrap_connection = wrap_socket
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="frexport-web", daemon=True)
 
     @property
