@@ -208,32 +208,27 @@ def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None]:
 class _Caches:
     """Per-dump interning: real dumps repeat the same names, sizes and (memoized) frames."""
 
-    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "_library")
+    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg")
 
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str, int | None, int | None]] = {}
         self.sizes: dict[tuple, tuple] = {}
         self.dtypes: dict[tuple, tuple] = {}
-        self.frame: dict[int, Frame] = {}  # id(raw frame dict) -> Frame; raw dump is alive meanwhile
+        # id(raw frame dict) -> (Frame, is a torch frame); the raw dump stays alive meanwhile
+        self.frame: dict[int, tuple[Frame, bool]] = {}
         self.stack: dict[tuple[int, ...], tuple[tuple[Frame, ...], Frame | None]] = {}
         self.pg: dict[Any, tuple[str, str]] = {}
-        self._library: dict[Frame, bool] = {}
 
-    def frame_of(self, raw: Any) -> Frame:
-        fr = self.frame.get(id(raw))
-        if fr is None:
+    def frame_of(self, raw: Any) -> tuple[Frame, bool]:
+        hit = self.frame.get(id(raw))
+        if hit is None:
             if type(raw) is not dict:
                 raise _BadEntry("frames")
             name, filename, line = raw.get("name", ""), raw.get("filename", ""), raw.get("line", 0)
             if type(name) is not str or type(filename) is not str or type(line) is not int:
                 raise _BadEntry("frames")
-            fr = self.frame[id(raw)] = Frame(name, filename, line)
-        return fr
-
-    def library(self, frame: Frame) -> bool:
-        hit = self._library.get(frame)
-        if hit is None:
-            hit = self._library[frame] = is_library_frame(frame)
+            fr = Frame(name, filename, line)
+            hit = self.frame[id(raw)] = (fr, is_library_frame(fr))
         return hit
 
 
@@ -374,6 +369,12 @@ _EMPTY: tuple = ()
 
 
 def _sizes(raw: Any, c: _Caches) -> tuple[tuple[int, ...], ...]:
+    if type(raw) is list and len(raw) == 1:  # fast path: one tensor, the common case
+        inner = raw[0]
+        if type(inner) is list and len(inner) <= 16:
+            hit = c.sizes.get((tuple(inner),))
+            if hit is not None:
+                return hit
     if not raw:
         if raw is None or type(raw) in (list, tuple):
             return _EMPTY
@@ -425,17 +426,18 @@ def _frames(raw: Any, c: _Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame 
     key = tuple(map(id, raw))
     hit = c.stack.get(key)
     if hit is None:
-        frames = tuple(map(c.frame_of, raw))
+        frames = tuple(c.frame_of(f)[0] for f in raw)
         hit = c.stack[key] = (frames, _call_site(raw, c))
     return hit
 
 
 def _call_site(raw: list | tuple, c: _Caches) -> Frame | None:
+    cache = c.frame
     first = None
     for f in raw:
-        fr = c.frame_of(f)
+        hit = cache.get(id(f)) or c.frame_of(f)
+        if not hit[1]:
+            return hit[0]
         if first is None:
-            first = fr
-        if not c.library(fr):
-            return fr
+            first = hit[0]
     return first

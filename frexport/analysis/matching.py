@@ -10,6 +10,7 @@ differs are looked at one by one.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from .rank_trace import GroupTrace
@@ -35,18 +36,20 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
     # The pivot only speeds up equality tests; verdicts come from votes of every rank.
     pivot = max(present, key=lambda r: (len(present[r][0].seq), -r))
     pg, pc = present[pivot]
+    p_first, p_last, p_contiguous = pg.seq[0], pg.seq[-1], pg.contiguous()
     suspicious: set[int] = set()
     covered: list[tuple[int, int]] = []  # other ranks' windows inside the pivot's
     outside: dict[int, int] = {}  # seq outside the pivot's window -> ranks holding it
     for r, (g, c) in present.items():
         if r == pivot:
             continue
-        lo, hi = max(pg.first_seq, g.first_seq), min(pg.last_seq, g.last_seq)
+        g_first = g.seq[0]
+        lo, hi = max(p_first, g_first), min(p_last, g.seq[-1])
         if lo <= hi:
             covered.append((lo, hi))
-            if pg.contiguous() and g.contiguous():
-                a = pc[lo - pg.first_seq: hi - pg.first_seq + 1]
-                b = c[lo - g.first_seq: hi - g.first_seq + 1]
+            if p_contiguous and g.contiguous():
+                a = pc[lo - p_first: hi - p_first + 1]
+                b = c[lo - g_first: hi - g_first + 1]
                 if a != b:
                     suspicious.update(lo + i for i, (x, y) in enumerate(zip(a, b)) if x != y)
             else:
@@ -55,9 +58,8 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
                         j = pg.position(s)
                         if j is None or pc[j] != c[i]:
                             suspicious.add(s)
-        for s in g.seq:
-            if s < pg.first_seq or s > pg.last_seq:
-                outside[s] = outside.get(s, 0) + 1
+        for s in _outside(g.seq, p_first, p_last):
+            outside[s] = outside.get(s, 0) + 1
     for s, n in outside.items():
         if n >= 2:
             suspicious.add(s)
@@ -73,6 +75,12 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
     n_shared = _covered_count(covered, pg) + sum(1 for n in outside.values() if n >= 2)
     result.matched = max(0, n_shared - len(result.disagreements))
     return result
+
+
+def _outside(seq: array, lo: int, hi: int):
+    """The seq ids of a sorted column that lie outside [lo, hi], found by bisection."""
+    yield from seq[: bisect_left(seq, lo)]
+    yield from seq[bisect_right(seq, hi):]
 
 
 def _covered_count(windows: list[tuple[int, int]], pivot: GroupTrace) -> int:

@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..model import Entry, Frame, RankDump
+from ..model import Frame, RankDump
 from .signature import OpSignature, Signature
 
 # Per-collective flags.
@@ -129,41 +129,57 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
     site_index: dict[Frame, int] = {}
     groups = trace.groups
     one_sig: dict[tuple, Signature] = {}
-
-    for e in entries:
-        if e.op == "coalesced" and e.is_p2p:
+    signatures, call_sites = trace.signatures, trace.call_sites
+    # Unpacking each entry once is much cheaper than a dozen attribute lookups (hot loop).
+    for (_rid, pg_id, pg_name, pg_desc, seq, p2p_seq, _op_id, is_p2p, _pname, _backend, op, p2p_src, p2p_dst,
+         in_sizes, out_sizes, in_dtypes, out_dtypes, state, retired, created, started, _completed, duration,
+         _timeout, _tid, _tname, _frames, call_site) in entries:
+        if is_p2p and op == "coalesced":
             continue  # the end marker of a p2p coalesced group; its members are recorded individually
-        g = groups.get(e.pg_name)
+        g = groups.get(pg_name)
         if g is None:
-            g = groups[e.pg_name] = GroupTrace(e.pg_name, e.pg_desc, e.pg_id)
-        key = (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
+            g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
+        key = (op, in_sizes, out_sizes, in_dtypes, out_dtypes)
         sig = one_sig.get(key)
         if sig is None:
             sig = one_sig[key] = (OpSignature(*key),)
-        flags = _flags(e, tracks)
+        flags = 0
+        if state == "completed":
+            flags = COMPLETED | FINISHED
+        if state == "started" or started:
+            flags |= STARTED
+        if retired:
+            flags |= RETIRED
+            if not tracks:
+                flags |= FINISHED
+            elif not flags & COMPLETED:
+                flags |= TIMED_OUT
         site = -1
-        if e.call_site is not None:
-            site = site_index.get(e.call_site, -1)
+        if call_site is not None:
+            site = site_index.get(call_site, -1)
             if site < 0:
-                site = site_index[e.call_site] = len(trace.call_sites)
-                trace.call_sites.append(e.call_site)
-        if e.is_p2p:
-            g.p2p.append(P2POp(e.p2p_seq_id, e.op, e.p2p_src, e.p2p_dst, _intern(sig, sig_index, trace.signatures),
-                               flags, e.time_created_ns, site))
+                site = site_index[call_site] = len(call_sites)
+                call_sites.append(call_site)
+        if is_p2p:
+            g.p2p.append(P2POp(p2p_seq, op, p2p_src, p2p_dst, _intern(sig, sig_index, signatures),
+                               flags, created, site))
             continue
-        if g.seq and g.seq[-1] == e.collective_seq_id:  # another op of the same coalesced group
-            i = len(g.seq) - 1
-            merged = trace.signatures[g.sig[i]] + sig
-            g.sig[i] = _intern(merged, sig_index, trace.signatures)
+        gseq = g.seq
+        if gseq and gseq[-1] == seq:  # another op of the same coalesced group
+            i = len(gseq) - 1
+            g.sig[i] = _intern(signatures[g.sig[i]] + sig, sig_index, signatures)
             g.flags[i] = _merge_flags(g.flags[i], flags)
             if g.site[i] < 0:
                 g.site[i] = site
             continue
-        g.seq.append(e.collective_seq_id)
-        g.sig.append(_intern(sig, sig_index, trace.signatures))
+        i = sig_index.get(sig)
+        if i is None:
+            i = _intern(sig, sig_index, signatures)
+        gseq.append(seq)
+        g.sig.append(i)
         g.flags.append(flags)
-        g.created_ns.append(e.time_created_ns)
-        g.duration_us.append(-1 if e.duration_ms is None else int(e.duration_ms * 1000))
+        g.created_ns.append(created)
+        g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
     for g in groups.values():
         if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
@@ -192,21 +208,6 @@ def _intern(sig: Signature, index: dict[Signature, int], table: list[Signature])
         i = index[sig] = len(table)
         table.append(sig)
     return i
-
-
-def _flags(e: Entry, tracks_completion: bool) -> int:
-    f = 0
-    if e.state == "completed":
-        f |= COMPLETED | FINISHED
-    if e.state == "started" or e.time_started_ns:
-        f |= STARTED
-    if e.retired:
-        f |= RETIRED
-        if not tracks_completion:
-            f |= FINISHED
-        elif not f & COMPLETED:
-            f |= TIMED_OUT
-    return f
 
 
 def _merge_flags(a: int, b: int) -> int:

@@ -18,8 +18,8 @@ from statistics import median
 from .membership import Group
 from .rank_trace import FINISHED, GroupTrace
 
-RECENT = 200  # collectives per group to judge from: stragglers matter now, and it bounds the cost
-CELLS = 200_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
+RECENT = 64  # collectives per group to judge from: stragglers matter now, and it bounds the cost
+CELLS = 20_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
 
 
 @dataclass(frozen=True)
