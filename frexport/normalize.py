@@ -344,11 +344,11 @@ def _entry(e: dict, index: int, c: _Caches, keep_frames: bool) -> Entry:
     else:
         frames, call_site = _EMPTY, None
 
-    return Entry(
+    return _new_tuple(Entry, (  # tuple.__new__ skips NamedTuple's argument parsing: 2.5x cheaper
         record_id, pg_id, pg[0], pg[1], seq, p2p_seq, op_id, is_p2p, pname, backend, op, p2p_src, p2p_dst,
         _sizes(in_sizes, c), _sizes(out_sizes, c), _dtypes(in_dtypes, c), _dtypes(out_dtypes, c),
         state, retired, created, started, completed, duration, timeout, thread_id, thread_name, frames, call_site,
-    )
+    ))
 
 
 def _process_group(raw: Any) -> tuple[str, str]:
@@ -366,6 +366,7 @@ def _process_group(raw: Any) -> tuple[str, str]:
 
 
 _EMPTY: tuple = ()
+_new_tuple = tuple.__new__
 
 
 def _sizes(raw: Any, c: _Caches) -> tuple[tuple[int, ...], ...]:
@@ -395,6 +396,10 @@ def _sizes(raw: Any, c: _Caches) -> tuple[tuple[int, ...], ...]:
 
 
 def _dtypes(raw: Any, c: _Caches) -> tuple[str, ...]:
+    if type(raw) is list and len(raw) == 1:  # fast path: one tensor, keyed by the name itself
+        hit = c.dtypes.get(raw[0])
+        if hit is not None:
+            return hit
     if not raw:
         if raw is None or type(raw) in (list, tuple):
             return _EMPTY
@@ -407,6 +412,8 @@ def _dtypes(raw: Any, c: _Caches) -> tuple[str, ...]:
         if not all(type(d) is str and len(d) < 64 for d in key):
             raise _BadEntry("dtypes")
         hit = c.dtypes[key] = key
+        if len(key) == 1:
+            c.dtypes[key[0]] = key
     return hit
 
 
