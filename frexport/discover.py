@@ -23,6 +23,8 @@ from pathlib import Path
 
 _EXTENSIONS = (".json", ".pkl", ".pickle")
 _PARTIAL_SUFFIXES = (".tmp", ".temp", ".part", ".partial", ".swp", "~", ".lock")
+# Files that sit next to dumps but never are one (logs, stacks, configs, scripts).
+_NOT_DUMPS = (".txt", ".log", ".md", ".yaml", ".yml", ".py", ".sh", ".csv", ".html", ".png", ".out", ".err")
 _EXPLICIT_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _TRAILING_DIGITS = re.compile(r"^(|.*\D)(\d{1,7})$")
 _DIGITS = re.compile(r"\d+")
@@ -119,6 +121,9 @@ def _consider(p: Path, prefix: str | None, out: list[DumpFile], found: Discovery
         return  # hidden files: editor state, our own atomic-write temp files
     if name.lower().endswith(_PARTIAL_SUFFIXES):
         found.skipped.append((str(p), "temporary or partial file (a write in progress)"))
+        return
+    if name.lower().endswith(_NOT_DUMPS) and not explicit:
+        found.skipped.append((str(p), "not a dump (file type)"))
         return
     if prefix is not None and not name.startswith(prefix):
         if not explicit:

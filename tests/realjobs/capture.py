@@ -1,0 +1,130 @@
+"""Run a real torch gloo scenario under torchrun and capture every rank's Flight Recorder while it hangs.
+
+    python tests/realjobs/capture.py SCENARIO OUTDIR      # one scenario
+    python tests/realjobs/capture.py --all                # every scenario into tests/fixtures/real/
+
+Each rank serves its recorder on a unix socket (see _rank_server.py). The capture polls all ranks
+every 0.5 s, keeps each rank's latest answers, and stops once nothing has changed for
+--stable seconds (the job is hung, or held at its end), or when the job exits. It saves, per
+rank, the pickle dump with stack frames (trace_<rank>), the JSON dump (json/trace_<rank>.json)
+and the Python stacks (stacks/rank_<rank>.txt), then kills the whole job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from frexport.sources.http_client import PeerError, Target, request  # noqa: E402
+
+SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
+             "slow_rank", "collective_type_mismatch"]
+DESCRIPTIONS = {
+    "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
+    "extra_allreduce": "rank 0 issues one extra all_reduce on the default group (the FR tutorial's crash.py); it "
+                       "hangs in it. Culprit: rank 0.",
+    "stuck_before_collective": "rank 2 sleeps forever before its 4th all_reduce; ranks 0, 1, 3 block in it. "
+                               "Culprit: rank 2.",
+    "size_mismatch": "rank 3 broadcasts into a 32-element buffer where its peers use 16 (completes silently). "
+                     "Culprit: rank 3.",
+    "dtype_mismatch": "rank 1 all_reduces bfloat16 where its peers use float16 (completes silently). "
+                      "Culprit: rank 1.",
+    "slow_rank": "rank 1 sleeps 0.3 s before each of 12 all_reduces; all complete. Straggler: rank 1.",
+    "collective_type_mismatch": "rank 1 calls broadcast where its peers call all_reduce; every rank hangs. "
+                                "Culprit: rank 1.",
+}
+
+
+def _post(sock: str, handler: str, timeout: float = 5.0) -> bytes | None:
+    try:
+        r = request(Target(unix_path=sock), "POST", f"/handler/{handler}", timeout=timeout)
+    except PeerError:
+        return None
+    return r.body if r.status == 200 else None
+
+
+def capture(scenario: str, out: Path, world: int = 4, stable_s: float = 7.0, limit_s: float = 120.0) -> dict:
+    import torch
+
+    sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
+    env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE="2000", OMP_NUM_THREADS="1")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}",
+           str(HERE / "scenarios" / f"{scenario}.py")]
+    job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    last: dict[int, tuple[bytes, bytes]] = {}
+    fingerprint, changed_at = None, time.monotonic()
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < limit_s:
+            time.sleep(0.5)
+            for r in range(world):
+                sock = str(sockdir / f"rank-{r}.sock")
+                if not os.path.exists(sock):
+                    continue
+                js, pk = _post(sock, "fr_trace_json"), _post(sock, "fr_trace_pickle")
+                if js and pk:
+                    last[r] = (js, pk)
+            fp = hashlib.sha256(b"".join(last[r][0] for r in sorted(last))).hexdigest()
+            if fp != fingerprint:
+                fingerprint, changed_at = fp, time.monotonic()
+            if len(last) == world and time.monotonic() - changed_at >= stable_s:
+                break
+            if job.poll() is not None:
+                break
+        stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
+    finally:
+        try:
+            os.killpg(job.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        job.wait(30)
+        for p in sockdir.iterdir():
+            p.unlink()
+        sockdir.rmdir()
+    (out / "json").mkdir(parents=True, exist_ok=True)
+    (out / "stacks").mkdir(exist_ok=True)
+    for r, (js, pk) in sorted(last.items()):
+        (out / f"trace_{r}").write_bytes(pk)
+        (out / "json" / f"trace_{r}.json").write_bytes(js)
+        if stacks.get(r):
+            (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
+    meta = {"scenario": scenario, "world_size": world, "torch": torch.__version__, "backend": "gloo",
+            "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
+            "stable_for_s": stable_s}
+    (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", nargs="?", choices=SCENARIOS)
+    ap.add_argument("outdir", nargs="?")
+    ap.add_argument("--all", action="store_true")
+    args = ap.parse_args()
+    todo = SCENARIOS if args.all else [args.scenario]
+    if not args.all and (not args.scenario or not args.outdir):
+        ap.error("give SCENARIO OUTDIR, or --all")
+    for s in todo:
+        out = ROOT / "tests" / "fixtures" / "real" / s if args.all else Path(args.outdir)
+        t = time.monotonic()
+        meta = capture(s, out)
+        print(f"{s}: ranks {meta['captured_ranks']} in {time.monotonic() - t:.0f} s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
