@@ -30,7 +30,7 @@ def test_twins_prefer_pickle_and_skip_noise(tmp_path):
     assert sorted(found.by_rank) == [0, 1]
     assert all(files[0].path.endswith(f"trace_{r}") for r, files in found.by_rank.items())
     skipped = dict(found.skipped)
-    assert "name carries no rank" in skipped[str(tmp_path / "README.md")]
+    assert "not a dump" in skipped[str(tmp_path / "README.md")]
     assert "partial" in skipped[str(tmp_path / "trace_2.tmp")]
 
 
