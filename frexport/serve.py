@@ -139,12 +139,15 @@ class Sidecar:
             self._write_bundle(reason, focus)
 
     def _ranks_gone_down(self) -> set[int]:
-        """Ranks whose worker server stopped answering since the last pass (a killed or crashed job)."""
+        """Ranks that answered before and now refuse: a killed or crashed job. A rank whose socket
+        file disappeared exited cleanly (the agent removes it) and is not counted."""
         if self.poller is None:
             return set()
         health = {h.name: h for h in self.health.view()}
-        up = {t.rank for t in self.poller.targets() if t.name in health and health[t.name].up}
-        gone, self._was_up = self._was_up - up, up
+        targets = [t for t in self.poller.targets() if t.name in health]
+        up = {t.rank for t in targets if health[t.name].up}
+        down = {t.rank for t in targets if not health[t.name].up}
+        gone, self._was_up = self._was_up & down, up
         return gone
 
     def _write_bundle(self, reason: str, focus: set[int]) -> str | None:

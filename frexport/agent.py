@@ -1,0 +1,172 @@
+"""frexport.agent: serve each rank's Flight Recorder to the sidecar, with no change to training code.
+
+Enable it with one environment variable, FREXPORT_AGENT_DIR (a directory the sidecar shares):
+- `frexport-launch --dir /shared/frexport -- torchrun ... train.py` sets it and loads the agent in
+  every Python process through a sitecustomize hook (frexport/_bootstrap);
+- or add `import frexport.agent` at the top of the training script (it enables itself when the
+  variable is set), or call `frexport.agent.enable("/shared/frexport")`.
+
+In each training worker (a process with RANK set; torchrun's launcher has none) it:
+1. sets Flight Recorder defaults unless already set: TORCH_FR_BUFFER_SIZE=2000 and the
+   dump-on-timeout prefix TORCH_FR_DUMP_TEMP_FILE=<dir>/dumps/trace_ (PyTorch appends the rank);
+2. waits, in a daemon thread, until the application itself has imported torch.distributed (so
+   import order and start-up cost do not change), then starts PyTorch's worker server on
+   <dir>/rank-<RANK>.sock. torchrun sets no TORCH_WORKER_SERVER_SOCKET, and one socket path
+   cannot serve several ranks; a stale socket file left by a dead process is removed first;
+3. registers the handler `frexport_fr_pickle`: the pickle dump, which carries each entry's Python
+   stack frames (the JSON handlers never do);
+4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count.
+Where the worker server does not exist (older torch) it writes atomic JSON snapshots to
+<dir>/snapshots/trace_<RANK>.json every FREXPORT_AGENT_SNAPSHOT_INTERVAL seconds (default 5)
+instead. Nothing in here may break or slow training: every failure is reported once, on stderr.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+ENV_DIR = "FREXPORT_AGENT_DIR"
+PICKLE_HANDLER = "frexport_fr_pickle"
+
+_lock = threading.Lock()
+_enabled = False
+_server = None  # keeps PyTorch's worker server alive
+
+
+def enable(directory: str | None = None) -> bool:
+    """Enable the agent in this process; returns whether it did (only in a rank with RANK set)."""
+    global _enabled
+    directory = directory or os.environ.get(ENV_DIR)
+    rank = os.environ.get("RANK")
+    if not directory or rank is None or not rank.isdigit():
+        return False
+    with _lock:
+        if _enabled:
+            return True
+        _enabled = True
+    try:
+        os.makedirs(os.path.join(directory, "dumps"), exist_ok=True)
+        # Only the current names: torch >= 2.8 warns about the legacy TORCH_NCCL_* ones. On older
+        # torch set TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE yourself.
+        _set_default("TORCH_FR_BUFFER_SIZE", "2000")
+        _set_default("TORCH_FR_DUMP_TEMP_FILE", os.path.join(directory, "dumps", "trace_"))
+    except OSError as exc:
+        _warn(f"cannot prepare {directory}: {exc}")
+        return False
+    threading.Thread(target=_when_torch_is_ready, args=(directory, int(rank)), name="frexport-agent",
+                     daemon=True).start()
+    return True
+
+
+def _set_default(name: str, value: str) -> None:
+    if not os.environ.get(name):
+        os.environ[name] = value
+
+
+def _warn(message: str) -> None:
+    try:
+        sys.stderr.write(f"frexport.agent: {message}\n")
+    except Exception:  # noqa: BLE001 - a closed stderr must not matter
+        pass
+
+
+def _when_torch_is_ready(directory: str, rank: int) -> None:
+    try:
+        while "torch.distributed" not in sys.modules:
+            time.sleep(0.2)
+        time.sleep(0.2)  # let the application's own import of torch.distributed finish
+        import torch
+
+        c10d = torch._C._distributed_c10d
+        force_snapshots = os.environ.get("FREXPORT_AGENT_FORCE_SNAPSHOTS") == "1"  # test hook: no old torch here
+        if hasattr(c10d, "_WorkerServer") and not force_snapshots:
+            _serve(c10d, directory, rank, torch.__version__)
+        else:
+            _snapshots(c10d, directory, rank, torch.__version__)
+    except Exception as exc:  # noqa: BLE001 - the agent must never take the trainer down
+        _warn(f"disabled: {type(exc).__name__}: {exc}")
+
+
+def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
+    global _server
+    path = os.path.join(directory, f"rank-{rank}.sock")
+    if os.path.exists(path) or os.path.islink(path):
+        os.unlink(path)  # left by a process of an earlier attempt: the server refuses an existing path
+    pickle_dump = getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace
+
+    def handler(req, resp):
+        resp.set_content(pickle_dump(), "application/octet-stream")
+        resp.set_status(200)
+
+    if PICKLE_HANDLER not in c10d._get_handler_names():
+        c10d._register_handler(PICKLE_HANDLER, handler)
+        # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
+        # handler after Python has finalized, and deallocating then aborts the process ("Fatal
+        # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
+        # never released keeps the handler from ever being deallocated.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
+    _server = c10d._WorkerServer(path)
+    _write_metadata(directory, rank, torch_version, "worker_server", socket_path=path)
+
+    def stop() -> None:
+        try:
+            if hasattr(_server, "shutdown"):
+                _server.shutdown()
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+
+    atexit.register(stop)
+
+
+def _snapshots(c10d, directory: str, rank: int, torch_version: str) -> None:
+    interval = float(os.environ.get("FREXPORT_AGENT_SNAPSHOT_INTERVAL", "5"))
+    out = os.path.join(directory, "snapshots")
+    os.makedirs(out, exist_ok=True)
+    dump_json = getattr(c10d, "_dump_nccl_trace_json", None) or getattr(c10d, "_dump_fr_trace_json", None)
+    dump_pickle = getattr(c10d, "_dump_nccl_trace", None)
+    if dump_json is None and dump_pickle is None:
+        _warn("this torch has neither a worker server nor a Flight Recorder dump API: nothing to serve")
+        return
+    _write_metadata(directory, rank, torch_version, "snapshots")
+    name = f"trace_{rank}.json" if dump_json is not None else f"trace_{rank}"
+    while True:
+        try:
+            data = dump_json() if dump_json is not None else dump_pickle()
+            _atomic_write(os.path.join(out, name), data if isinstance(data, bytes) else data.encode())
+        except Exception as exc:  # noqa: BLE001
+            _warn(f"snapshot failed: {exc}")
+        time.sleep(interval)
+
+
+def _write_metadata(directory: str, rank: int, torch_version: str, mode: str, socket_path: str | None = None) -> None:
+    meta = {
+        "rank": rank, "local_rank": _int_env("LOCAL_RANK"), "world_size": _int_env("WORLD_SIZE"),
+        "pid": os.getpid(), "hostname": socket.gethostname(), "socket": socket_path, "started_ns": time.time_ns(),
+        "torch_version": torch_version, "job_id": os.environ.get("TORCHELASTIC_RUN_ID"),
+        "restart_count": _int_env("TORCHELASTIC_RESTART_COUNT"), "mode": mode,
+    }
+    _atomic_write(os.path.join(directory, f"rank-{rank}.json"), json.dumps(meta).encode())
+
+
+def _int_env(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v and v.isdigit() else None
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+if os.environ.get(ENV_DIR):
+    enable()

@@ -1,0 +1,52 @@
+"""A small gloo training loop for the real-job tests, shaped by environment variables.
+
+STEPS (default 20), STEP_S (sleep per step, default 0.05), SLOW_RANK + SLOW_S (one rank is slow
+every step), STUCK_RANK + STUCK_STEP (that rank hangs in its data loader at that step, writing
+$MARK_DIR/stuck when it does), HOLD_S (after the loop, stay alive this long; default 0),
+ENV_DUMP (write the rank's FR environment to $MARK_DIR/env_<rank>).
+"""
+
+import json
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+STEPS = int(os.environ.get("STEPS", "20"))
+STEP_S = float(os.environ.get("STEP_S", "0.05"))
+SLOW_RANK = int(os.environ.get("SLOW_RANK", "-1"))
+SLOW_S = float(os.environ.get("SLOW_S", "0.3"))
+STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
+STUCK_STEP = int(os.environ.get("STUCK_STEP", "-1"))
+MARK_DIR = os.environ.get("MARK_DIR", "/tmp")
+
+dist.init_process_group("gloo", timeout=timedelta(minutes=10))
+rank = dist.get_rank()
+if os.environ.get("ENV_DUMP"):
+    with open(os.path.join(MARK_DIR, f"env_{rank}"), "w") as f:
+        json.dump({k: v for k, v in os.environ.items() if k.startswith(("TORCH_FR", "TORCH_NCCL", "FREXPORT"))}, f)
+
+
+def load_batch(step):
+    if rank == SLOW_RANK:
+        time.sleep(SLOW_S)  # a slow disk on this rank's node
+    if rank == STUCK_RANK and step == STUCK_STEP:
+        open(os.path.join(MARK_DIR, "stuck"), "w").write(str(time.time()))
+        while True:
+            time.sleep(0.5)  # the data loader never returns
+    return torch.ones(64) * step
+
+
+def train_step(step):
+    batch = load_batch(step)
+    dist.all_reduce(batch)
+    time.sleep(STEP_S)
+
+
+for step in range(STEPS):
+    train_step(step)
+open(os.path.join(MARK_DIR, f"done_{rank}"), "w").write(str(time.time()))
+time.sleep(float(os.environ.get("HOLD_S", "0")))
+dist.destroy_process_group()
