@@ -1,9 +1,6 @@
 """frexport.agent in real torch 2.13 gloo jobs under torchrun, with no change to the training code."""
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -51,23 +48,14 @@ def test_clean_exit_removes_sockets_and_does_not_crash(tmp_path):
 
 @pytest.mark.torchjob
 def test_one_line_import(tmp_path):
-    script = tmp_path / "imported.py"
-    script.write_text("import frexport.agent\n" + (JOBS / "train.py").read_text())
+    script = JOBS / "train_imported.py"
     shared = tmp_path / "shared"
-    env = dict(os.environ, FREXPORT_AGENT_DIR=str(shared), STEPS="3", HOLD_S="60", MARK_DIR=str(tmp_path),
-               OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone",
-                             "--nproc-per-node=2", str(script)], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not (shared / "rank-1.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+    env = {"FREXPORT_AGENT_DIR": str(shared), "STEPS": "3", "HOLD_S": "60", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train_imported.py", shared, nproc=2, env=env, launch=False) as job:  # no frexport-launch
+        job.wait_for(lambda: (shared / "rank-1.sock").exists(), what="the socket")
         r = request(Target(unix_path=str(shared / "rank-1.sock")), "POST", "/handler/fr_trace_json")
-        assert r.status == 200
-    finally:
-        os.killpg(proc.pid, 9)
-        proc.wait(30)
+        assert r.status == 200 and decode_bytes(r.body, "json", rank=1, only="json").entries
+    assert script.read_text().startswith("import frexport.agent")
 
 
 @pytest.mark.torchjob

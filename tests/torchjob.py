@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from proctree import kill_tree
 
 BIN = Path(sys.executable).parent
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -20,6 +21,15 @@ def require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         pytest.fail("torch is not installed: run scripts/setup.sh (pip install torch==2.13.0)")
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class TorchJob:
@@ -55,10 +65,8 @@ class TorchJob:
         return self.log.read_text(errors="replace")[-4000:]
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL torchrun and every worker at once, like an OOM kill of the whole job."""
+        kill_tree(self.proc.pid)
         self.proc.wait(30)
 
     def __enter__(self) -> "TorchJob":

@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,9 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from frexport.sources.http_client import PeerError, Target, request  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+from proctree import kill_tree  # noqa: E402
 
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
              "slow_rank", "collective_type_mismatch"]
@@ -87,10 +89,7 @@ def capture(scenario: str, out: Path, world: int = 4, stable_s: float = 7.0, lim
                 break
         stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
     finally:
-        try:
-            os.killpg(job.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_tree(job.pid)  # torchrun's workers run in sessions of their own: kill the whole tree
         job.wait(30)
         for p in sockdir.iterdir():
             p.unlink()
