@@ -208,7 +208,7 @@ def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None]:
 class _Caches:
     """Per-dump interning: real dumps repeat the same names, sizes and (memoized) frames."""
 
-    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg")
+    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "tensors")
 
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str, int | None, int | None]] = {}
@@ -218,6 +218,8 @@ class _Caches:
         self.frame: dict[int, tuple[Frame, bool]] = {}
         self.stack: dict[tuple[int, ...], tuple[tuple[Frame, ...], Frame | None]] = {}
         self.pg: dict[Any, tuple[str, str]] = {}
+        # (op name, group) -> (raw sizes and dtypes of its last entry, their converted tuples)
+        self.tensors: dict[tuple, tuple[tuple, tuple]] = {}
 
     def frame_of(self, raw: Any) -> tuple[Frame, bool]:
         hit = self.frame.get(id(raw))
@@ -346,7 +348,7 @@ def _entry(e: dict, index: int, c: _Caches, keep_frames: bool) -> Entry:
 
     return _new_tuple(Entry, (  # tuple.__new__ skips NamedTuple's argument parsing: 2.5x cheaper
         record_id, pg_id, pg[0], pg[1], seq, p2p_seq, op_id, is_p2p, pname, backend, op, p2p_src, p2p_dst,
-        _sizes(in_sizes, c), _sizes(out_sizes, c), _dtypes(in_dtypes, c), _dtypes(out_dtypes, c),
+        *_tensors((pname, pg), in_sizes, out_sizes, in_dtypes, out_dtypes, c),
         state, retired, created, started, completed, duration, timeout, thread_id, thread_name, frames, call_site,
     ))
 
@@ -367,6 +369,19 @@ def _process_group(raw: Any) -> tuple[str, str]:
 
 _EMPTY: tuple = ()
 _new_tuple = tuple.__new__
+
+
+def _tensors(key: tuple, in_sizes: Any, out_sizes: Any, in_dtypes: Any, out_dtypes: Any, c: _Caches) -> tuple:
+    """Sizes and dtypes of an entry. Entries of one op mostly repeat the previous one's shapes:
+    comparing the raw lists with == (in C) is far cheaper than converting them again."""
+    last = c.tensors.get(key)
+    if last is not None:
+        raw = last[0]
+        if raw[0] == in_sizes and raw[1] == out_sizes and raw[2] == in_dtypes and raw[3] == out_dtypes:
+            return last[1]
+    out = (_sizes(in_sizes, c), _sizes(out_sizes, c), _dtypes(in_dtypes, c), _dtypes(out_dtypes, c))
+    c.tensors[key] = ((in_sizes, out_sizes, in_dtypes, out_dtypes), out)
+    return out
 
 
 def _sizes(raw: Any, c: _Caches) -> tuple[tuple[int, ...], ...]:

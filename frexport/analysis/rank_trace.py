@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..model import Frame, RankDump
+from ..model import SCHEDULED, Frame, RankDump
 from .signature import OpSignature, Signature
 
 # Per-collective flags.
@@ -115,15 +115,15 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
     if rank is None:
         raise ValueError(f"{dump.source}: the rank of this dump is unknown")
     entries = dump.entries
-    backends = {e.backend for e in entries[:64]}
-    tracks = bool(backends & _COMPLETION_BACKENDS) or dump.tracks_completion
+    # gloo leaves every entry 'scheduled'; a completion-reporting backend shows it in any stretch
+    sample = entries[:64] + entries[-64:]
+    tracks = bool({e.backend for e in sample} & _COMPLETION_BACKENDS) or any(e.state != SCHEDULED for e in sample)
+    created = [e.time_created_ns for e in sample if e.time_created_ns]  # entries are in record order
     trace = RankTrace(
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
-        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), has_frames=dump.has_frames or any(
-            e.call_site for e in entries[-8:]),
+        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), has_frames=any(e.call_site for e in sample),
         tracks_completion=tracks, pg_config=dump.pg_config, pg_status=dump.pg_status,
-        first_created_ns=min((e.time_created_ns for e in entries if e.time_created_ns), default=None),
-        last_created_ns=max((e.time_created_ns for e in entries), default=None) or None,
+        first_created_ns=min(created, default=None), last_created_ns=max(created, default=None),
     )
     sig_index: dict[Signature, int] = {}
     site_index: dict[Frame, int] = {}
