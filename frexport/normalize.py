@@ -12,6 +12,7 @@ caches and the inlined type checks.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -116,21 +117,26 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
     """pg_config 'ranks' is a string "[0, 1, 2]" (older dumps: a list). "[]" means unknown."""
     if isinstance(value, str):
-        text = value.strip()
-        if not (text.startswith("[") and text.endswith("]")):
-            return None
-        body = text[1:-1].strip()
-        if not body:
-            return None
-        try:
-            ranks = tuple(int(p) for p in body.split(","))
-        except ValueError:
-            return None
-    elif isinstance(value, (list, tuple)):
+        return _parse_ranks_text(value)
+    if isinstance(value, (list, tuple)):
         if not value or not all(type(r) is int for r in value):
             return None
         ranks = tuple(value)
-    else:
+        return ranks if all(r >= 0 for r in ranks) else None
+    return None
+
+
+@lru_cache(maxsize=1024)  # every rank's dump repeats the same groups; a 4096-rank list costs ~1 ms to parse
+def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
+    text = value.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    body = text[1:-1].strip()
+    if not body:
+        return None
+    try:
+        ranks = tuple(map(int, body.split(",")))
+    except ValueError:
         return None
     return ranks if all(r >= 0 for r in ranks) else None
 

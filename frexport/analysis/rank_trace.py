@@ -15,6 +15,8 @@ from typing import NamedTuple
 from ..model import SCHEDULED, Frame, RankDump
 from .signature import OpSignature, Signature
 
+_new_tuple = tuple.__new__
+
 # Per-collective flags.
 FINISHED = 1  # completed, or retired on a backend that does not report completion (gloo)
 COMPLETED = 2
@@ -128,7 +130,7 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
     sig_index: dict[Signature, int] = {}
     site_index: dict[Frame, int] = {}
     groups = trace.groups
-    one_sig: dict[tuple, Signature] = {}
+    one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
     signatures, call_sites = trace.signatures, trace.call_sites
     # Unpacking each entry once is much cheaper than a dozen attribute lookups (hot loop).
     for (_rid, pg_id, pg_name, pg_desc, seq, p2p_seq, _op_id, is_p2p, _pname, _backend, op, p2p_src, p2p_dst,
@@ -139,10 +141,12 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
         g = groups.get(pg_name)
         if g is None:
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        key = (op, in_sizes, out_sizes, in_dtypes, out_dtypes)
+        # normalize interns shapes per dump, so identity stands for value here, and hashing ids is
+        # much cheaper than hashing nested tuples (CPython does not cache tuple hashes)
+        key = (op, id(in_sizes), id(out_sizes), id(in_dtypes), id(out_dtypes))
         sig = one_sig.get(key)
         if sig is None:
-            sig = one_sig[key] = (OpSignature(*key),)
+            sig = one_sig[key] = (OpSignature(op, in_sizes, out_sizes, in_dtypes, out_dtypes),)
         flags = 0
         if state == "completed":
             flags = COMPLETED | FINISHED
@@ -160,9 +164,11 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
             if site < 0:
                 site = site_index[call_site] = len(call_sites)
                 call_sites.append(call_site)
+        i = sig_index.get(sig)
+        if i is None:
+            i = _intern(sig, sig_index, signatures)
         if is_p2p:
-            g.p2p.append(P2POp(p2p_seq, op, p2p_src, p2p_dst, _intern(sig, sig_index, signatures),
-                               flags, created, site))
+            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, p2p_src, p2p_dst, i, flags, created, site)))
             continue
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
@@ -172,9 +178,6 @@ def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
             if g.site[i] < 0:
                 g.site[i] = site
             continue
-        i = sig_index.get(sig)
-        if i is None:
-            i = _intern(sig, sig_index, signatures)
         gseq.append(seq)
         g.sig.append(i)
         g.flags.append(flags)

@@ -18,8 +18,8 @@ from statistics import median
 from .membership import Group
 from .rank_trace import FINISHED, GroupTrace
 
-RECENT = 64  # collectives per group to judge from: stragglers matter now, and it bounds the cost
-CELLS = 20_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
+RECENT = 48  # collectives per group to judge from: stragglers matter now, and it bounds the cost
+CELLS = 8_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,13 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
         return []
     rows: list[tuple[int, dict[int, tuple[int, int]]]] = []
     recent = max(2 * min_samples, min(RECENT, CELLS // len(members)))
+    cols_of = [cols[r] for r in members]
     for s in range(max(lo, hi - recent + 1), hi + 1):
         row = {}
-        for r in members:
-            g = cols[r]
-            i = g.position(s)
+        for r, g in zip(members, cols_of):
+            i = s - g.seq[0]
+            if not (0 <= i < len(g.seq) and g.seq[i] == s):
+                i = g.position(s)
             if i is None or not g.flags[i] & FINISHED or not g.created_ns[i]:
                 break
             row[r] = (g.created_ns[i], g.duration_us[i])
