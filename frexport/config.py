@@ -52,6 +52,7 @@ class Sources:
 @dataclass
 class Analysis:
     interval: float = 5.0
+    window: int = 256  # newest entries per rank the live analysis looks at (plus all unfinished ones)
     stall_after: float | None = None  # None: derived from the observed step time, within the bounds below
     min_stall_after: float = 30.0
     max_stall_fraction_of_timeout: float = 0.5

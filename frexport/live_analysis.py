@@ -25,13 +25,14 @@ from statistics import median
 from .analysis import findings as F
 from .analysis.engine import Options, analyze
 from .analysis.findings import Diagnosis
-from .analysis.rank_trace import build_rank_trace
+from .analysis.rank_trace import FINISHED, RankTrace, build_rank_trace
 from .config import Analysis
 from .model import RankDump
 from .state import LiveState
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
+_STEP_WINDOW = 512  # entries per rank the step time is estimated from
 STALL_KINDS = {F.MISSING_RANK, F.NOT_COMPLETED, F.TIMEOUT, F.MISSING_DUMP, F.UNMATCHED_P2P}
 _DESYNC_KINDS = {F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH}
 
@@ -53,10 +54,10 @@ class LiveAnalysis:
     def run(self) -> LiveResult:
         dumps = self.state.latest_dumps()
         stall_after = self.stall_after(dumps)
-        traces = [build_rank_trace(d) for d in dumps.values() if d.rank is not None]
+        traces = [build_rank_trace(d, tail=self.cfg.window) for d in dumps.values() if d.rank is not None]
         diagnosis = analyze(traces, options=Options(stuck_after_s=stall_after,
                                                     straggler_lateness_s=self.cfg.straggler_lateness))
-        statuses = statuses_of(diagnosis, dumps)
+        statuses = statuses_of(diagnosis, traces)
         self.state.set_diagnosis(diagnosis.findings, statuses)
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
@@ -80,7 +81,7 @@ def observed_step_s(dumps) -> float | None:
     periods = []
     for d in dumps:
         times: dict[tuple, list[int]] = {}
-        for e in d.entries:
+        for e in d.entries[-_STEP_WINDOW:]:
             times.setdefault((e.pg_name, e.profiling_name, e.input_sizes), []).append(e.time_created_ns)
         if not times:
             continue
@@ -91,7 +92,7 @@ def observed_step_s(dumps) -> float | None:
     return median(periods) if periods else None
 
 
-def statuses_of(d: Diagnosis, dumps: dict[int, RankDump]) -> dict[int, str]:
+def statuses_of(d: Diagnosis, traces: list[RankTrace]) -> dict[int, str]:
     out: dict[int, str] = {r: OK for r in d.ranks}
 
     def mark(ranks, status: str, over: tuple[str, ...] = (OK,)) -> None:
@@ -109,26 +110,25 @@ def statuses_of(d: Diagnosis, dumps: dict[int, RankDump]) -> dict[int, str]:
             mark(f.blocked_ranks, BLOCKED, (OK, STRAGGLING))
         elif f.kind == F.STRAGGLER:
             mark(f.culprit_ranks, STRAGGLING)
-    mark(_passed_by_peers(dumps), DESYNCED, (OK, STRAGGLING, BLOCKED))
+    mark(_passed_by_peers(traces), DESYNCED, (OK, STRAGGLING, BLOCKED))
     return out
 
 
-def _passed_by_peers(dumps: dict[int, RankDump]) -> set[int]:
+def _passed_by_peers(traces: list[RankTrace]) -> set[int]:
     """Ranks whose peers completed collectives in a group beyond the last one the rank issued.
 
     A collective cannot complete without every member, so this means the rank's collectives
     pair up with different ones on its peers (it skipped or added one) even where the ops look alike."""
     issued: dict[str, dict[int, int]] = {}
     completed: dict[str, dict[int, int]] = {}
-    for rank, d in dumps.items():
-        for e in d.entries:
-            if e.is_p2p:
+    for t in traces:
+        for name, g in t.groups.items():
+            if not len(g.seq):
                 continue
-            g = issued.setdefault(e.pg_name, {})
-            g[rank] = max(g.get(rank, -1), e.collective_seq_id)
-            if e.finished:
-                c = completed.setdefault(e.pg_name, {})
-                c[rank] = max(c.get(rank, -1), e.collective_seq_id)
+            issued.setdefault(name, {})[t.rank] = g.seq[-1]
+            done = next((s for s, f in zip(reversed(g.seq), reversed(g.flags)) if f & FINISHED), None)
+            if done is not None:
+                completed.setdefault(name, {})[t.rank] = done
     out = set()
     for name, by_rank in issued.items():
         done = completed.get(name, {})

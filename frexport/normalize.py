@@ -54,11 +54,13 @@ def parse_version(text: Any) -> tuple[int, int] | None:
 
 
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
-              size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None) -> RankDump:
+              size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
+              carry: tuple[Entry, ...] = ()) -> RankDump:
     """`keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks.
 
     `previous` (record_id -> Entry of the last snapshot of the same rank) lets a poller skip entries that
-    were already finished then: they cannot change, so the old Entry is reused.
+    were already finished then: they cannot change, so the old Entry is reused. `carry` are entries
+    of the previous snapshot that precede `raw`'s entries (a poll that parsed only the new tail).
     """
     notes: list[str] = []
     if isinstance(raw, list):  # the first recorder (2023) dumped a bare list of entries
@@ -95,6 +97,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         entries_raw = entries_raw[-MAX_ENTRIES:]
 
     entries, skipped = _entries(entries_raw, keep_frames, previous)
+    if carry:
+        entries = carry + entries
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
 

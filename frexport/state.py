@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .analysis.findings import Finding
@@ -102,6 +102,15 @@ class LiveState:
             rs = self.ranks.get(rank)
             return rs.by_record if rs else None
 
+    def resume_point(self, rank: int) -> tuple[int, RankDump] | None:
+        """(record id to parse a new snapshot from, the last snapshot): the oldest unfinished entry,
+        or the newest one (parsed again to check it is the same process)."""
+        with self._lock:
+            rs = self.ranks.get(rank)
+            if rs is None or rs.dump is None or rs.max_record < 0:
+                return None
+            return min(min(rs.pending, default=rs.max_record), rs.max_record), rs.dump
+
     def ingest(self, dump: RankDump, source: str, now_ns: int, epoch_hint: object = None) -> bool:
         """Take a rank's new snapshot. Returns False if it is older than what we have (ignored)."""
         rank = dump.rank
@@ -119,10 +128,10 @@ class LiveState:
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.groups = -1, set(), {}
-            events = self._advance(rs, dump, now_ns)
+            events, changed = self._advance(rs, dump, now_ns)
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = {e.record_id: e for e in dump.entries}
-            self._progress(rs, dump, now_ns)
+            self._progress(rs, changed, now_ns)
         if events:
             for listener in self._listeners:
                 listener(events)
@@ -186,24 +195,28 @@ class LiveState:
                 return True
         return False
 
-    def _advance(self, rs: RankState, dump: RankDump, now_ns: int) -> list[EntryEvent]:
-        events = []
+    def _advance(self, rs: RankState, dump: RankDump, now_ns: int) -> tuple[list[EntryEvent], list[Entry]]:
+        """Events for entries first seen finished; also every entry that is new or changed."""
+        events, changed = [], []
         if dump.entries and rs.max_record >= 0:
-            oldest = min(e.record_id for e in dump.entries)
+            oldest = dump.entries[0].record_id
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
                 rs.dropped += oldest - rs.max_record - 1
+        pending, max_record = rs.pending, rs.max_record
         for e in dump.entries:
             rid = e.record_id
-            if rid <= rs.max_record and rid not in rs.pending:
+            if rid <= max_record and rid not in pending:
                 continue
+            changed.append(e)
             if e.finished:
-                rs.pending.discard(rid)
+                pending.discard(rid)
                 events.append(self._finished(rs, e, now_ns))
             else:
-                rs.pending.add(rid)
-            if rid > rs.max_record:
-                rs.max_record = rid
-        return events
+                pending.add(rid)
+            if rid > max_record:
+                max_record = rid
+        rs.max_record = max_record
+        return events, changed
 
     def _finished(self, rs: RankState, e: Entry, now_ns: int) -> EntryEvent:
         if e.state == COMPLETED:
@@ -222,42 +235,42 @@ class LiveState:
         return EntryEvent(rs.rank, rs.epoch, e, outcome, now_ns)
 
     @staticmethod
-    def _progress(rs: RankState, dump: RankDump, now_ns: int) -> None:
-        seen: dict[str, GroupProgress] = {}
-        for e in dump.entries:
+    def _progress(rs: RankState, changed: list[Entry], now_ns: int) -> None:
+        """Update each group's progress from the entries that are new or changed since the last
+        snapshot (values only grow within an epoch), and recount what is still pending."""
+        first_sight = not rs.groups
+        advanced: set[str] = set()
+        for e in changed:
             if e.is_p2p:
                 continue
-            g = seen.get(e.pg_name)
+            g = rs.groups.get(e.pg_name)
             if g is None:
-                old = rs.groups.get(e.pg_name)
-                g = seen[e.pg_name] = GroupProgress(e.pg_name, e.pg_desc, last_progress_ns=old.last_progress_ns
-                                                    if old else None)
+                g = rs.groups[e.pg_name] = GroupProgress(e.pg_name, e.pg_desc)
             seq = e.collective_seq_id
             g.timeout_ms = e.timeout_ms
             if g.last_enqueued is None or seq > g.last_enqueued:
                 g.last_enqueued = seq
             if (e.state != "scheduled" or e.time_started_ns) and (g.last_started is None or seq > g.last_started):
                 g.last_started = seq
-            if e.finished:
-                if g.last_completed is None or seq > g.last_completed:
-                    g.last_completed = seq
-            else:
+            if e.finished and (g.last_completed is None or seq > g.last_completed):
+                g.last_completed = seq
+                advanced.add(e.pg_name)
+                if first_sight or g.last_progress_ns is None:
+                    # first sight: when it happened, as well as the dump tells (its enqueue time)
+                    g.last_progress_ns = max(g.last_progress_ns or 0, e.time_created_ns) or None
+        if not first_sight:
+            for name in advanced:
+                rs.groups[name].last_progress_ns = now_ns
+        for g in rs.groups.values():
+            g.pending = {}
+        for rid in rs.pending:
+            e = rs.by_record.get(rid)
+            if e is None or e.is_p2p:
+                continue
+            g = rs.groups.get(e.pg_name)
+            if g is not None:
                 count, oldest = g.pending.get(e.op, (0, e.time_created_ns))
                 g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
-        for name, g in seen.items():
-            old = rs.groups.get(name)
-            if old is None or old.last_completed is None:
-                newest = max((e.time_created_ns for e in dump.entries if e.pg_name == name and e.finished), default=0)
-                g.last_progress_ns = newest or None
-            elif g.last_completed is not None and g.last_completed > old.last_completed:
-                g.last_progress_ns = now_ns
-            if g.last_started is None and old is not None:
-                g.last_started = old.last_started
-        for name, old in rs.groups.items():  # a group whose entries all wrapped away keeps its last values
-            if name not in seen:
-                seen[name] = GroupProgress(old.pg_name, old.pg_desc, old.last_enqueued, old.last_started,
-                                           old.last_completed, old.last_progress_ns, {}, old.timeout_ms)
-        rs.groups = seen
 
 
 def _duration_s(e: Entry) -> float | None:
@@ -269,8 +282,9 @@ def _duration_s(e: Entry) -> float | None:
 
 
 def _copy_rank(rs: RankState) -> RankState:
+    groups = {name: replace(g, pending=dict(g.pending)) for name, g in rs.groups.items()}
     return RankState(rs.rank, rs.source, rs.epoch, rs.dump, rs.first_seen_ns, rs.last_seen_ns, rs.max_record,
-                     set(), {}, rs.dropped, dict(rs.groups), rs.status)
+                     set(), {}, rs.dropped, groups, rs.status)
 
 
 @dataclass

@@ -112,11 +112,16 @@ class RankTrace:
         return self.call_sites[index] if index >= 0 else None
 
 
-def build_rank_trace(dump: RankDump, rank: int | None = None) -> RankTrace:
+def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None = None) -> RankTrace:
+    """`tail` keeps only the newest entries (and every unfinished one): the live analysis looks at
+    what is happening now; the history was judged in earlier passes."""
     rank = dump.rank if rank is None else rank
     if rank is None:
         raise ValueError(f"{dump.source}: the rank of this dump is unknown")
     entries = dump.entries
+    if tail is not None and len(entries) > tail:
+        cut = len(entries) - tail
+        entries = tuple(e for e in entries[:cut] if not e.finished) + entries[cut:]
     # gloo leaves every entry 'scheduled'; a completion-reporting backend shows it in any stretch
     sample = entries[:64] + entries[-64:]
     tracks = bool({e.backend for e in sample} & _COMPLETION_BACKENDS) or any(e.state != SCHEDULED for e in sample)

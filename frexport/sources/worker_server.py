@@ -19,9 +19,12 @@ from typing import Callable
 from ..decode import decode_bytes
 from ..discover import parse_name
 from ..errors import DecodeError
+from ..model import RankDump
+from ..normalize import normalize
 from ..state import LiveState
 from .health import HealthRegistry
 from .http_client import PeerError, Target, request
+from .json_tail import parse_tail
 
 JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
 
@@ -108,9 +111,7 @@ class WorkerServerSource:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
             body = self.fetch(t, b.handler)
-            previous = self.state.previous_entries(t.rank)
-            dump = decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False,
-                                only="json", previous=previous)
+            dump = self._decode(t, body, now_ns)
         except PeerError as exc:
             self._failed(t, b, exc.reason, exc.detail, start, now_ns)
             return 0
@@ -124,6 +125,25 @@ class WorkerServerSource:
         if self.on_snapshot is not None:
             self.on_snapshot(t.rank, body)
         return int(taken)
+
+    def _decode(self, t: RankTarget, body: bytes, now_ns: int) -> RankDump:
+        """Parse only what is new since the last snapshot when that can be done safely, else all."""
+        resume = self.state.resume_point(t.rank)
+        if resume is not None:
+            since, last = resume
+            tail = parse_tail(body, since)
+            anchor = next((e for e in last.entries if e.record_id == since), None)
+            if tail is not None and anchor is not None and tail.entries[0].get("time_created_ns") == \
+                    anchor.time_created_ns and (tail.first_record is None or tail.first_record >= last.entries[0].record_id):
+                # the same process, further along: keep its older entries, decode the rest
+                first = tail.first_record if tail.first_record is not None else since
+                carry = tuple(e for e in last.entries if first <= e.record_id < since)
+                raw = dict(tail.meta)
+                raw["entries"] = tail.entries
+                return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
+                                 keep_frames=False, carry=carry)
+        return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
+                            previous=self.state.previous_entries(t.rank))
 
     def _choose_handler(self, t: RankTarget) -> str:
         resp = request(t.target, "GET", "/handler/", timeout=self.timeout_s, max_body=1 << 20)

@@ -1,0 +1,300 @@
+"""Benchmarks of the sidecar: what it costs, how fast it reacts.
+
+    python benchmarks/bench_sidecar.py [--seconds 60] [--only scrape,poll,traces,latency,agent]
+
+- scrape:  one /metrics scrape built from the live state of 8 ranks x 10 process groups
+           (2000-entry snapshots, pending ops, findings); median of 50; series count.
+- poll:    `frexport serve` (a separate process) polling 8 ranks every 5 s; each rank is a replay
+           worker server (unix socket) whose 2000-entry ring buffer advances by 100 collectives per
+           5 s, like a busy job; CPU (% of one core) and RSS of the sidecar over --seconds.
+- traces:  the same with OTLP export on, to a real gRPC receiver: spans/s and sidecar CPU.
+- latency: a dump file written into a watched directory -> the rank's snapshot in the state
+           (inotify), 20 samples: median and max.
+- agent:   frexport.agent inside a real torch gloo trainer with a full 2000-entry buffer: trainer
+           CPU per poll of /handler/fr_trace_json and of frexport_fr_pickle, and the equivalent
+           share of one core at a 5 s poll interval.
+The replay servers stand in for 8 trainers (a 2-core machine cannot run 8 busy ones besides the
+sidecar); the agent benchmark measures the trainer side with real torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# --- a replay worker server ----------------------------------------------------------------------
+
+def _entry(rid: int, seq: int, pg: tuple, created: int) -> dict:
+    return {"collective_seq_id": seq, "input_dtypes": ["BFloat16"], "input_sizes": [[4096, 1024]], "is_p2p": False,
+            "op_id": seq, "output_dtypes": ["BFloat16"], "output_sizes": [[4096, 1024]], "p2p_seq_id": 0,
+            "pg_id": int(pg[0]), "process_group": list(pg), "profiling_name": "nccl:all_reduce", "record_id": rid,
+            "retired": True, "state": "completed", "thread_id": "1", "thread_name": "pt_main_thread",
+            "time_created_ns": created, "time_discovered_completed_ns": created + 2_000_000,
+            "time_discovered_started_ns": created + 100_000, "timeout_ms": 600000, "duration_ms": 1.5}
+
+
+class ReplayRank:
+    """A rank's recorder that advances by `rate` collectives per second, over `groups` groups."""
+
+    def __init__(self, rank: int, path: str, groups: int = 10, entries: int = 2000, rate: float = 20.0) -> None:
+        self.rank, self.groups, self.entries, self.rate = rank, groups, entries, rate
+        self.start = time.time()
+        rank_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = rank_self.body()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                body = b'["fr_trace_json", "ping"]'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        class UnixServer(ThreadingHTTPServer):
+            address_family = socket.AF_UNIX
+            daemon_threads = True
+
+            def server_bind(self):
+                self.socket.bind(self.server_address)
+
+            def get_request(self):
+                conn, _ = self.socket.accept()
+                return conn, ("local", 0)
+
+        if os.path.exists(path):
+            os.unlink(path)
+        self.server = UnixServer(path, Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def body(self) -> bytes:
+        return replay_body(self.start, self.entries, self.groups, self.rate)
+
+
+def replay_body(start: float, entries: int = 2000, groups: int = 10, rate: float = 20.0,
+                now: float | None = None) -> bytes:
+    """The JSON a busy rank's recorder returns `now - start` seconds into the job."""
+    total = 5000 + int(((now or time.time()) - start) * rate)
+    t0 = int(start * 1e9)
+    es = [_entry(r, r // groups, (str(r % groups), f"g{r % groups}"), t0 + r * 10_000_000)
+          for r in range(total - entries, total)]
+    for e in es[-3:]:
+        e.update(state="started", retired=False, time_discovered_completed_ns=0)
+        del e["duration_ms"]
+    return json.dumps({"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": {}, "pg_status": {},
+                       "nccl_comm_state": {}, "entries": es}).encode()
+
+
+def _serve_replays(directory: str, ranks: int, rate: float) -> None:
+    """Run in a child process: the replay servers must not share the sidecar's CPU accounting."""
+    for r in range(ranks):
+        ReplayRank(r, os.path.join(directory, f"rank-{r}.sock"), rate=rate)
+    while True:
+        time.sleep(3600)
+
+
+# --- benchmarks ------------------------------------------------------------------------------------
+
+def bench_scrape() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from frexport.analysis.rank_trace import build_rank_trace
+    from frexport.analysis.engine import analyze
+    from frexport.decode import decode_bytes
+    from frexport.metrics import FrexportCollector
+    from frexport.sources.health import HealthRegistry
+    from frexport.state import LiveState
+
+    state, health = LiveState(), HealthRegistry()
+    now = time.time_ns()
+    for r in range(8):
+        body = replay_body(time.time() - 100)
+        state.ingest(decode_bytes(body, "bench", rank=r, dumped_at_ns=now), f"socket:rank-{r}", now)
+        health.record(f"socket:rank-{r}", True, 0.01, now)
+    traces = [build_rank_trace(d) for d in state.latest_dumps().values()]
+    state.set_diagnosis(analyze(traces).findings, {r: "ok" for r in range(8)})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrexportCollector(state, health))
+    times = []
+    for _ in range(50):
+        t = time.perf_counter()
+        text = generate_latest(registry)
+        times.append(time.perf_counter() - t)
+    series = sum(1 for line in text.decode().splitlines() if line and not line.startswith("#"))
+    print(f"scrape: 8 ranks x 10 groups: median {statistics.median(times) * 1000:.1f} ms, "
+          f"max {max(times) * 1000:.1f} ms, {series} series, {len(text) / 1024:.0f} KiB (target < 50 ms)")
+
+
+def bench_poll(seconds: float, traces: bool) -> None:
+    from multiprocessing import Process
+
+    tmp = Path(tempfile.mkdtemp(prefix="frx-bench-"))
+    replay = Process(target=_serve_replays, args=(str(tmp), 8, 20.0), daemon=True)
+    replay.start()
+    while len(list(tmp.glob("rank-*.sock"))) < 8:
+        time.sleep(0.1)
+    env = dict(os.environ)
+    receiver = None
+    if traces:
+        from otlp_receiver import GrpcReceiver
+
+        receiver = GrpcReceiver().__enter__()
+        env.update(FREXPORT_TRACES__ENABLED="true", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+                   OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_INSECURE="true")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--sockets-dir", str(tmp), "--listen",
+                             f"127.0.0.1:{port}", "--poll-interval", "5s"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(12)  # warm-up: imports, first snapshots (2000 new entries per rank)
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        spans0 = len(receiver.received.spans) if receiver else 0
+        peak = 0.0
+        while time.monotonic() - t0 < seconds:
+            time.sleep(1)
+            peak = max(peak, rss_mb(proc.pid))
+        cpu = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+        label = "poll+traces" if traces else "poll"
+        extra = ""
+        if receiver:
+            rate = (len(receiver.received.spans) - spans0) / (time.monotonic() - t0)
+            extra = f", {rate:.0f} spans/s exported ({len(receiver.received.spans)} in total)"
+        print(f"{label}: 8 ranks x 2000 entries, +100 collectives per rank per 5 s poll: sidecar CPU "
+              f"{cpu * 100:.2f} % of one core, peak RSS {peak:.0f} MB over {seconds:.0f} s{extra} "
+              f"(targets < 2 %, < 150 MB)")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        replay.terminate()
+        if receiver:
+            receiver.__exit__()
+
+
+def bench_latency() -> None:
+    from frexport.sources.dump_dir import DumpDirSource
+    from frexport.sources.health import HealthRegistry
+    from frexport.state import LiveState
+
+    from synth import dump, entry
+
+    tmp = Path(tempfile.mkdtemp(prefix="frx-lat-"))
+    state = LiveState()
+    src = DumpDirSource(state, HealthRegistry(), str(tmp))
+    src.start()
+    samples = []
+    try:
+        for i in range(20):
+            data = json.dumps(dump([entry(k, k + 1) for k in range(200)], world=2)).encode()
+            path = tmp / f"trace_{i}.json"
+            t = time.monotonic()
+            with open(path, "wb") as f:
+                f.write(data)
+            while i not in state.latest_dumps():
+                src.process()
+                time.sleep(0.001)
+            samples.append(time.monotonic() - t)
+    finally:
+        src.stop()
+    print(f"latency: dump written -> state updated (inotify close-write, 200-entry JSON): median "
+          f"{statistics.median(samples) * 1000:.1f} ms, max {max(samples) * 1000:.1f} ms (target < 1 s)")
+
+
+def bench_agent(polls: int = 30) -> None:
+    from frexport.sources.http_client import Target, request
+
+    from torchjob import TorchJob
+
+    tmp = Path(tempfile.mkdtemp(prefix="frx-agent-"))
+    shared = tmp / "shared"
+    env = {"STEPS": "2100", "STEP_S": "0", "HOLD_S": "600", "MARK_DIR": str(tmp)}
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(lambda: (tmp / "done_0").exists(), timeout=300, what="2100 collectives")
+        meta = json.loads((shared / "rank-0.json").read_text())
+        pid = meta["pid"]
+        sock = Target(unix_path=str(shared / "rank-0.sock"))
+        time.sleep(1)
+        for handler in ("fr_trace_json", "frexport_fr_pickle"):
+            request(sock, "POST", f"/handler/{handler}")  # warm-up (the first pickle symbolizes frames)
+            idle0, t0 = cpu_seconds(pid), time.monotonic()
+            time.sleep(3)
+            idle = (cpu_seconds(pid) - idle0) / (time.monotonic() - t0)  # the held trainer's own baseline
+            c0, t0 = cpu_seconds(pid), time.monotonic()
+            sizes, lat = [], []
+            for _ in range(polls):
+                s = time.monotonic()
+                sizes.append(len(request(sock, "POST", f"/handler/{handler}", timeout=30).body))
+                lat.append(time.monotonic() - s)
+            elapsed = time.monotonic() - t0
+            per_poll = (cpu_seconds(pid) - c0 - idle * elapsed) / polls
+            print(f"agent {handler}: trainer CPU {per_poll * 1000:.1f} ms per poll of a 2000-entry buffer "
+                  f"({statistics.median(sizes) / 1024:.0f} KiB, client latency {statistics.median(lat) * 1000:.1f} ms)"
+                  f" = {per_poll / 5 * 100:.3f} % of one core at a 5 s interval (target < 0.5 %)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=60.0, help="measuring time of the poll benchmarks")
+    ap.add_argument("--only", default="scrape,latency,poll,traces,agent")
+    args = ap.parse_args()
+    todo = args.only.split(",")
+    if "scrape" in todo:
+        bench_scrape()
+    if "latency" in todo:
+        bench_latency()
+    if "poll" in todo:
+        bench_poll(args.seconds, traces=False)
+    if "traces" in todo:
+        bench_poll(args.seconds, traces=True)
+    if "agent" in todo:
+        bench_agent()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
