@@ -67,8 +67,9 @@ def _entry(rid: int, seq: int, pg: tuple, created: int) -> dict:
 class ReplayRank:
     """A rank's recorder that advances by `rate` collectives per second, over `groups` groups."""
 
-    def __init__(self, rank: int, path: str, groups: int = 10, entries: int = 2000, rate: float = 20.0) -> None:
-        self.rank, self.groups, self.entries, self.rate = rank, groups, entries, rate
+    def __init__(self, rank: int, path: str, groups: int = 10, entries: int = 2000, rate: float = 20.0,
+                 base: int = 5000) -> None:
+        self.rank, self.groups, self.entries, self.rate, self.base = rank, groups, entries, rate, base
         self.start = time.time()
         rank_self = self
 
@@ -108,16 +109,17 @@ class ReplayRank:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def body(self) -> bytes:
-        return replay_body(self.start, self.entries, self.groups, self.rate)
+        return replay_body(self.start, self.entries, self.groups, self.rate, base=self.base)
 
 
 def replay_body(start: float, entries: int = 2000, groups: int = 10, rate: float = 20.0,
-                now: float | None = None) -> bytes:
-    """The JSON a busy rank's recorder returns `now - start` seconds into the job."""
-    total = 5000 + int(((now or time.time()) - start) * rate)
+                now: float | None = None, base: int = 5000) -> bytes:
+    """The JSON a busy rank's recorder returns `now - start` seconds into the job (`base`
+    collectives had run before `start`)."""
+    total = base + int(((now or time.time()) - start) * rate)
     t0 = int(start * 1e9)
     es = [_entry(r, r // groups, (str(r % groups), f"g{r % groups}"), t0 + r * 10_000_000)
-          for r in range(total - entries, total)]
+          for r in range(max(0, total - entries), total)]
     for e in es[-3:]:
         e.update(state="started", retired=False, time_discovered_completed_ns=0)
         del e["duration_ms"]
