@@ -1,0 +1,141 @@
+"""Soak: `frexport serve` under continuous polling and dump rewrites; is memory flat?
+
+    python benchmarks/soak.py --ranks 8 --minutes 30
+    python benchmarks/soak.py --ranks 64 --minutes 30 --poll 5
+
+Busy replay worker servers (one per rank) advance their 2000-entry ring buffers all the time;
+a writer rewrites PyTorch-style dump files for a quarter of the ranks every second (rank files
+overwritten in place, like dumps on timeout, and a corrupt one now and then); OTLP export points at
+a closed port (the collector is down the whole time). Every few seconds the sidecar's RSS and
+open file descriptors are sampled. After a warm-up third, the least-squares slope of each is
+printed (MB per minute, fds per minute) with the error counts from its own metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing import Process
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE)]
+
+from bench_sidecar import _serve_replays, rss_mb  # noqa: E402
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope, per minute."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    den = sum((t - mx) ** 2 for t, _ in points)
+    return 0.0 if den == 0 else sum((t - mx) * (v - my) for t, v in points) / den * 60
+
+
+def _rewrite_dumps(directory: Path, ranks: list[int], stop: threading.Event) -> None:
+    from synth import dump, entry
+
+    n = 0
+    while not stop.is_set():
+        for r in ranks:
+            n += 1
+            es = [entry(i, n + i, created=time.time_ns() - (200 - i) * 10**7) for i in range(200)]
+            data = pickle.dumps(dump(es, world=len(ranks)), protocol=2)
+            if n % 20 == 0:
+                data = data[: len(data) // 3]  # now and then a dump cut short
+            (directory / f"trace_{r}").write_bytes(data)
+        stop.wait(1.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rate: float = 20.0) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="frx-soak-"))
+    sockets, dumps = tmp / "sockets", tmp / "dumps"
+    sockets.mkdir()
+    dumps.mkdir()
+    replay = Process(target=_serve_replays, args=(str(sockets), ranks, rate), daemon=True)
+    replay.start()
+    while len(list(sockets.glob("*.sock"))) < ranks:
+        time.sleep(0.1)
+    stop = threading.Event()
+    writer = threading.Thread(target=_rewrite_dumps, args=(dumps, list(range(max(1, ranks // 4))), stop),
+                              daemon=True)
+    writer.start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_collector = s.getsockname()[1]
+    port = _free_port()
+    env = dict(os.environ, FREXPORT_ANALYSIS__INTERVAL=f"{poll}s", FREXPORT_TRACES__ENABLED="true",
+               OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{dead_collector}",
+               OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_EXPORTER_OTLP_TIMEOUT="1")
+    proc = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--sockets-dir", str(sockets),
+                             "--dump-dir", str(dumps), "--listen", f"127.0.0.1:{port}",
+                             "--poll-interval", f"{poll}s"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rss, fds = [], []
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < seconds:
+            time.sleep(sample_every)
+            if proc.poll() is not None:
+                raise RuntimeError(f"frexport serve exited with {proc.returncode}")
+            t = time.monotonic() - start
+            rss.append((t, rss_mb(proc.pid)))
+            fds.append((t, float(len(os.listdir(f"/proc/{proc.pid}/fd")))))
+        from prometheus_client.parser import text_string_to_metric_families
+
+        metrics = [s for fam in text_string_to_metric_families(_get(port, "/metrics")) for s in fam.samples]
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(10)
+        replay.terminate()
+    warm = [p for p in rss if p[0] >= seconds / 3]
+    warm_fds = [p for p in fds if p[0] >= seconds / 3]
+    errors = {s.labels.get("reason", s.name): s.value for s in metrics
+              if s.name in ("frexport_source_errors_total", "frexport_decode_errors_total")}
+    spans = {s.labels["result"]: s.value for s in metrics if s.name == "frexport_otlp_spans_total"}
+    return {"ranks": ranks, "seconds": seconds, "rss_start_mb": warm[0][1] if warm else 0,
+            "rss_end_mb": rss[-1][1] if rss else 0, "rss_peak_mb": max(v for _, v in rss) if rss else 0,
+            "rss_slope_mb_per_min": _slope(warm), "fd_slope_per_min": _slope(warm_fds),
+            "fds_end": fds[-1][1] if fds else 0, "errors": errors, "spans": spans}
+
+
+def _get(port: int, path: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return r.read().decode()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--poll", type=float, default=1.0, help="poll and analysis interval, seconds")
+    args = ap.parse_args()
+    r = soak(args.ranks, args.minutes * 60, args.poll)
+    print(f"soak: {r['ranks']} ranks for {r['seconds'] / 60:.1f} min: RSS {r['rss_start_mb']:.0f} -> "
+          f"{r['rss_end_mb']:.0f} MB (peak {r['rss_peak_mb']:.0f}), slope after warm-up "
+          f"{r['rss_slope_mb_per_min']:+.2f} MB/min; open fds {r['fds_end']:.0f}, slope "
+          f"{r['fd_slope_per_min']:+.2f}/min; errors {r['errors']}; spans {r['spans']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
