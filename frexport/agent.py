@@ -113,6 +113,9 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         # never released keeps the handler from ever being deallocated.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
     _server = c10d._WorkerServer(path)
+    # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
+    # (non-root) user sharing the pod's group (fsGroup), so let the group in; others stay out.
+    os.chmod(path, 0o660)
     _write_metadata(directory, rank, torch_version, "worker_server", socket_path=path)
 
     def stop() -> None:

@@ -29,6 +29,7 @@ def test_zero_code_enablement(tmp_path):
             dump = decode_bytes(pk.body, "pickle", rank=r)
             assert dump.format == "pickle" and dump.entries[-1].call_site.filename == str(JOBS / "train.py")
             assert dump.entries[-1].call_site.name == "train_step"
+            assert (shared / f"rank-{r}.sock").stat().st_mode & 0o777 == 0o660  # a sidecar in the group may connect
             meta = json.loads((shared / f"rank-{r}.json").read_text())
             assert meta["rank"] == r and meta["world_size"] == 2 and meta["mode"] == "worker_server"
             env_seen = json.loads((tmp_path / f"env_{r}").read_text())
