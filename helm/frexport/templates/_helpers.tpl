@@ -1,0 +1,46 @@
+{{/*
+Chart-internal helpers: names and labels of the objects this chart renders.
+The templates that add the sidecar to a pod are in _sidecar.tpl.
+*/}}
+
+{{- define "frexport.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "frexport.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "frexport.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "frexport.labels" -}}
+helm.sh/chart: {{ include "frexport.chart" . }}
+app.kubernetes.io/name: {{ include "frexport.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The Prometheus meta label of a pod label: batch.kubernetes.io/job-name -> __meta_kubernetes_pod_label_batch_kubernetes_io_job_name */}}
+{{- define "frexport.podLabelMeta" -}}
+{{- printf "__meta_kubernetes_pod_label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" . "_") }}
+{{- end }}
+
+{{/* Names of the example workload. */}}
+{{- define "frexport.example.name" -}}
+{{- printf "%s-example" (include "frexport.fullname" .) | trunc 52 | trimSuffix "-" }}
+{{- end }}
