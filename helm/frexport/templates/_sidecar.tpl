@@ -318,22 +318,18 @@ volumeMounts:
 {{- end }}
 {{- end }}
 
-{{/* The trainer's command, wrapped: umask (the sidecar must be able to connect to the rank
-     sockets), `frexport-launch --dir <sharedDir> --` (loads frexport.agent in every rank), and with
-     a classic sidecar the exit marker. Call with (dict "root" $ "command" (list "torchrun" ...)). */}}
+{{/* The trainer's command wrapped with `frexport-launch --dir <sharedDir> --` (loads frexport.agent in
+     every rank). With a classic sidecar also in a shell that touches <sharedDir>/.trainer-exited
+     when the command ends, so the sidecar exits too. Call with
+     (dict "root" $ "command" (list "torchrun" ...)). */}}
 {{- define "frexport.trainer.command" -}}
 {{- $root := .root -}}
 {{- $v := ternary $root.Values.frexport $root.Values (kindIs "map" $root.Values.frexport) -}}
 {{- $launch := ternary (printf "%s/bin/frexport-launch" $v.agent.mountPath) "frexport-launch" $v.agent.inject -}}
+{{- if not $v.sidecar.native }}
 - /bin/sh
 - -c
-{{- if $v.sidecar.native }}
 - |
-  umask {{ $v.trainer.umask }}
-  exec {{ $launch }} --dir {{ $v.sharedDir }} -- "$@"
-{{- else }}
-- |
-  umask {{ $v.trainer.umask }}
   {{ $launch }} --dir {{ $v.sharedDir }} -- "$@" &
   pid=$!
   trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
@@ -342,8 +338,13 @@ volumeMounts:
   while kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done
   touch {{ $v.sharedDir }}/.trainer-exited
   exit "$rc"
-{{- end }}
 - frexport-trainer
+{{- else }}
+- {{ $launch }}
+- --dir
+- {{ $v.sharedDir }}
+- --
+{{- end }}
 {{- range .command }}
 - {{ . | quote }}
 {{- end }}
