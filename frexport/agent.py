@@ -45,7 +45,7 @@ def enable(directory: str | None = None) -> bool:
     global _enabled
     directory = directory or os.environ.get(ENV_DIR)
     rank = os.environ.get("RANK")
-    if not directory or rank is None or not rank.isdigit():
+    if not directory or rank is None or not rank.isdecimal():
         return False
     with _lock:
         if _enabled:
@@ -161,7 +161,7 @@ def _write_metadata(directory: str, rank: int, torch_version: str, mode: str, so
 
 def _int_env(name: str) -> int | None:
     v = os.environ.get(name)
-    return int(v) if v and v.isdigit() else None
+    return int(v) if v and v.isdecimal() else None
 
 
 def _atomic_write(path: str, data: bytes) -> None:

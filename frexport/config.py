@@ -188,7 +188,7 @@ def _value(tp: Any, v: Any, where: str, name: str) -> Any:
     if tp is int and name in _SIZE_FIELDS:
         return _size(v, where)
     if tp is int:
-        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, str) and v.isdigit()):
+        if isinstance(v, bool) or not isinstance(v, int) and not (isinstance(v, str) and v.isdecimal()):
             raise ConfigError(f"{where}: expected an integer, got {v!r}")
         return int(v)
     if tp is float:
@@ -250,6 +250,6 @@ def validate(cfg: Config) -> list[str]:
     if cfg.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         problems.append(f"log.level: expected debug, info, warning or error, got {cfg.log.level!r}")
     host, sep, port = cfg.web.listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    if not sep or not port.isdecimal() or not 0 <= int(port) < 65536:
         problems.append(f"web.listen: expected host:port, got {cfg.web.listen!r}")
     return problems

@@ -48,7 +48,7 @@ def parse_version(text: Any) -> tuple[int, int] | None:
     if not isinstance(text, str):
         return None
     parts = text.strip().split(".")
-    if len(parts) != 2 or not all(p.isdigit() and len(p) <= 6 for p in parts):
+    if len(parts) != 2 or not all(p.isdecimal() and len(p) <= 6 for p in parts):
         return None
     return int(parts[0]), int(parts[1])
 
@@ -171,7 +171,7 @@ def _opt_int(v: Any) -> int | None:
         return v
     if isinstance(v, str):
         v = v.strip()
-        if v.lstrip("-").isdigit() and len(v) <= 20:
+        if v.lstrip("-").isdecimal() and len(v) <= 20:  # not isdigit(): it accepts '¹', which int() refuses
             return int(v)
     return None
 

@@ -14,7 +14,7 @@ def parse_urls(items: list[str]) -> dict[int, str]:
     out = {}
     for item in items:
         rank, sep, url = item.partition("=")
-        if not sep or not rank.strip().isdigit():
+        if not sep or not rank.strip().isdecimal():
             raise ConfigError(f"--url: expected RANK=URL, got {item!r}")
         out[int(rank)] = url.strip()
     return out

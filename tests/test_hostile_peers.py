@@ -100,6 +100,10 @@ def wrong_json(conn):
     conn.sendall(_reply(body=b'{"hello": "world"}'))
 
 
+def odd_length(conn):  # '¹' is valid latin-1 in a header, and isdigit() but not int()
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \xb9\r\n\r\n" + GOOD_BODY)
+
+
 def not_found(conn):
     conn.sendall(_reply(status=404, body=b"Handler not found", ctype="text/plain"))
 
@@ -107,7 +111,7 @@ def not_found(conn):
 @pytest.mark.parametrize("behave,reason", [
     (slow, "timeout"), (trickle, "timeout"), (huge, "too_large"), (endless, "too_large"),
     (garbage, "bad_response"), (reset, "bad_response"), (pickle_instead, "decode_unexpected_format"),
-    (wrong_json, "decode_not_a_dump"), (not_found, "http_status"),
+    (wrong_json, "decode_not_a_dump"), (not_found, "http_status"), (odd_length, None),
 ])
 def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
     peer = FakePeer(str(tmp_path / "rank-0.sock"), behave)
@@ -121,7 +125,10 @@ def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
         assert time.monotonic() - start < 4.0  # bounded by the timeout, whatever the peer does
         by_name = {h.name: h for h in health.view()}
         bad = by_name["socket:rank-0"]
-        assert not bad.up and reason in bad.errors, (bad.errors, bad.last_error)
+        if reason is None:  # tolerated: read to the end of the connection, no crash
+            assert bad.up, (bad.errors, bad.last_error)
+        else:
+            assert not bad.up and reason in bad.errors, (bad.errors, bad.last_error)
         assert by_name["socket:rank-1"].up and 1 in state.view().ranks  # the other rank is unaffected
     finally:
         src.close()

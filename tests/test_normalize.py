@@ -117,3 +117,11 @@ def test_helpers():
 def test_call_site_skips_torch_frames():
     d = decode_bytes(pickle.dumps(dump([entry(0, 1, line=42)], world=1), protocol=2), "c")
     assert d.entries[0].call_site.filename == "/job/train.py" and d.entries[0].call_site.line == 42
+
+
+def test_unicode_digits_that_int_refuses():
+    # found by hypothesis: '¹'.isdigit() is True but int('¹') raises
+    raw = dump([entry(0, 1)], world=2, pg_status={"¹": {"last_enqueued_collective": "²"}})
+    raw["version"] = "2.¹"
+    d = decode_bytes(pickle.dumps(raw, protocol=2), "u")
+    assert d.pg_status == () and d.version is None

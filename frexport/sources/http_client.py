@@ -89,7 +89,7 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
         except (ConnectionError, http.client.HTTPException, OSError) as exc:
             raise PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}") from None
         length = resp.getheader("Content-Length")
-        if length is not None and length.isdigit() and int(length) > max_body:
+        if length is not None and length.isdecimal() and int(length) > max_body:
             raise PeerError("too_large", f"{target}: body of {length} bytes is over the {max_body}-byte limit")
         chunks, total = [], 0
         while True:
@@ -107,7 +107,7 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
             if total > max_body:
                 raise PeerError("too_large", f"{target}: body over the {max_body}-byte limit")
             chunks.append(chunk)
-        if length is not None and length.isdigit() and total != int(length):
+        if length is not None and length.isdecimal() and total != int(length):
             raise PeerError("bad_response", f"{target}: body ended after {total} of {length} bytes")
         return Response(resp.status, resp.getheader("Content-Type", "") or "", b"".join(chunks))
     finally:
