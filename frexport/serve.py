@@ -90,19 +90,28 @@ class Sidecar:
         try:
             while not self.stop_event.is_set():
                 now = time.monotonic()
+                # Each stage on its own: a failure (a bug, a full disk) is logged and the loop goes on.
                 for d in self.dump_dirs:
-                    d.process()
+                    self._guarded(d.process, f"dump dir {d.path}")
                 if self.poller is not None and now >= next_poll:
-                    self.poller.poll()
+                    self._guarded(self.poller.poll, "polling")
                     next_poll = now + poll_every
                 if now >= next_analysis:
-                    self._analyze()
+                    self._guarded(self._analyze, "analysis")
                     next_analysis = now + self.cfg.analysis.interval
                     self.ready_event.set()
-                self.state.expire(time.time_ns(), int(self.cfg.analysis.rank_expiry * 1e9))
+                self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.analysis.rank_expiry * 1e9)),
+                              "expiry")
                 self.stop_event.wait(0.2)
         finally:
             self.shutdown()
+
+    @staticmethod
+    def _guarded(step, what: str) -> None:
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - the daemon outlives any one failure
+            logs.get().exception("%s failed", what)
 
     def shutdown(self) -> None:
         if self.traces is not None:
@@ -121,11 +130,7 @@ class Sidecar:
 
     def _analyze(self) -> None:
         log = logs.get()
-        try:
-            result = self.analysis.run()
-        except Exception:  # the daemon outlives any bug in one pass
-            log.exception("live analysis failed")
-            return
+        result = self.analysis.run()
         self.last_result = result
         if self.traces is not None:
             self.traces.pump(result.diagnosis.findings)

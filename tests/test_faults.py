@@ -156,3 +156,25 @@ def test_scrapes_during_heavy_polling(tmp_path):
         assert sc.value("frexport_source_up", source="socket:rank-7") == 1.0
     for s in servers:
         s.server.shutdown()
+
+
+def test_a_bug_on_one_rank_does_not_stop_the_others(tmp_path, monkeypatch):
+    """A fake failure (a real part cannot be made to hit a bug on demand): decoding one rank raises."""
+    servers = [ReplayRank(r, str(tmp_path / f"rank-{r}.sock"), groups=2, entries=20) for r in range(2)]
+    state, health = LiveState(), HealthRegistry()
+    src = WorkerServerSource(state, health, str(tmp_path), timeout_s=2)
+    real = src._decode
+
+    def flaky(t, body, now):
+        if t.rank == 0:
+            raise KeyError("a bug")
+        return real(t, body, now)
+
+    monkeypatch.setattr(src, "_decode", flaky)
+    src.poll()
+    by_name = {h.name: h for h in health.view()}
+    assert by_name["socket:rank-0"].errors["internal"] == 1 and by_name["socket:rank-1"].up
+    assert 1 in state.view().ranks
+    src.close()
+    for s in servers:
+        s.server.shutdown()

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .. import logs
 from ..decode import decode_bytes
 from ..discover import parse_name
 from ..errors import DecodeError
@@ -118,6 +119,10 @@ class WorkerServerSource:
         except DecodeError as exc:
             self.state.count_decode_error(exc.reason)
             self._failed(t, b, "decode_" + exc.reason, exc.detail, start, now_ns)
+            return 0
+        except Exception as exc:  # noqa: BLE001 - a bug on one rank's data must not stop the others
+            logs.get().exception("polling %s failed", t.name, extra={"rank": t.rank})
+            self._failed(t, b, "internal", f"{type(exc).__name__}: {exc}", start, now_ns)
             return 0
         b.failures, b.next_try = 0, 0.0
         taken = self.state.ingest(dump, t.name, now_ns)
