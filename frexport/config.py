@@ -40,7 +40,8 @@ class WorkerServers:
     timeout: float = 5.0
     concurrency: int = 8
     backoff_max: float = 60.0
-    max_body_bytes: int = 256 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # 2000 entries are about 1 MB of JSON
+    max_entries: int = 20000  # per rank snapshot; older entries are dropped (noted), memory stays bounded
 
 
 @dataclass
@@ -106,7 +107,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "timeout", "backoff_max", "interval", "stall_after", "min_stall_after",
                     "straggler_lateness", "rank_expiry"}
-_SIZE_FIELDS = {"max_body_bytes", "max_bytes"}
+_SIZE_FIELDS = {"max_body_bytes", "max_bytes"}  # max_entries is a count
 
 
 def load_config(path: str | None = None, env: dict[str, str] | None = None,

@@ -55,7 +55,7 @@ def parse_version(text: Any) -> tuple[int, int] | None:
 
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
               size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
-              carry: tuple[Entry, ...] = ()) -> RankDump:
+              carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES) -> RankDump:
     """`keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks.
 
     `previous` (record_id -> Entry of the last snapshot of the same rank) lets a poller skip entries that
@@ -92,13 +92,13 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         entries_raw = []
     if not isinstance(entries_raw, (list, tuple)):
         raise DecodeError(source, "not_a_dump", f"'entries' is a {type(entries_raw).__name__}, not a list")
-    if len(entries_raw) > MAX_ENTRIES:
-        notes.append(f"{len(entries_raw)} entries: kept the newest {MAX_ENTRIES}")
-        entries_raw = entries_raw[-MAX_ENTRIES:]
+    if len(entries_raw) > max_entries:
+        notes.append(f"{len(entries_raw)} entries: kept the newest {max_entries}")
+        entries_raw = entries_raw[-max_entries:]
 
     entries, skipped = _entries(entries_raw, keep_frames, previous)
     if carry:
-        entries = carry + entries
+        entries = (carry + entries)[-max_entries:]
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
 

@@ -41,7 +41,7 @@ class Sidecar:
         self.state = LiveState(max_ranks=self.cfg.max_ranks)
         ws = self.cfg.sources.worker_servers
         self.poller = WorkerServerSource(self.state, self.health, ws.sockets_dir, dict(ws.urls), ws.timeout,
-                                         ws.concurrency, ws.backoff_max, ws.max_body_bytes) \
+                                         ws.concurrency, ws.backoff_max, ws.max_body_bytes, ws.max_entries) \
             if ws.sockets_dir or ws.urls else None
         self.dump_dirs = [DumpDirSource(self.state, self.health, d.path, d.prefix, d.polling, d.poll_interval,
                                         d.settle, timeout_dumps=d.timeout_dumps) for d in self.cfg.sources.dump_dirs]

@@ -61,6 +61,7 @@ class GroupProgress:
     last_progress_ns: int | None = None
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # op -> (count, oldest created_ns)
     timeout_ms: int | None = None
+    seen_ns: int = 0  # last snapshot that still held an entry of the group
 
 
 @dataclass
@@ -152,12 +153,16 @@ class LiveState:
                 rs.status = statuses.get(rank, "ok")
 
     def expire(self, now_ns: int, after_ns: int) -> list[int]:
-        """Forget ranks not seen for `after_ns`: their series disappear instead of freezing."""
+        """Forget ranks not seen for `after_ns`, and process groups no snapshot has held for as long
+        (destroyed, or wrapped out of every buffer): their series disappear instead of freezing."""
         with self._lock:
             gone = [r for r, rs in self.ranks.items() if now_ns - rs.last_seen_ns > after_ns]
             for r in gone:
                 del self.ranks[r]
                 self.timeout_dumps.pop(r, None)
+            for rs in self.ranks.values():
+                for name in [n for n, g in rs.groups.items() if g.seen_ns and now_ns - g.seen_ns > after_ns]:
+                    del rs.groups[name]
             return gone
 
     # --- readers ----------------------------------------------------------------------------
@@ -261,6 +266,9 @@ class LiveState:
         if not first_sight:
             for name in advanced:
                 rs.groups[name].last_progress_ns = now_ns
+        for name in {e.pg_name for e in rs.dump.entries} if rs.dump is not None else ():
+            if name in rs.groups:
+                rs.groups[name].seen_ns = now_ns
         for g in rs.groups.values():
             g.pending = {}
         for rid in rs.pending:

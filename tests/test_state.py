@@ -57,3 +57,16 @@ def test_older_snapshot_is_ignored_and_expiry_removes_ranks():
     assert not state.ingest(_snap([entry(0, 1)], at=T0), "s", T0 + 11)
     assert state.expire(T0 + 10 + 5, after_ns=10) == []
     assert state.expire(T0 + 10**9, after_ns=10) == [0] and state.view().ranks == {}
+
+
+def test_gone_process_group_expires_while_the_rank_stays():
+    state = LiveState()
+    both = [entry(0, 1), entry(1, 1, pg=("7", "tp"), pg_id=1)]
+    state.ingest(_snap(both, at=T0), "s", T0)
+    later = T0 + 100
+    state.ingest(_snap([entry(0, 1), entry(2, 2)], at=later), "s", later)  # group 7 wrapped away
+    assert set(state.view().ranks[0].groups) == {"0", "7"}  # its last values stay for a while...
+    state.expire(later + 50, after_ns=60)
+    assert set(state.view().ranks[0].groups) == {"0", "7"}
+    state.expire(later + 61, after_ns=60)  # ...then the series go, the rank stays
+    assert set(state.view().ranks[0].groups) == {"0"}

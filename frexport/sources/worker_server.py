@@ -53,7 +53,8 @@ class WorkerServerSource:
     timeout_s: float = 5.0
     concurrency: int = 8
     backoff_max_s: float = 60.0
-    max_body: int = 256 * 1024 * 1024
+    max_body: int = 64 * 1024 * 1024
+    max_entries: int = 20000
     on_snapshot: Callable[[int, bytes], None] | None = None  # raw JSON body, for evidence bundles
     _backoff: dict[str, _Backoff] = field(default_factory=dict)
     _pool: ThreadPoolExecutor | None = None
@@ -146,9 +147,9 @@ class WorkerServerSource:
                 raw = dict(tail.meta)
                 raw["entries"] = tail.entries
                 return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                                 keep_frames=False, carry=carry)
+                                 keep_frames=False, carry=carry, max_entries=self.max_entries)
         return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
-                            previous=self.state.previous_entries(t.rank))
+                            previous=self.state.previous_entries(t.rank), max_entries=self.max_entries)
 
     def _choose_handler(self, t: RankTarget) -> str:
         resp = request(t.target, "GET", "/handler/", timeout=self.timeout_s, max_body=1 << 20)
