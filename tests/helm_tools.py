@@ -17,6 +17,7 @@ CHART = ROOT / "helm" / "frexport"
 TOOLS = Path(os.environ.get("FREXPORT_TOOLS", ROOT / ".tools"))
 HELM = TOOLS / "bin" / "helm"
 KUBERNETES_VALIDATE = TOOLS / "venv" / "bin" / "kubernetes-validate"
+HADOLINT = TOOLS / "venv" / "bin" / "hadolint"
 NODE_MODULES = TOOLS / "node" / "node_modules"
 HELM_VERSION = "v3.17.3"
 INSTALL_HINT = "run ./scripts/install-tools.sh (scripts/setup.sh does)"

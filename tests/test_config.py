@@ -26,7 +26,7 @@ def test_example_is_valid_and_documents_every_field():
     text = EXAMPLE.read_text()
     for name in _fields(Config):
         assert f"{name.split('.')[-1]}:" in text, name
-    assert cfg.sources.worker_servers.max_body_bytes == 256 * 1024 * 1024
+    assert cfg.sources.worker_servers.max_body_bytes == 64 * 1024 * 1024
     assert cfg.sources.dump_dirs[0].settle == 1.0 and cfg.analysis.rank_expiry == 600.0
 
 

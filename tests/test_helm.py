@@ -26,7 +26,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helm_tools import (  # noqa: E402
-    CHART, HELM_VERSION, ROOT, Helm, container, docs_of, env_map, find, flatten, kubernetes_validate,
+    CHART, HADOLINT, HELM_VERSION, ROOT, Helm, require, container, docs_of, env_map, find, flatten, kubernetes_validate,
     kubernetes_validate_versions, one, validate_crds)
 
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -456,6 +456,23 @@ def test_readme_documents_every_value():
     missing = [k for k in flatten(values) if f"`{k}`" not in readme]
     assert not missing, f"values without a row in helm/frexport/README.md: {missing}"
     assert "release: kube-prometheus-stack" in readme and "Building and pushing the image" in readme
+
+
+# --- the image ------------------------------------------------------------------------------------------
+
+def test_dockerfile_passes_hadolint_and_matches_the_chart():
+    """No Docker engine here: the Dockerfile is linted (hadolint) and checked against what the chart
+    expects; its build steps are the same pip install the venv of this repository uses."""
+    out = subprocess.run([str(require(HADOLINT, "hadolint")), str(ROOT / "Dockerfile")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)  # an exact tag
+    assert "USER 65532:65532" in text and "--uid 65532" in text
+    assert 'ENTRYPOINT ["frexport"]' in text and 'CMD ["serve", "--help"]' in text
+    assert "pip install --no-cache-dir" in text and "EXPOSE 9464" in text
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*"):][:4] == ["*", "!pyproject.toml", "!README.md", "!frexport/"]
 
 
 # --- the chart as a dependency of a user's chart -------------------------------------------------------------
