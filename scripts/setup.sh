@@ -21,6 +21,7 @@ if ! command -v promtool >/dev/null 2>&1; then
     echo "setup: please install Debian's 'prometheus' package (promtool, prometheus)" >&2
   fi
 fi
+./scripts/install-tools.sh
 # Real PyTorch for the tests that run gloo jobs (CPU build; the sidecar itself never imports torch).
 if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   quiet .venv/bin/python -m pip install torch==2.13.0

@@ -4,7 +4,7 @@ frexport {{ .Chart.AppVersion }} ({{ include "frexport.fullname" . }} in namespa
 
 Rendered:
 {{- if .Values.podMonitor.enabled }}
-  - PodMonitor {{ include "frexport.fullname" . }}: scrapes port frexport-metrics of pods labelled {{ range $k, $v := .Values.podLabels }}{{ $k }}={{ $v }} {{ end }}
+  - PodMonitor {{ include "frexport.fullname" . }}: scrapes port frexport-metrics of pods labelled {{ $pairs := list }}{{ range $k, $v := .Values.podLabels }}{{ $pairs = append $pairs (printf "%s=%s" $k $v) }}{{ end }}{{ join "," $pairs }}
     (`job` label = pod label {{ .Values.jobLabel }})
 {{- end }}
 {{- if .Values.serviceMonitor.enabled }}
@@ -19,15 +19,19 @@ Rendered:
 {{- if .Values.example.enabled }}
   - Example Indexed Job {{ include "frexport.example.name" . }}: torchrun on {{ .Values.example.nodes }} pods
 {{- end }}
-{{- $labelled := or (and .Values.podMonitor.enabled (hasKey .Values.podMonitor.additionalLabels "release")) (and .Values.serviceMonitor.enabled (hasKey .Values.serviceMonitor.additionalLabels "release")) }}
-{{- if and (or .Values.podMonitor.enabled .Values.serviceMonitor.enabled .Values.prometheusRule.enabled) (not $labelled) }}
+{{- $unlabelled := list }}
+{{- range $key := list "podMonitor" "serviceMonitor" "prometheusRule" }}
+{{- $o := index $.Values $key }}
+{{- if and $o.enabled (not (hasKey $o.additionalLabels "release")) }}{{ $unlabelled = append $unlabelled $key }}{{ end }}
+{{- end }}
+{{- if $unlabelled }}
 
 WARNING, kube-prometheus-stack users: its Prometheus only picks up PodMonitors, ServiceMonitors and
 PrometheusRules labelled `release: <kube-prometheus-stack release name>` (the default
-*SelectorNilUsesHelmValues: true). Without that label nothing here is scraped and no alert loads:
-  helm upgrade {{ .Release.Name }} frexport --reuse-values \
-    --set podMonitor.additionalLabels.release=kube-prometheus-stack \
-    --set prometheusRule.additionalLabels.release=kube-prometheus-stack
+*SelectorNilUsesHelmValues: true). Without it nothing is scraped or no alert loads. Not labelled:
+{{ join ", " $unlabelled }}. Fix:
+  helm upgrade {{ .Release.Name }} frexport --reuse-values{{ range $unlabelled }} \
+    --set {{ . }}.additionalLabels.release=kube-prometheus-stack{{ end }}
 (or set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues=false and
 ruleSelectorNilUsesHelmValues=false in kube-prometheus-stack).
 {{- end }}
@@ -37,9 +41,9 @@ frexport.sidecar.volumes, frexport.trainer.env, ...): see the chart's README.
 
 Look at a sidecar's metrics:
 {{- if .Values.example.enabled }}
-  kubectl -n {{ .Release.Namespace }} port-forward pod/$(kubectl -n {{ .Release.Namespace }} get pod -l batch.kubernetes.io/job-name={{ include "frexport.example.name" . }} -o name | head -1 | cut -d/ -f2) {{ .Values.sidecar.port }}:frexport-metrics
+  kubectl -n {{ .Release.Namespace }} port-forward pod/$(kubectl -n {{ .Release.Namespace }} get pod -l batch.kubernetes.io/job-name={{ include "frexport.example.name" . }} -o name | head -1 | cut -d/ -f2) {{ .Values.sidecar.port }}:{{ .Values.sidecar.port }}
 {{- else }}
-  kubectl -n {{ .Release.Namespace }} port-forward pod/<a training pod> {{ .Values.sidecar.port }}:frexport-metrics
+  kubectl -n {{ .Release.Namespace }} port-forward pod/<a training pod> {{ .Values.sidecar.port }}:{{ .Values.sidecar.port }}
 {{- end }}
   curl -s http://127.0.0.1:{{ .Values.sidecar.port }}/metrics | grep '^frexport_'
   curl -s http://127.0.0.1:{{ .Values.sidecar.port }}/readyz

@@ -1,0 +1,35 @@
+# frexport sidecar image: `frexport serve` next to a PyTorch trainer (no torch inside).
+#   docker build -t ghcr.io/frexport/frexport:0.1.0 .
+# The Helm chart (helm/frexport) runs it as user 65532 with a read-only root filesystem; its init
+# step also copies the pure-Python agent out of this image into the trainer (agent.inject).
+#
+# Pinned base: Debian 12 slim with CPython 3.11.13. For reproducible builds pin the digest too:
+#   docker buildx imagetools inspect python:3.11.13-slim-bookworm   ->   FROM python:3.11.13-slim-bookworm@sha256:<digest>
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY frexport ./frexport
+# The OTLP exporters (traces.enabled) and bcrypt (web-config basic auth) are optional extras.
+RUN python -m venv /opt/frexport \
+ && /opt/frexport/bin/pip install --no-cache-dir ".[otlp,auth]" \
+ && /opt/frexport/bin/python -m compileall -q /opt/frexport/lib
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="frexport" \
+      org.opencontainers.image.description="PyTorch Flight Recorder exporter: hang diagnosis, Prometheus metrics, OpenTelemetry traces" \
+      org.opencontainers.image.source="https://github.com/frexport/frexport" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/frexport /opt/frexport
+ENV PATH=/opt/frexport/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# The same numeric user the chart's securityContext uses (runAsNonRoot needs a numeric USER).
+RUN groupadd --system --gid 65532 frexport \
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin frexport
+USER 65532:65532
+EXPOSE 9464
+ENTRYPOINT ["frexport"]
+CMD ["serve", "--help"]
