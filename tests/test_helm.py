@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helm_tools import (  # noqa: E402
     CHART, HADOLINT, HELM_VERSION, ROOT, Helm, require, container, docs_of, env_map, find, flatten, kubernetes_validate,
     kubernetes_validate_versions, one, validate_crds)
+from torchjob import require_torch  # noqa: E402
 
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 VARIANTS = [p.name[: -len("-values.yaml")] for p in CI_VALUES]
@@ -568,7 +569,7 @@ def test_rendered_pod_runs_a_real_torchrun_job(helm, tmp_path):
     rendered shell wrapper and `frexport serve` args, the trainer runs its rendered command
     (frexport-launch wrapper from the injected agent, torchrun, 2 ranks); the sidecar reads both ranks
     over their sockets, and exits 0 after the trainer's exit marker, as the Job needs."""
-    pytest.importorskip("torch", reason="torch is needed for the real job (scripts/setup.sh installs it)")
+    require_torch()
     shared, agent = tmp_path / "shared", tmp_path / "agent"
     text = helm.template("--set", "example.enabled=true", "--set", "example.nodes=1", "--set",
                          "example.nprocPerNode=2", "--set", "example.steps=60", "--set", "sidecar.native=false",

@@ -326,7 +326,7 @@ volumeMounts:
 {{- $root := .root -}}
 {{- $v := ternary $root.Values.frexport $root.Values (kindIs "map" $root.Values.frexport) -}}
 {{- $launch := ternary (printf "%s/bin/frexport-launch" $v.agent.mountPath) "frexport-launch" $v.agent.inject -}}
-{{- if not $v.sidecar.native }}
+{{- if not $v.sidecar.native -}}
 - /bin/sh
 - -c
 - |
@@ -339,7 +339,7 @@ volumeMounts:
   touch {{ $v.sharedDir }}/.trainer-exited
   exit "$rc"
 - frexport-trainer
-{{- else }}
+{{- else -}}
 - {{ $launch }}
 - --dir
 - {{ $v.sharedDir }}
