@@ -49,7 +49,8 @@ def _rewrite_dumps(directory: Path, ranks: list[int], stop: threading.Event) -> 
     while not stop.is_set():
         for r in ranks:
             n += 1
-            es = [entry(i, n + i, created=time.time_ns() - (200 - i) * 10**7) for i in range(200)]
+            base = n * 200  # the rank moves on: later records, later times
+            es = [entry(base + i, base + i + 1, created=time.time_ns() - (200 - i) * 10**7) for i in range(200)]
             data = pickle.dumps(dump(es, world=len(ranks)), protocol=2)
             if n % 20 == 0:
                 data = data[: len(data) // 3]  # now and then a dump cut short
@@ -73,8 +74,9 @@ def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rat
     while len(list(sockets.glob("*.sock"))) < ranks:
         time.sleep(0.1)
     stop = threading.Event()
-    writer = threading.Thread(target=_rewrite_dumps, args=(dumps, list(range(max(1, ranks // 4))), stop),
-                              daemon=True)
+    # dump files for other ranks than the sockets: one rank's dumps and socket are one process
+    writer = threading.Thread(target=_rewrite_dumps, args=(dumps, list(range(ranks, ranks + max(1, ranks // 4))),
+                                                           stop), daemon=True)
     writer.start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
