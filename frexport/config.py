@@ -126,7 +126,8 @@ def load_config(path: str | None = None, env: dict[str, str] | None = None,
         data = loaded or {}
     for key, value in sorted((env if env is not None else os.environ).items()):
         if key.startswith("FREXPORT_") and "__" in key[9:] or key in _ENV_TOP:
-            _set_path(data, key[9:].lower().split("__"), yaml.safe_load(value) if value else value)
+            # kept as text: each field converts it to its own type (a job named "true" stays a name)
+            _set_path(data, key[9:].lower().split("__"), _EnvText(value))
     for dotted, value in (overrides or {}).items():
         if value is not None:
             _set_path(data, dotted.split("."), value)
@@ -134,6 +135,11 @@ def load_config(path: str | None = None, env: dict[str, str] | None = None,
 
 
 _ENV_TOP = {"FREXPORT_JOB_ID", "FREXPORT_MAX_RANKS"}
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+class _EnvText(str):
+    """A value from the environment: text that each field converts to its own type."""
 
 
 def _set_path(data: dict, parts: list[str], value: Any) -> None:
@@ -165,6 +171,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
 
 def _value(tp: Any, v: Any, where: str, name: str) -> Any:
     origin, args = get_origin(tp), get_args(tp)
+    if isinstance(v, _EnvText):
+        v = _from_env(tp, str(v), where)
     if args and type(None) in args:  # Optional[X]
         if v is None:
             return None
@@ -201,6 +209,32 @@ def _value(tp: Any, v: Any, where: str, name: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {v!r}")
         return str(v)
     raise ConfigError(f"{where}: unsupported value {v!r}")
+
+
+def _from_env(tp: Any, text: str, where: str) -> Any:
+    """Environment text to the field's type: strings stay strings; structures are YAML."""
+    args = get_args(tp)
+    if args and type(None) in args:
+        if text == "":
+            return None
+        tp = next(a for a in args if a is not type(None))
+    if tp is str:
+        return text
+    if tp is bool:
+        if text.lower() not in _BOOLS:
+            raise ConfigError(f"{where}: expected true or false, got {text!r}")
+        return _BOOLS[text.lower()]
+    if get_origin(tp) in (list, dict) or dataclasses.is_dataclass(tp):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            return text  # durations like 5s: converted by the field
+    return text
 
 
 def _duration(v: Any, where: str) -> float:

@@ -60,3 +60,17 @@ def test_check_config_cli(tmp_path, capsys):
     assert main(["serve", "--check-config"]) == 2
     assert "nothing to watch" in capsys.readouterr().err
     assert main(["serve", "--check-config", "--sockets-dir", "/x", "--url", "zero=http://a:1"]) == 2
+
+
+def test_environment_text_keeps_its_type(tmp_path):
+    env = {"FREXPORT_JOB_ID": "true", "FREXPORT_SOURCES__WORKER_SERVERS__SOCKETS_DIR": "null",
+           "FREXPORT_TRACES__ENABLED": "yes", "FREXPORT_ANALYSIS__STALL_AFTER": "2m",
+           "FREXPORT_SOURCES__DUMP_DIRS": "[{path: /shared/dumps, polling: true}]",
+           "FREXPORT_SOURCES__WORKER_SERVERS__CONCURRENCY": "4"}
+    cfg = load_config(None, env=env)
+    assert cfg.job_id == "true" and cfg.sources.worker_servers.sockets_dir == "null"
+    assert cfg.traces.enabled is True and cfg.analysis.stall_after == 120.0
+    assert cfg.sources.dump_dirs[0].path == "/shared/dumps" and cfg.sources.dump_dirs[0].polling is True
+    assert cfg.sources.worker_servers.concurrency == 4
+    with pytest.raises(ConfigError, match="traces.enabled"):
+        load_config(None, env={"FREXPORT_TRACES__ENABLED": "maybe"})

@@ -184,7 +184,8 @@ class DumpDirSource:
         if root_key != self._root_key or (root_key is not None and self._observer is None):
             self._watch()  # the directory appeared, or was deleted and recreated
         if root_key is None:
-            self.health.record(self.name, False, 0.0, time.time_ns(), "missing_dir", f"{self.path} does not exist")
+            # Not yet there is normal (PyTorch creates it with the first dump): watched, not down.
+            self.health.record(self.name, True, 0.0, time.time_ns())
             return
         for dirpath, dirnames, filenames in os.walk(self.path, followlinks=self.follow_symlinks):
             for name in filenames:
