@@ -1,174 +1,442 @@
-"""Benchmark `frexport analyze` against PyTorch's analyzer on the same dumps, in one run.
+"""Benchmark `frexport analyze` against PyTorch's analyzer and a plain-unpickling floor, on the same dumps.
 
     python benchmarks/bench_analyze.py --sizes 64x2000,1024x2000 [--fault missing_rank] [--timeout 600]
+    python benchmarks/bench_analyze.py --sizes 4096x2000 --skip-reference --workers 2
 
-For each size it generates (or reuses, under benchmarks/out/) a dump directory with gen_dumps.py,
-then runs, each as its own process tree:
-- frexport:  python -m frexport analyze DIR --format json
-- reference: python -m torch.distributed.flight_recorder.fr_trace DIR --prefix nccl_trace_rank_
-- unpickle:  a single process that only pickle.loads every file (the floor a serial tool pays)
-and prints wall time and peak RSS of the whole process tree (frexport decodes in worker
-processes: their memory counts), sampled from /proc every 50 ms, plus the reference/frexport
-ratio and whether frexport named the injected culprit.
+For each size (RANKSxENTRIES) and fault it generates - or reuses, cached under benchmarks/out/ with a
+fingerprint of the generator and its parameters - a dump directory made by gen_dumps.py, then runs,
+one after the other, each as its own process tree:
+  frexport    <python> -m frexport analyze DIR --format json
+  reference   <python> -m torch.distributed.flight_recorder.fr_trace DIR --prefix nccl_trace_rank_
+  unpickle    <python> -c '<pickle.load every file>' DIR   (one process: the floor of a serial reader)
+For each it reports wall time, the peak resident memory of the WHOLE process tree (VmRSS of the
+process and all its descendants, summed, sampled every 50 ms from /proc; the max of the sums) and
+ru_maxrss from wait4 (the largest single process, for reference). A run past --timeout is killed
+with its whole tree and reported as "not done after N s".
+
+Then a table: size, tool, wall s, peak tree RSS MB, ru_maxrss MB, exit status, reference/frexport
+ratios; and the verdicts: whether frexport's JSON ({"verdict", "findings": [{"kind",
+"culprit_ranks", ...}]}) names the injected culprit (or, for --fault none, reports no finding), and
+what the reference printed (its messages, the ranks it blames, or how it crashed).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from gen_dumps import CULPRIT, generate  # noqa: E402
+import gen_dumps  # noqa: E402
 
-_PICKLE_ONLY = """
+PREFIX = gen_dumps.DEFAULT_PREFIX
+SAMPLE_S = 0.05
+
+_PICKLE_ONLY = r"""
 import os, pickle, sys
-d = sys.argv[1]
-n = 0
-for name in os.listdir(d):
+d, prefix = sys.argv[1], sys.argv[2]
+n = entries = 0
+for name in sorted(os.listdir(d)):
+    if not name.startswith(prefix):
+        continue
     with open(os.path.join(d, name), "rb") as f:
-        pickle.load(f)
+        dump = pickle.load(f)
     n += 1
-print(n)
+    entries += len(dump.get("entries", ()))
+print(f"{n} files, {entries} entries")
 """
 
+# ---------------------------------------------------------------------------------------------
+# process-tree memory
 
-def _processes() -> tuple[dict[int, list[int]], dict[int, int]]:
-    """(children by parent pid, resident kB by pid) from /proc."""
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    out.extend(int(x) for x in f.read().split())
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def _children_by_scan() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss[int(entry)] = int(line.split()[1])
-                        break
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    return children, rss
+    return children
 
 
-def _tree(pid: int, children: dict[int, list[int]]) -> list[int]:
+_HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def tree_pids(pid: int) -> list[int]:
+    """pid and all its descendants (alive now)."""
+    table = None if _HAVE_CHILDREN_FILE else _children_by_scan()
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(children.get(p, []))
+        todo.extend(_children(p) if table is None else table.get(p, []))
     return out
 
 
-def _tree_rss_kb(pid: int) -> int:
-    """Resident memory of a process and all its descendants."""
-    children, rss = _processes()
-    return sum(rss.get(p, 0) for p in _tree(pid, children))
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0  # gone, or a zombie (no VmRSS line)
 
 
-def measure(cmd: list[str], timeout: float) -> dict:
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    peak = 0
-    out_chunks: list[bytes] = []
-
-    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()), daemon=True)
-    err_chunks: list[bytes] = []
-    err_reader = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)
-    reader.start()
-    err_reader.start()
-    timed_out = False
-    while proc.poll() is None:
-        peak = max(peak, _tree_rss_kb(proc.pid))
-        if time.monotonic() - start > timeout:
-            timed_out = True
-            _kill_tree(proc.pid)
-            break
-        time.sleep(0.05)
-    proc.wait()
-    reader.join(5)
-    err_reader.join(5)
-    return {"wall_s": time.monotonic() - start, "peak_mb": peak / 1024, "rc": proc.returncode,
-            "timed_out": timed_out, "stdout": b"".join(out_chunks).decode(errors="replace"),
-            "stderr": b"".join(err_chunks).decode(errors="replace")}
+def tree_rss_kb(pid: int) -> int:
+    return sum(_rss_kb(p) for p in tree_pids(pid))
 
 
-def _kill_tree(pid: int) -> None:
-    import signal
-
-    for p in _tree(pid, _processes()[0]):
+def kill_tree(pid: int) -> None:
+    pids = tree_pids(pid)
+    for p in pids:  # stop first so nothing forks new children while we kill
+        try:
+            os.kill(p, signal.SIGSTOP)
+        except OSError:
+            pass
+    for p in tree_pids(pid) + pids:
         try:
             os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
+        except OSError:
             pass
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the session/group we started it in
+    except OSError:
+        pass
 
 
-def main() -> int:
+def measure(cmd: list[str], timeout: float, cwd: str | None = None, env: dict | None = None) -> dict:
+    """Run cmd; wall time, peak RSS of its process tree, ru_maxrss, exit status, output files."""
+    tmp = tempfile.mkdtemp(prefix="bench_analyze_")
+    out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                                start_new_session=True)
+    peak_kb = 0
+    samples = 0
+    timed_out = False
+    status = None
+    rusage = None
+    while True:
+        try:
+            wpid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if wpid:
+            break
+        peak_kb = max(peak_kb, tree_rss_kb(proc.pid))
+        samples += 1
+        if time.monotonic() - start > timeout:
+            timed_out = True
+            kill_tree(proc.pid)
+            _, status, rusage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(SAMPLE_S)
+    wall = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else None
+    # descendants that outlived the main process (daemonized workers) would be leaked: kill them
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    return {"cmd": cmd, "wall_s": wall, "peak_tree_mb": peak_kb / 1024, "samples": samples,
+            "ru_maxrss_mb": (rusage.ru_maxrss / 1024) if rusage else 0.0, "rc": proc.returncode,
+            "timed_out": timed_out, "stdout_path": out_path, "stderr_path": err_path, "tmp": tmp}
+
+
+def _read(path: str, limit: int | None = None) -> str:
+    with open(path, "rb") as f:
+        if limit is not None:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - limit))
+        return f.read().decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# dumps
+
+
+def _fingerprint(params: dict) -> str:
+    """Hash of the generator's code (comments and docstrings ignored) and of the parameters."""
+    tree = ast.parse(Path(gen_dumps.__file__).read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body[0] = ast.Pass()
+    h = hashlib.sha256(ast.dump(tree).encode())
+    h.update(json.dumps(params, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def dump_dir(out_root: Path, ranks: int, entries: int, fault: str, args: argparse.Namespace) -> tuple[Path, dict]:
+    params = {"ranks": ranks, "entries": entries, "fault": fault, "tp": args.tp, "pp": args.pp, "seed": args.seed,
+              "p2p": args.p2p, "record_jitter": args.record_jitter, "culprit": args.culprit}
+    tag = f"d{ranks}x{entries}-{fault}-tp{args.tp}pp{args.pp}-s{args.seed}"
+    if args.p2p != "batched":
+        tag += f"-{args.p2p}"
+    if args.record_jitter != 12:
+        tag += f"-j{args.record_jitter}"
+    if args.culprit is not None:
+        tag += f"-c{args.culprit}"
+    d = out_root / tag
+    meta_path = out_root / (tag + ".json")
+    fp = _fingerprint(params)
+    if meta_path.exists() and d.is_dir():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except ValueError:
+            meta = {}
+        names = set(os.listdir(d))
+        if meta.get("fingerprint") == fp and all(f"{PREFIX}{r}" in names for r in range(ranks)) \
+                and len(names) == ranks:
+            print(f"reusing {d} ({meta['bytes'] / 1e6:.0f} MB, generated in {meta['seconds']:.0f} s)", flush=True)
+            return d, meta
+    if d.exists():
+        shutil.rmtree(d)
+    print(f"generating {d} ...", flush=True)
+    # in a child process: a fork inherits the parent's peak RSS into ru_maxrss, so this process must
+    # stay small for the ru_maxrss figures of the measured tools to mean anything
+    cmd = [sys.executable, str(HERE / "gen_dumps.py"), "--ranks", str(ranks), "--entries", str(entries),
+           "--out", str(d), "--tp", str(args.tp), "--pp", str(args.pp), "--fault", fault, "--seed", str(args.seed),
+           "--p2p", args.p2p, "--record-jitter", str(args.record_jitter), "--meta-out", str(meta_path)]
+    if args.workers:
+        cmd += ["--workers", str(args.workers)]
+    if args.culprit is not None:
+        cmd += ["--culprit", str(args.culprit)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    meta = json.loads(meta_path.read_text())
+    meta["fingerprint"] = fp
+    meta_path.write_text(json.dumps(meta))
+    print(f"generated {d}: {meta['bytes'] / 1e6:.0f} MB in {meta['seconds']:.0f} s "
+          f"(culprit {meta.get('culprit')})", flush=True)
+    return d, meta
+
+
+# ---------------------------------------------------------------------------------------------
+# verdicts
+
+
+def frexport_verdict(run: dict, meta: dict) -> str:
+    if run["timed_out"]:
+        return "frexport: not done"
+    text = _read(run["stdout_path"])
+    try:
+        doc = json.loads(text)
+        verdict, findings = doc["verdict"], doc["findings"]
+    except (ValueError, KeyError, TypeError):
+        tail = _read(run["stderr_path"], 600).strip().replace("\n", " | ")
+        return f"frexport: failed (rc {run['rc']}, stderr tail: {tail[-400:] or '-'})"
+    culprit = meta.get("culprit")
+    kinds = ", ".join(f"{f.get('kind')} culprit {f.get('culprit_ranks')}" for f in findings[:3])
+    more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
+    if culprit is None:
+        ok = not findings
+        return (f"frexport: verdict {verdict}, {len(findings)} finding(s){': ' + kinds + more if findings else ''}"
+                f" -> {'OK, healthy' if ok else 'FALSE POSITIVE on a healthy job'}")
+    named = [i for i, f in enumerate(findings) if culprit in (f.get("culprit_ranks") or [])]
+    exact = [i for i in named if list(findings[i].get("culprit_ranks") or []) == [culprit]]
+    if exact and exact[0] == 0:
+        result = f"names the injected culprit {culprit} in its first finding"
+    elif exact:
+        result = f"names the injected culprit {culprit} alone in finding #{exact[0] + 1}"
+    elif named:
+        result = f"lists the culprit {culprit} among others in finding #{named[0] + 1}"
+    else:
+        result = f"does NOT name the injected culprit {culprit}"
+    return f"frexport: verdict {verdict}, {len(findings)} finding(s): {kinds}{more} -> {result}"
+
+
+_REF_PATTERNS = {
+    "not all ranks joining": re.compile(r"^Not all ranks joining collective"),
+    "has errors": re.compile(r"^Collective sequence number: \d+ has errors"),
+    "no errors found": re.compile(r"^No errors found for this collective entry"),
+    "cannot decide": re.compile(r"^We cannot decide what's wrong"),
+    "too many mismatches (abort)": re.compile(r"^Too many mismatches"),
+    "no coalesced end": re.compile(r"does not have a coalesced end"),
+    "empty op list": re.compile(r"has an empty op list"),
+}
+
+
+def reference_verdict(run: dict, meta: dict) -> str:
+    if run["timed_out"]:
+        return "reference: not done"
+    size = os.path.getsize(run["stderr_path"])
+    text = _read(run["stderr_path"], 64 * 1024 * 1024)
+    lines = text.splitlines()
+    counts = {k: sum(1 for ln in lines if p.search(ln)) for k, p in _REF_PATTERNS.items()}
+    blamed: set[int] = set()
+    for m in re.finditer(r"Culprit rank (\d+)", text):
+        blamed.add(int(m.group(1)))
+    missing: set[int] = set()
+    for m in re.finditer(r"^missing ranks: \{([\d, ]*)\}", text, re.M):
+        missing.update(int(x) for x in m.group(1).split(",") if x.strip())
+    parts = [f"{v} x {k}" for k, v in counts.items() if v]
+    crash = ""
+    if "Traceback (most recent call last)" in text:
+        last = [ln for ln in lines if ln.strip()][-1]
+        crash = f"; CRASHED: {last.strip()[:200]}"
+    if not parts and not crash and run["rc"] != 0:
+        tail = text.strip().replace("\n", " | ")[-300:]
+        return f"reference: failed (rc {run['rc']}, stderr tail: {tail or '-'})"
+    culprit = meta.get("culprit")
+    if culprit is None:
+        clean = not parts and not crash and run["rc"] == 0
+        judged = "no finding (OK)" if clean else "reports problems on a healthy job"
+    else:
+        first = next((ln for ln in lines if ln.startswith(("Not all ranks joining", "Collective sequence number"))), "")
+        judged = (f"culprit {culprit} blamed" if culprit in blamed else
+                  f"culprit {culprit} among missing ranks" if culprit in missing else
+                  f"culprit {culprit} NOT named")
+        if first:
+            judged += f"; first message: {first.strip()[:90]!r}"
+    return (f"reference: rc {run['rc']}, {size / 1e6:.1f} MB of stderr, {', '.join(parts) or 'no messages'}; "
+            f"blamed {sorted(blamed)[:8]}{'...' if len(blamed) > 8 else ''}; {judged}{crash}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="64x2000,1024x2000", help="RANKSxENTRIES, comma separated")
-    ap.add_argument("--fault", default="missing_rank", choices=("none", "missing_rank", "desync", "size_mismatch"))
-    ap.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
-    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--fault", default="missing_rank",
+                    help="fault(s) to inject, comma separated: none, missing_rank, desync, size_mismatch")
+    ap.add_argument("--timeout", type=float, default=600.0, help="per run, seconds (default 600)")
+    ap.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python")
+                    if (REPO / ".venv" / "bin" / "python").exists() else sys.executable,
+                    help="interpreter running the three tools (default: the repo's .venv)")
     ap.add_argument("--skip-reference", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "out"))
-    args = ap.parse_args()
+    ap.add_argument("--skip-frexport", action="store_true")
+    ap.add_argument("--skip-unpickle", action="store_true")
+    ap.add_argument("--frexport-args", default="", help="extra arguments for frexport analyze, e.g. '--workers 2'")
+    ap.add_argument("--out", default=str(HERE / "out"), help="dump cache (git-ignored)")
+    ap.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
+    g = ap.add_argument_group("dump generation (gen_dumps.py)")
+    g.add_argument("--tp", type=int, default=8)
+    g.add_argument("--pp", type=int, default=4)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--culprit", type=int, default=None)
+    g.add_argument("--p2p", choices=("batched", "single"), default="batched")
+    g.add_argument("--record-jitter", type=int, default=12)
+    g.add_argument("--workers", type=int, default=None, help="generator processes (default: all cores)")
+    args = ap.parse_args(argv)
 
-    rows = []
-    for size in args.sizes.split(","):
-        ranks, entries = (int(x) for x in size.lower().split("x"))
-        d = Path(args.out) / f"d{ranks}x{entries}-{args.fault}"
-        if not (d / f"nccl_trace_rank_{ranks - 1}").exists():
-            t = time.monotonic()
-            # NCCL names all_gather_into_tensor "_allgather_base", which PyTorch's analyzer rejects
-            # ("not a supported operation"): name it all_gather so the reference can finish.
-            total = generate(ranks, entries, str(d), fault=args.fault, gather_op="all_gather")
-            print(f"generated {d}: {total / 1e6:.0f} MB in {time.monotonic() - t:.0f} s", flush=True)
-        runs = {"frexport": [args.python, "-m", "frexport", "analyze", str(d), "--format", "json"],
-                "unpickle only": [args.python, "-c", _PICKLE_ONLY, str(d)]}
-        if not args.skip_reference:
-            runs["reference"] = [args.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(d),
-                                 "--prefix", "nccl_trace_rank_"]
-        results = {}
-        for tool, cmd in runs.items():
-            r = results[tool] = measure(cmd, args.timeout)
-            state = f"not done after {args.timeout:.0f} s" if r["timed_out"] else f"rc {r['rc']}"
-            print(f"{size:>12} {tool:<14} {r['wall_s']:8.1f} s {r['peak_mb']:8.0f} MB  ({state})", flush=True)
-        verdict = ""
+    faults = [f.strip() for f in args.fault.split(",") if f.strip()]
+    for f in faults:
+        if f not in gen_dumps.FAULTS:
+            ap.error(f"unknown fault {f!r}; choose from {', '.join(gen_dumps.FAULTS)}")
+    sizes = []
+    for s in args.sizes.split(","):
         try:
-            doc = json.loads(results["frexport"]["stdout"])
-            first = doc["findings"][0] if doc["findings"] else None
-            named = first is not None and list(first["culprit_ranks"]) == [CULPRIT]
-            verdict = (f"{doc['verdict']}; first finding {first['kind']} culprit {first['culprit_ranks']}"
-                       f" ({'the injected culprit' if named else 'NOT the injected rank ' + str(CULPRIT)})"
-                       if first else doc["verdict"])
-        except (ValueError, KeyError, IndexError):
-            verdict = "frexport output unreadable: " + results["frexport"]["stderr"][-300:]
-        ref = results.get("reference")
-        ref_lines = ref["stderr"].count("\n") if ref else 0
-        rows.append((size, results, verdict, ref_lines))
+            r, e = (int(x) for x in s.lower().strip().split("x"))
+        except ValueError:
+            ap.error(f"bad size {s!r}: want RANKSxENTRIES, e.g. 1024x2000")
+        sizes.append((r, e))
+    out_root = Path(args.out)
+    out_root.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+
+    print(f"python: {args.python}; {os.cpu_count()} cores; timeout {args.timeout:.0f} s per run", flush=True)
+    rows = []
+    for ranks, entries in sizes:
+        for fault in faults:
+            d, meta = dump_dir(out_root, ranks, entries, fault, args)
+            size = f"{ranks}x{entries}"
+            runs: dict[str, list[str]] = {}
+            if not args.skip_frexport:
+                runs["frexport"] = [args.python, "-m", "frexport", "analyze", str(d), "--format", "json",
+                                    *args.frexport_args.split()]
+            if not args.skip_reference:
+                runs["reference"] = [args.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(d),
+                                     "--prefix", PREFIX]
+            if not args.skip_unpickle:
+                runs["unpickle"] = [args.python, "-c", _PICKLE_ONLY, str(d), PREFIX]
+            results = {}
+            for tool, cmd in runs.items():
+                r = results[tool] = measure(cmd, args.timeout, cwd=str(REPO), env=env)
+                err = "" if r["timed_out"] else _read(r["stderr_path"], 64 * 1024 * 1024)
+                r["crashed"] = "Traceback (most recent call last)" in err
+                r["aborted"] = tool == "reference" and "Too many mismatches for process_group" in err
+                state = f"not done after {args.timeout:.0f} s" if r["timed_out"] else f"rc {r['rc']}"
+                print(f"{size:>10} {fault:<13} {tool:<10} {r['wall_s']:8.1f} s  {r['peak_tree_mb']:8.0f} MB tree  "
+                      f"{r['ru_maxrss_mb']:8.0f} MB ru_maxrss  ({state})", flush=True)
+            verdicts = []
+            if "frexport" in results:
+                verdicts.append(frexport_verdict(results["frexport"], meta))
+            if "reference" in results:
+                verdicts.append(reference_verdict(results["reference"], meta))
+            if "unpickle" in results and results["unpickle"]["rc"] == 0:
+                verdicts.append("unpickle: " + _read(results["unpickle"]["stdout_path"]).strip())
+            for v in verdicts:
+                print(f"{'':>10} {v}", flush=True)
+            rows.append({"size": size, "fault": fault, "dir": str(d), "dump_mb": meta["bytes"] / 1e6,
+                         "culprit": meta.get("culprit"), "verdicts": verdicts,
+                         "results": {t: {k: v for k, v in r.items() if k not in ("tmp",)} for t, r in results.items()}})
+            for r in results.values():
+                shutil.rmtree(r["tmp"], ignore_errors=True)
+
     print()
-    print(f"{'size':>12} | {'frexport':>18} | {'reference':>24} | {'unpickle only':>18} | ratio (ref/frx)")
-    for size, results, verdict, ref_lines in rows:
-        f, u, ref = results["frexport"], results["unpickle only"], results.get("reference")
-        ref_text = "skipped" if ref is None else (
-            f"> {ref['wall_s']:.0f} s (killed)" if ref["timed_out"] else f"{ref['wall_s']:.1f} s {ref['peak_mb']:.0f} MB")
-        ratio = "" if ref is None or ref["timed_out"] else f"{ref['wall_s'] / f['wall_s']:.1f}x time, " \
-                                                        f"{ref['peak_mb'] / max(f['peak_mb'], 1):.1f}x memory"
-        print(f"{size:>12} | {f['wall_s']:6.1f} s {f['peak_mb']:6.0f} MB | {ref_text:>24} | "
-              f"{u['wall_s']:6.1f} s {u['peak_mb']:6.0f} MB | {ratio}")
-        print(f"{'':>12}   frexport: {verdict}")
-        if ref is not None:
-            print(f"{'':>12}   reference printed {ref_lines} lines of findings to stderr")
+    print(f"{'size':>10} | {'fault':<13} | {'tool':<10} | {'wall s':>8} | {'peak RSS MB (tree)':>18} | "
+          f"{'ru_maxrss MB':>12} | {'status':<20} | ratio reference/frexport")
+    print("-" * 120)
+    for row in rows:
+        res = row["results"]
+        frx, ref = res.get("frexport"), res.get("reference")
+        for tool, r in res.items():
+            status = f"not done after {args.timeout:.0f} s" if r["timed_out"] else f"rc {r['rc']}"
+            if r.get("crashed"):
+                status += ", crashed"
+            elif r.get("aborted"):
+                status += ", aborted"
+            wall = f">{r['wall_s']:.0f}" if r["timed_out"] else f"{r['wall_s']:.1f}"
+            ratio = ""
+            if tool == "reference" and frx and not frx["timed_out"] and frx["rc"] in (0, 1):
+                t = f"{'>' if r['timed_out'] else ''}{r['wall_s'] / max(frx['wall_s'], 1e-9):.1f}x time"
+                m = f"{r['peak_tree_mb'] / max(frx['peak_tree_mb'], 1e-9):.1f}x memory"
+                unfinished = r.get("crashed") or r.get("aborted") or (r["rc"] != 0 and not r["timed_out"])
+                ratio = f"{t}, {m}" + (" (reference did not finish its analysis)" if unfinished else "")
+            print(f"{row['size']:>10} | {row['fault']:<13} | {tool:<10} | {wall:>8} | {r['peak_tree_mb']:>18.0f} | "
+                  f"{r['ru_maxrss_mb']:>12.0f} | {status:<20} | {ratio}")
+        for v in row["verdicts"]:
+            print(f"{'':>10}   {v}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1))
     return 0
 
 
