@@ -99,6 +99,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     entries, skipped = _entries(entries_raw, keep_frames, previous)
     if carry:
         entries = (carry + entries)[-max_entries:]
+        if any(is_coalesced_marker(e.op) for e in entries[len(carry):]):
+            entries = tuple(complete_coalesced(entries))
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
 
@@ -264,7 +266,36 @@ def _entries(raw_entries: list | tuple, keep_frames: bool,
             append(_entry(raw, index, caches, keep_frames))
         except (_BadEntry, TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError):
             skipped += 1
+    # Entries reused from `previous` were not parsed here, so their names are not in the cache.
+    if any(is_coalesced_marker(op) for _, op, _, _ in caches.names.values()) or (
+            previous and any(is_coalesced_marker(e.op) for e in out)):
+        out = complete_coalesced(out)
     return tuple(out), skipped
+
+
+def is_coalesced_marker(op: str) -> bool:
+    """The entry that closes a coalesced group: `coalesced` (p2p batches) or `<OP>_coalesced`."""
+    return op == "coalesced" or op.endswith("_coalesced")
+
+
+def complete_coalesced(entries: list[Entry] | tuple[Entry, ...]) -> list[Entry]:
+    """Ops inside a coalesced group (batch_isend_irecv, *_coalesced) are recorded without their own
+    completion events: NCCL leaves them 'scheduled' and never retires them; only the group's closing
+    entry completes. Each op takes the completion of the closing entry that follows it in its
+    group (same process group, same p2p_seq_id for p2p, collective_seq_id otherwise)."""
+    out = list(entries)
+    closing: dict[tuple, Entry] = {}
+    for i in range(len(out) - 1, -1, -1):
+        e = out[i]
+        key = (e.pg_name, e.is_p2p, e.p2p_seq_id if e.is_p2p else e.collective_seq_id)
+        if is_coalesced_marker(e.op):
+            closing[key] = e
+        elif not e.finished:
+            end = closing.get(key)
+            if end is not None and end.finished:
+                out[i] = e._replace(state=end.state, retired=end.retired, time_started_ns=end.time_started_ns,
+                                    time_completed_ns=end.time_completed_ns)
+    return out
 
 
 def _int_field(e: dict, key: str, default: int | None) -> int | None:

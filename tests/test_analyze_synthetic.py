@@ -225,3 +225,31 @@ def test_verdict_does_not_depend_on_file_names_or_order(tmp_path, diagnose):
         results.add(json.dumps(out, sort_keys=True))
         shutil.rmtree(directory)
     assert len(results) == 1, "\n".join(results)
+
+
+def test_batched_p2p_completes_with_its_coalesced_entry(tmp_path, diagnose):
+    """batch_isend_irecv: NCCL leaves each send/recv 'scheduled', only nccl:coalesced completes."""
+    pp = {"5": ("pp", [0, 1])}
+    job = healthy_job(world=2)
+    for r, ops in ((0, ["send 0->1", "recv 0<-1"]), (1, ["recv 1<-0", "send 1->0"])):
+        for k, op in enumerate(ops):
+            job[r].append(entry(10 + k, 10, op=op, pg=("5", "pp"), pg_id=1, state="scheduled", retired=False,
+                                is_p2p=True, p2p_seq=7, duration_ms=None))
+        job[r].append(entry(12, 10, op="coalesced", pg=("5", "pp"), pg_id=1, is_p2p=True, p2p_seq=7, sizes=()))
+    d = diagnose(write(tmp_path, {r: dump(es, world=2, groups=pp) for r, es in job.items()}))
+    assert d.verdict == "healthy", [f.message for f in d.findings]
+
+
+def test_coalesced_members_take_the_closing_entrys_state():
+    import pickle as _p
+
+    from frexport.decode import decode_bytes
+
+    es = [entry(0, 1, op="send 0->1", pg=("5", "pp"), is_p2p=True, p2p_seq=3, state="scheduled", retired=False),
+          entry(1, 1, op="all_reduce"),
+          entry(2, 1, op="coalesced", pg=("5", "pp"), is_p2p=True, p2p_seq=3)]
+    d = decode_bytes(_p.dumps(dump(es, world=2), protocol=2), "c", rank=0)
+    assert d.entries[0].finished and d.entries[0].state == "completed" and d.entries[0].op == "send"
+    es[2] = entry(2, 1, op="coalesced", pg=("5", "pp"), is_p2p=True, p2p_seq=3, state="started")
+    d = decode_bytes(_p.dumps(dump(es, world=2), protocol=2), "c", rank=0)
+    assert not d.entries[0].finished  # the batch itself is still in flight

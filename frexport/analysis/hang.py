@@ -157,8 +157,11 @@ def _seen_long_after(t: RankTrace, created_ns: int, stuck_after_ns: int) -> bool
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stuck_after_ns: int) -> list[Root]:
     edges: dict[int, set[int]] = {}
-    first_edge: dict[int, Wait] = {}  # target rank -> the oldest op it was waited for in
-    for w in sorted(waits, key=lambda w: (w.created_ns, w.rank)):
+    # target rank -> the op that shows best that it is the one missing: the one where the fewest
+    # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
+    # miss everyone blocked behind it too), then the oldest
+    first_edge: dict[int, Wait] = {}
+    for w in sorted(waits, key=lambda w: (len(w.edges), w.created_ns, w.rank)):
         for m in w.edges:
             edges.setdefault(w.rank, set()).add(m)
             first_edge.setdefault(m, w)
