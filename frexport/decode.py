@@ -39,6 +39,13 @@ def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns
 
 def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                 keep_frames: bool = True, follow_symlinks: bool = True) -> RankDump:
+    raw, fmt, st = read_raw(path, max_bytes, follow_symlinks)
+    return normalize(raw, path, fmt, rank=rank, dumped_at_ns=st.st_mtime_ns, size_bytes=st.st_size,
+                     keep_frames=keep_frames)
+
+
+def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True) -> tuple:
+    """(plain data as decoded, "pickle" | "json", os.stat_result) of a dump file, before normalizing."""
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))  # O_NONBLOCK: a FIFO must not hang us
@@ -61,8 +68,7 @@ def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX
                 raw = load_plain(f, path)
         except OSError as exc:
             raise DecodeError(path, "unreadable", f"read failed: {exc.strerror or exc}") from None
-    return normalize(raw, path, fmt, rank=rank, dumped_at_ns=st.st_mtime_ns, size_bytes=st.st_size,
-                     keep_frames=keep_frames)
+    return raw, fmt, st
 
 
 def _json(data: bytes, source: str) -> object:

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from .analysis.findings import InputError
 from .analysis.rank_trace import RankTrace, build_rank_trace
-from .decode import DEFAULT_MAX_BYTES, decode_file
+from .analysis.fast_trace import trace_from_raw
+from .decode import DEFAULT_MAX_BYTES, read_raw
+from .normalize import normalize
 from .discover import Discovery, discover
 from .errors import DecodeError
 from .sandbox import Limits, SandboxPool
@@ -42,12 +44,15 @@ def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
     errors = []
     for path in task.paths:
         try:
-            dump = decode_file(path, task.rank, max_bytes=task.max_bytes, keep_frames=False,
-                               follow_symlinks=task.follow_symlinks)
+            raw, fmt, st = read_raw(path, task.max_bytes, task.follow_symlinks)
+            trace = trace_from_raw(raw, path, fmt, task.rank, st.st_mtime_ns, st.st_size)
+            if trace is None:  # not the common shape: the general path
+                trace = build_rank_trace(normalize(raw, path, fmt, rank=task.rank, dumped_at_ns=st.st_mtime_ns,
+                                                   size_bytes=st.st_size, keep_frames=False))
         except DecodeError as exc:
             errors.append(exc)
             continue
-        return build_rank_trace(dump), errors
+        return trace, errors
     return None, errors
 
 
