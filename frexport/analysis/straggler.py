@@ -18,8 +18,8 @@ from statistics import median
 from .membership import Group
 from .rank_trace import FINISHED, GroupTrace
 
-RECENT = 48  # collectives per group to judge from: stragglers matter now, and it bounds the cost
-CELLS = 8_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
+RECENT = 32  # collectives per group to judge from: stragglers matter now, and it bounds the cost
+CELLS = 4_000  # rows x members per group, so a 4096-rank default group costs as much as a small one
 
 
 @dataclass(frozen=True)
