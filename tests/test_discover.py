@@ -82,3 +82,14 @@ def test_symlinks_are_not_followed_by_default(tmp_path):
     found = discover([str(d)])
     assert sorted(found.by_rank) == [0] and "symbolic link" in dict(found.skipped)[str(d / "trace_1")]
     assert sorted(discover([str(d)], follow_symlinks=True).by_rank) == [0, 1]
+
+
+def test_odd_file_names(tmp_path):
+    prefix = "t\u00e4st (copy) ;rm -rf $HOME_"  # spaces, shell characters, non-ASCII: just bytes in a name
+    for r in range(3):
+        (tmp_path / f"{prefix}{r}").write_bytes(_dump_bytes())
+    (tmp_path / "trace_2\nx").write_bytes(_dump_bytes())  # a newline: no rank at the end, skipped
+    (tmp_path / f"{prefix}\u0665").write_bytes(_dump_bytes())  # an Arabic-Indic digit is rank 5
+    found = discover([str(tmp_path)])
+    assert sorted(found.by_rank) == [0, 1, 2, 5]
+    assert "no rank" in dict(found.skipped)[str(tmp_path / "trace_2\nx")]
