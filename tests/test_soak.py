@@ -11,7 +11,8 @@ from soak import soak  # noqa: E402
 def test_short_soak_is_flat():
     r = soak(ranks=8, seconds=45, poll=1.0, sample_every=1.5)
     print(r)
-    assert r["fd_slope_per_min"] < 1.0, r  # open files do not accumulate
+    # open files do not accumulate (each poll holds one socket per rank while in flight)
+    assert r["fds_peak_second_half"] <= r["fds_peak_first_half"] + 2, r
     assert r["rss_slope_mb_per_min"] < 10.0, r  # memory does not climb (flat is ~0; 45 s is noisy)
     assert r["rss_peak_mb"] < 300, r
     assert r["spans"].get("exported", 0) == 0 and r["spans"].get("failed", 0) > 0  # the collector is down...
