@@ -5,12 +5,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from frexport.analysis.findings import Diagnosis
 from frexport.decode import decode_bytes
 from frexport.evidence import Bundle, EvidenceWriter
 from frexport.sources.dump_dir import DumpDirSource

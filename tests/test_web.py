@@ -1,7 +1,6 @@
 """The sidecar's endpoints: /metrics, /healthz, /readyz; TLS and basic auth from a web-config file."""
 
 import base64
-import json
 import ssl
 import subprocess
 import urllib.error

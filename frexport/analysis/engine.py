@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..model import Frame
 from . import findings as F
 from .findings import Diagnosis, Finding, InputError
-from .hang import CYCLE, IDLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
+from .hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
 from .matching import Disagreement, match_group
 from .membership import Group, Membership, build_membership
 from .rank_trace import GroupTrace, RankTrace

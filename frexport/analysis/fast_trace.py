@@ -11,7 +11,6 @@ give identical traces.
 
 from __future__ import annotations
 
-from ..model import Frame
 from ..normalize import (
     MAX_ENTRIES,
     MAX_FRAMES,
@@ -25,22 +24,7 @@ from ..normalize import (
     normalize,
     parse_profiling_name,
 )
-from .rank_trace import (
-    _COMPLETION_BACKENDS,
-    COMPLETED,
-    FINISHED,
-    RETIRED,
-    STARTED,
-    TIMED_OUT,
-    GroupTrace,
-    P2POp,
-    RankTrace,
-    _intern,
-    _merge_flags,
-    _new_tuple,
-    _recent_p2p,
-    _sort_group,
-)
+from .rank_trace import _COMPLETION_BACKENDS, RankTrace, add_rows
 from .signature import OpSignature
 
 
@@ -73,12 +57,11 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
     if markers:
         _complete_coalesced(rows)
-    _columns(trace, rows, tracks)
+    add_rows(trace, rows, tracks)
     return trace
 
 
-# A row: (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (backend, op, src, dst), unused, created,
-#         duration_ms, signature, call_site, state, retired, started_ns or None, completed_ns or None)
+# Rows as rank_trace.add_rows takes them.
 def _rows(entries_raw: list) -> tuple[list, bool]:
     c = _Caches()
     rows = []
@@ -151,59 +134,3 @@ def _complete_coalesced(rows: list) -> None:
             end = closing.get(key)
             if end is not None and (end[12] == "completed" or end[13]):
                 rows[i] = r[:12] + (end[12], end[13], end[14], end[15])
-
-
-def _columns(trace: RankTrace, rows: list, tracks: bool) -> None:
-    """rank_trace.build_rank_trace's loop, on rows."""
-    sig_index: dict = {}
-    site_index: dict[Frame, int] = {}
-    groups = trace.groups
-    signatures, call_sites = trace.signatures, trace.call_sites
-    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), _, created, duration, sig,
-         call_site, state, retired, started, _completed) in rows:
-        if is_p2p and op == "coalesced":
-            continue
-        g = groups.get(pg_name)
-        if g is None:
-            g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        flags = 0
-        if state == "completed":
-            flags = COMPLETED | FINISHED
-        if state == "started" or started:
-            flags |= STARTED
-        if retired:
-            flags |= RETIRED
-            if not tracks:
-                flags |= FINISHED
-            elif not flags & COMPLETED:
-                flags |= TIMED_OUT
-        site = -1
-        if call_site is not None:
-            site = site_index.get(call_site, -1)
-            if site < 0:
-                site = site_index[call_site] = len(call_sites)
-                call_sites.append(call_site)
-        i = sig_index.get(sig)
-        if i is None:
-            i = _intern(sig, sig_index, signatures)
-        if is_p2p:
-            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, flags, created, site)))
-            continue
-        gseq = g.seq
-        if gseq and gseq[-1] == seq:
-            k = len(gseq) - 1
-            g.sig[k] = _intern(signatures[g.sig[k]] + sig, sig_index, signatures)
-            g.flags[k] = _merge_flags(g.flags[k], flags)
-            if g.site[k] < 0:
-                g.site[k] = site
-            continue
-        gseq.append(seq)
-        g.sig.append(i)
-        g.flags.append(flags)
-        g.created_ns.append(created)
-        g.duration_us.append(-1 if duration is None else int(duration * 1000))
-        g.site.append(site)
-    for g in groups.values():
-        if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
-            _sort_group(g)
-        g.p2p = _recent_p2p(g.p2p)

@@ -132,26 +132,38 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         tracks_completion=tracks, pg_config=dump.pg_config, pg_status=dump.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None),
     )
+    one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
+    rows = []
+    for e in entries:
+        # normalize interns shapes per dump, so identity stands for value here, and hashing ids is
+        # much cheaper than hashing nested tuples (CPython does not cache tuple hashes)
+        key = (e.op, id(e.input_sizes), id(e.output_sizes), id(e.input_dtypes), id(e.output_dtypes))
+        sig = one_sig.get(key)
+        if sig is None:
+            sig = one_sig[key] = (OpSignature(e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes),)
+        rows.append((e.pg_name, e.pg_desc, e.pg_id, e.is_p2p, e.collective_seq_id, e.p2p_seq_id,
+                     (e.backend, e.op, e.p2p_src, e.p2p_dst), None, e.time_created_ns, e.duration_ms, sig,
+                     e.call_site, e.state, e.retired, e.time_started_ns, e.time_completed_ns))
+    add_rows(trace, rows, tracks)
+    return trace
+
+
+# A row, one per entry: (pg_name, pg_desc, pg_id, is_p2p, collective_seq_id, p2p_seq_id,
+# (backend, op, p2p_src, p2p_dst), unused, time_created_ns, duration_ms, signature, call_site, state,
+# retired, time_started_ns or None, time_completed_ns or None). Both ways to a trace (from Entry
+# objects here, from raw dumps in fast_trace) end in this one loop.
+def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
     sig_index: dict[Signature, int] = {}
     site_index: dict[Frame, int] = {}
     groups = trace.groups
-    one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
     signatures, call_sites = trace.signatures, trace.call_sites
-    # Unpacking each entry once is much cheaper than a dozen attribute lookups (hot loop).
-    for (_rid, pg_id, pg_name, pg_desc, seq, p2p_seq, _op_id, is_p2p, _pname, _backend, op, p2p_src, p2p_dst,
-         in_sizes, out_sizes, in_dtypes, out_dtypes, state, retired, created, started, _completed, duration,
-         _timeout, _tid, _tname, _frames, call_site) in entries:
+    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), _, created, duration, sig,
+         call_site, state, retired, started, _completed) in rows:
         if is_p2p and op == "coalesced":
             continue  # the end marker of a p2p coalesced group; its members are recorded individually
         g = groups.get(pg_name)
         if g is None:
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        # normalize interns shapes per dump, so identity stands for value here, and hashing ids is
-        # much cheaper than hashing nested tuples (CPython does not cache tuple hashes)
-        key = (op, id(in_sizes), id(out_sizes), id(in_dtypes), id(out_dtypes))
-        sig = one_sig.get(key)
-        if sig is None:
-            sig = one_sig[key] = (OpSignature(op, in_sizes, out_sizes, in_dtypes, out_dtypes),)
         flags = 0
         if state == "completed":
             flags = COMPLETED | FINISHED
@@ -173,15 +185,15 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         if i is None:
             i = _intern(sig, sig_index, signatures)
         if is_p2p:
-            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, p2p_src, p2p_dst, i, flags, created, site)))
+            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, flags, created, site)))
             continue
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
-            i = len(gseq) - 1
-            g.sig[i] = _intern(signatures[g.sig[i]] + sig, sig_index, signatures)
-            g.flags[i] = _merge_flags(g.flags[i], flags)
-            if g.site[i] < 0:
-                g.site[i] = site
+            k = len(gseq) - 1
+            g.sig[k] = _intern(signatures[g.sig[k]] + sig, sig_index, signatures)
+            g.flags[k] = _merge_flags(g.flags[k], flags)
+            if g.site[k] < 0:
+                g.site[k] = site
             continue
         gseq.append(seq)
         g.sig.append(i)
@@ -193,7 +205,6 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
             _sort_group(g)
         g.p2p = _recent_p2p(g.p2p)
-    return trace
 
 
 def _recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
