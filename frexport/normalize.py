@@ -171,10 +171,11 @@ def _pg_config(raw: Any, notes: list[str]) -> tuple[ProcessGroupConfig, ...]:
 def _opt_int(v: Any) -> int | None:
     if type(v) is int:
         return v
-    if isinstance(v, str):
-        v = v.strip()
-        if v.lstrip("-").isdecimal() and len(v) <= 20:  # not isdigit(): it accepts '¹', which int() refuses
+    if isinstance(v, str) and len(v) <= 32:  # the bound keeps int() linear and within its digit limit
+        try:
             return int(v)
+        except ValueError:  # '--1', '¹', 'x': a hostile or corrupt value is simply absent
+            return None
     return None
 
 
@@ -437,6 +438,9 @@ def _sizes(raw: Any, c: _Caches) -> tuple[tuple[int, ...], ...]:
             return _EMPTY
         raise _BadEntry("sizes")
     if type(raw) is not list and type(raw) is not tuple:
+        raise _BadEntry("sizes")
+    # A shape must be a sequence itself: tuple() would also turn a set, a str or bytes into "dims".
+    if any(type(shape) is not list and type(shape) is not tuple for shape in raw):
         raise _BadEntry("sizes")
     if len(raw) > MAX_SIZE_ELEMENTS or sum(map(len, raw)) > MAX_SIZE_ELEMENTS:
         raise _BadEntry("sizes")

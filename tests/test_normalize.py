@@ -125,3 +125,13 @@ def test_unicode_digits_that_int_refuses():
     raw["version"] = "2.¹"
     d = decode_bytes(pickle.dumps(raw, protocol=2), "u")
     assert d.pg_status == () and d.version is None
+
+
+def test_counters_that_look_numeric_but_are_not():
+    # found by atheris after 500k inputs: '--1' passed a lstrip('-').isdecimal() check, int() refused it
+    raw = dump([entry(0, 1)], world=2, pg_status={"0": {"last_enqueued_collective": "--1",
+                                                         "last_started_collective": "1_0",
+                                                         "last_completed_collective": "9" * 5000}})
+    d = decode_bytes(pickle.dumps(raw, protocol=2), "u")
+    assert d.pg_status[0].last_enqueued is None and d.pg_status[0].last_completed is None
+    assert d.pg_status[0].last_started == 10  # int() reads '1_0' as 10: still a number, harmless
