@@ -91,6 +91,7 @@ class Log:
 @dataclass
 class Config:
     job_id: str | None = None
+    world_size: int | None = None
     max_ranks: int = 4096
     sources: Sources = field(default_factory=Sources)
     analysis: Analysis = field(default_factory=Analysis)
@@ -134,7 +135,7 @@ def load_config(path: str | None = None, env: dict[str, str] | None = None,
     return _build(Config, data, "")
 
 
-_ENV_TOP = {"FREXPORT_JOB_ID", "FREXPORT_MAX_RANKS"}
+_ENV_TOP = {"FREXPORT_JOB_ID", "FREXPORT_WORLD_SIZE", "FREXPORT_MAX_RANKS"}
 _BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 
 
@@ -272,6 +273,8 @@ def validate(cfg: Config) -> list[str]:
             Target.parse(url)
         except ValueError as exc:
             problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
+    if cfg.world_size is not None and cfg.world_size < 1:
+        problems.append("world_size: must be at least 1")
     if ws.poll_interval <= 0:
         problems.append("sources.worker_servers.poll_interval: must be positive")
     if ws.concurrency < 1:

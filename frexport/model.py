@@ -113,5 +113,13 @@ class RankDump:
         """True for backends that report start/completion (NCCL); gloo leaves every entry 'scheduled'."""
         return any(e.state != SCHEDULED or e.time_completed_ns for e in self.entries)
 
+    @property
+    def world_size(self) -> int | None:
+        """Ranks of the default process group, when pg_config lists them (gloo's does not)."""
+        for pg in self.pg_config:
+            if pg.ranks and (pg.desc == "default_pg" or pg.name == "0"):
+                return len(pg.ranks)
+        return None
+
     def with_rank(self, rank: int) -> "RankDump":
         return replace(self, rank=rank)

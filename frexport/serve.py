@@ -53,7 +53,8 @@ class Sidecar:
             from .traces import TraceExporter, make_exporter
 
             self.traces = TraceExporter(make_exporter(), self.cfg.job_id or "", self.cfg.traces.queue_size,
-                                        self.cfg.traces.checkpoint_file)
+                                        self.cfg.traces.checkpoint_file,
+                                        world_size=self.cfg.world_size)
             self.state.subscribe(self.traces.on_events)
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = FrexportCollector(self.state, self.health, self._extra_metrics)

@@ -34,6 +34,7 @@ class EntryEvent:
     entry: Entry
     outcome: str  # one of the FINISHED_* values
     observed_ns: int  # when the sidecar first saw it finished: the end time gloo cannot tell
+    world_size: int | None = None  # as the rank's snapshot says, when it does
 
 
 @dataclass
@@ -208,6 +209,7 @@ class LiveState:
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
                 rs.dropped += oldest - rs.max_record - 1
         pending, max_record = rs.pending, rs.max_record
+        world_size = dump.world_size
         for e in dump.entries:
             rid = e.record_id
             if rid <= max_record and rid not in pending:
@@ -215,7 +217,7 @@ class LiveState:
             changed.append(e)
             if e.finished:
                 pending.discard(rid)
-                events.append(self._finished(rs, e, now_ns))
+                events.append(self._finished(rs, e, now_ns, world_size))
             else:
                 pending.add(rid)
             if rid > max_record:
@@ -223,7 +225,7 @@ class LiveState:
         rs.max_record = max_record
         return events, changed
 
-    def _finished(self, rs: RankState, e: Entry, now_ns: int) -> EntryEvent:
+    def _finished(self, rs: RankState, e: Entry, now_ns: int, world_size: int | None) -> EntryEvent:
         if e.state == COMPLETED:
             outcome = FINISHED_COMPLETED
         elif e.retired and e.backend != "gloo" and e.state != COMPLETED:
@@ -237,7 +239,7 @@ class LiveState:
             if h is None:
                 h = self.durations[(e.pg_desc, e.op)] = Histogram()
             h.observe(seconds)
-        return EntryEvent(rs.rank, rs.epoch, e, outcome, now_ns)
+        return EntryEvent(rs.rank, rs.epoch, e, outcome, now_ns, world_size)
 
     @staticmethod
     def _progress(rs: RankState, changed: list[Entry], now_ns: int) -> None:

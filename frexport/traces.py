@@ -4,7 +4,8 @@ Model:
 - resource = one rank process: service.name (OTEL_SERVICE_NAME, else the job id, else
   "pytorch-training"), host.name, k8s.pod.name / k8s.namespace.name / k8s.node.name from the
   downward API (POD_NAME, POD_NAMESPACE, NODE_NAME), OTEL_RESOURCE_ATTRIBUTES, and
-  pytorch.distributed.rank / .job_id;
+  pytorch.distributed.rank / .job_id / .world_size (from the rank's pg_config, else the
+  world_size setting: gloo's dumps do not say);
 - one span per recorded entry per rank, named after the op ("all_reduce", "send"), from enqueue
   (time_created_ns) to completion: start + duration_ms (NCCL with timing), else the discovered
   completion time, else, for gloo, the moment the sidecar saw the entry retire (precision: one
@@ -100,6 +101,7 @@ class TraceExporter:
     queue_size: int = 20000
     checkpoint_file: str | None = None
     batch_size: int = 512
+    world_size: int | None = None  # when the dumps do not say
     exported: int = 0
     failed: int = 0
     dropped: int = 0
@@ -108,7 +110,8 @@ class TraceExporter:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _resources: dict[int, Resource] = field(default_factory=dict)
+    _resources: dict[tuple[int, int | None], Resource] = field(default_factory=dict)
+    _world_sizes: dict[int, int] = field(default_factory=dict)  # rank -> as its snapshots say
     _checkpoint: dict[int, _RankCheckpoint] = field(default_factory=dict)
     _stalled_sent: set = field(default_factory=set)
     _thread: threading.Thread | None = None
@@ -134,6 +137,8 @@ class TraceExporter:
         marks = _finding_index(findings)
         spans = []
         for ev in events:
+            if ev.world_size:
+                self._world_sizes[ev.rank] = ev.world_size
             if self._already_exported(ev):
                 continue
             spans.append(self._entry_span(ev, marks.get((ev.entry.pg_name, ev.entry.collective_seq_id, ev.rank))))
@@ -200,9 +205,12 @@ class TraceExporter:
     # --- spans ---------------------------------------------------------------------------------
 
     def _resource(self, rank: int) -> Resource:
-        r = self._resources.get(rank)
+        world_size = self._world_sizes.get(rank, self.world_size)
+        r = self._resources.get((rank, world_size))  # an elastic restart may change the world size
         if r is None:
             attrs = {NS + "rank": rank, "host.name": socket.gethostname()}
+            if world_size:
+                attrs[NS + "world_size"] = world_size
             for env, key in (("POD_NAME", "k8s.pod.name"), ("POD_NAMESPACE", "k8s.namespace.name"),
                              ("NODE_NAME", "k8s.node.name")):
                 if os.environ.get(env):
@@ -211,7 +219,7 @@ class TraceExporter:
                 attrs[NS + "job_id"] = self.job_id
             if not os.environ.get("OTEL_SERVICE_NAME"):
                 attrs["service.name"] = self.job_id or "pytorch-training"
-            r = self._resources[rank] = Resource.create(attrs)  # merges OTEL_RESOURCE_ATTRIBUTES
+            r = self._resources[(rank, world_size)] = Resource.create(attrs)  # merges OTEL_RESOURCE_ATTRIBUTES
         return r
 
     def _entry_span(self, ev: EntryEvent, finding: Finding | None) -> ReadableSpan:

@@ -272,6 +272,8 @@ def test_downward_api_env(rendered, variant):
     assert env["FREXPORT_JOB_ID"] == {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/job-name']"}}
     assert env["OTEL_RESOURCE_ATTRIBUTES"] == \
         "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.node.name=$(NODE_NAME)"
+    # gloo dumps do not say how many ranks the job has: the value tells the traces' resource
+    assert env.get("FREXPORT_WORLD_SIZE") == ("2" if variant == "otlp-on" else None)
     names = [e["name"] for e in sidecar["env"]]
     assert names.index("OTEL_RESOURCE_ATTRIBUTES") > max(names.index(n) for n in ("POD_NAME", "POD_NAMESPACE",
                                                                                    "NODE_NAME"))
@@ -418,6 +420,7 @@ def test_dashboards_found_in_the_folder(helm, tmp_path):
     ("example.nodes=0", "example.nodes"),
     ("sidecar.logFormat=xml", "sidecar.logFormat"),
     ("jobLabel=not a label", "jobLabel"),
+    ("worldSize=0", "worldSize"),
 ])
 def test_schema_rejects_bad_values(helm, setting, message):
     out = helm.run("lint", str(CHART), "--set", setting, check=False)

@@ -4,6 +4,7 @@ import pickle
 import socket
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from frexport.traces import TraceExporter, make_exporter
 
 from otlp_receiver import GrpcReceiver, HttpReceiver
 from synth import STEP_NS, T0, dump, entry
+
+REAL = Path(__file__).parent / "fixtures" / "real"
 
 
 def _snapshot(rank, lo, hi, at, stuck_at=None):
@@ -78,6 +81,7 @@ def test_one_span_per_entry_one_trace_per_collective(monkeypatch, tmp_path, rece
         assert s.end_ns > s.start_ns
         assert s.resource["pytorch.distributed.rank"] in (0, 1) and s.resource["k8s.pod.name"] == "train-0"
         assert s.resource["service.name"] == "job-7"
+        assert s.resource["pytorch.distributed.world_size"] == 2  # from the default group's pg_config
         exp.shutdown()
 
         # A restarted sidecar with the same checkpoint sends nothing twice, then only what is new.
@@ -118,6 +122,24 @@ def test_stalled_collective_is_visible_while_stuck(monkeypatch):
         assert len({s.trace_id for s in stalled}) == 1  # both in the stuck collective's trace
         assert len(spans) == 10 + 2
         exp.shutdown()
+
+
+def test_world_size_of_gloo_dumps_comes_from_the_setting(monkeypatch):
+    # Real gloo dumps (torch 2.13 worker server) leave pg_config empty: no world size in the data.
+    gloo = decode_bytes((REAL / "healthy" / "json" / "trace_0.json").read_bytes(), "w", rank=0)
+    assert gloo.world_size is None
+    with GrpcReceiver() as rx:
+        for setting, expected in ((4, 4), (None, None)):
+            rx.received.spans.clear()
+            state = LiveState()
+            exp = _exporter(monkeypatch, rx.endpoint, "grpc", world_size=setting)
+            state.subscribe(exp.on_events)
+            state.ingest(gloo, "s", T0)
+            exp.pump([])
+            assert exp.flush(10)
+            spans = _wait(rx.received, len(gloo.entries))
+            assert spans and {s.resource.get("pytorch.distributed.world_size") for s in spans} == {expected}
+            exp.shutdown()
 
 
 def test_unreachable_collector_is_bounded_and_counted(monkeypatch):

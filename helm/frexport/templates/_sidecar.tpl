@@ -85,6 +85,10 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
   valueFrom:
     fieldRef:
       fieldPath: metadata.labels['{{ $v.jobLabel }}']
+{{- with $v.worldSize }}
+- name: FREXPORT_WORLD_SIZE
+  value: {{ . | quote }}
+{{- end }}
 - name: OTEL_RESOURCE_ATTRIBUTES
   value: k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.node.name=$(NODE_NAME)
 {{- if not $v.pyspy.enabled }}
