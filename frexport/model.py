@@ -103,6 +103,7 @@ class RankDump:
     notes: tuple[str, ...] = ()
     dumped_at_ns: int | None = None  # when the snapshot was taken, if known (file mtime, poll time)
     size_bytes: int = 0
+    declared_world_size: int | None = None  # from beside the dump: frexport.agent's rank-<N>.json
 
     @property
     def has_frames(self) -> bool:
@@ -115,11 +116,12 @@ class RankDump:
 
     @property
     def world_size(self) -> int | None:
-        """Ranks of the default process group, when pg_config lists them (gloo's does not)."""
+        """Ranks of the default process group when pg_config lists them (gloo's does not), else
+        what the agent declared."""
         for pg in self.pg_config:
             if pg.ranks and (pg.desc == "default_pg" or pg.name == "0"):
                 return len(pg.ranks)
-        return None
+        return self.declared_world_size
 
     def with_rank(self, rank: int) -> "RankDump":
         return replace(self, rank=rank)

@@ -4,8 +4,8 @@ Model:
 - resource = one rank process: service.name (OTEL_SERVICE_NAME, else the job id, else
   "pytorch-training"), host.name, k8s.pod.name / k8s.namespace.name / k8s.node.name from the
   downward API (POD_NAME, POD_NAMESPACE, NODE_NAME), OTEL_RESOURCE_ATTRIBUTES, and
-  pytorch.distributed.rank / .job_id / .world_size (from the rank's pg_config, else the
-  world_size setting: gloo's dumps do not say);
+  pytorch.distributed.rank / .job_id / .world_size (the rank's pg_config, else what frexport.agent
+  declared, else the world_size setting: gloo's dumps do not say);
 - one span per recorded entry per rank, named after the op ("all_reduce", "send"), from enqueue
   (time_created_ns) to completion: start + duration_ms (NCCL with timing), else the discovered
   completion time, else, for gloo, the moment the sidecar saw the entry retire (precision: one

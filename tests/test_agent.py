@@ -6,7 +6,10 @@ import time
 import pytest
 
 from frexport.decode import decode_bytes, decode_file
+from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target, request
+from frexport.sources.worker_server import WorkerServerSource
+from frexport.state import LiveState
 
 from torchjob import JOBS, TorchJob
 
@@ -36,6 +39,13 @@ def test_zero_code_enablement(tmp_path):
             assert env_seen["TORCH_FR_BUFFER_SIZE"] == "2000"
             assert env_seen["TORCH_FR_DUMP_TEMP_FILE"] == str(shared / "dumps" / "trace_")
             assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env_seen  # deprecated names are left alone
+        # gloo's recorder does not say how many ranks the job has; the sidecar takes it from the agent
+        state = LiveState()
+        src = WorkerServerSource(state, HealthRegistry(), str(shared))
+        assert src.poll() == 2
+        src.close()
+        assert {r: (d.world_size, d.declared_world_size) for r, d in state.latest_dumps().items()} == {
+            0: (2, 2), 1: (2, 2)}
     assert "Fatal Python error" not in job.output()
 
 

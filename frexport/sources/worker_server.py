@@ -13,7 +13,7 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .. import logs
@@ -42,6 +42,7 @@ class _Backoff:
     failures: int = 0
     next_try: float = 0.0
     handler: str | None = None  # chosen JSON handler, re-chosen after a failure
+    agent_meta: tuple[int, int | None] = (0, None)  # (mtime_ns, world size) of the agent's rank-<N>.json
 
 
 @dataclass
@@ -126,6 +127,8 @@ class WorkerServerSource:
             self._failed(t, b, "internal", f"{type(exc).__name__}: {exc}", start, now_ns)
             return 0
         b.failures, b.next_try = 0, 0.0
+        if dump.world_size is None and t.target.unix_path:
+            dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
         taken = self.state.ingest(dump, t.name, now_ns)
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
         if self.on_snapshot is not None:
@@ -167,3 +170,20 @@ class WorkerServerSource:
         b.handler = None
         b.next_try = time.monotonic() + min(self.backoff_max_s, 0.5 * 2 ** min(b.failures, 16))
         self.health.record(t.name, False, time.monotonic() - start, now_ns, reason, detail)
+
+
+def _agent_world_size(socket_path: str, b: _Backoff) -> int | None:
+    """WORLD_SIZE from the metadata frexport.agent writes beside the socket (`rank-<N>.json`):
+    gloo's recorder does not say how many ranks the job has. Re-read only when it changes."""
+    path = socket_path[: -len(".sock")] + ".json" if socket_path.endswith(".sock") else socket_path + ".json"
+    try:
+        st = os.stat(path)
+        if st.st_mtime_ns == b.agent_meta[0]:
+            return b.agent_meta[1]
+        with open(path, "rb") as f:
+            meta = json.loads(f.read(65536))
+        ws = meta.get("world_size") if isinstance(meta, dict) else None
+        b.agent_meta = (st.st_mtime_ns, ws if type(ws) is int and 0 < ws <= 1 << 24 else None)
+    except (OSError, ValueError, RecursionError):  # no agent, or a file being replaced: no declared size this time
+        return None
+    return b.agent_meta[1]
