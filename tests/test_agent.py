@@ -63,7 +63,9 @@ def test_one_line_import(tmp_path):
     shared = tmp_path / "shared"
     env = {"FREXPORT_AGENT_DIR": str(shared), "STEPS": "3", "HOLD_S": "60", "MARK_DIR": str(tmp_path)}
     with TorchJob("train_imported.py", shared, nproc=2, env=env, launch=False) as job:  # no frexport-launch
-        job.wait_for(lambda: (shared / "rank-1.sock").exists(), what="the socket")
+        # the socket is up before the first collective; wait until rank 1 has done its steps
+        job.wait_for(lambda: (shared / "rank-1.sock").exists() and (tmp_path / "done_1").exists(),
+                     what="the socket and rank 1's steps")
         r = request(Target(unix_path=str(shared / "rank-1.sock")), "POST", "/handler/fr_trace_json")
         assert r.status == 200 and decode_bytes(r.body, "json", rank=1, only="json").entries
     assert script.read_text().startswith("import frexport.agent")
