@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -64,7 +66,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rate: float = 20.0) -> dict:
+def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rate: float = 20.0,
+         progress: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="frx-soak-"))
     sockets, dumps = tmp / "sockets", tmp / "dumps"
     sockets.mkdir()
@@ -99,6 +102,8 @@ def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rat
             t = time.monotonic() - start
             rss.append((t, rss_mb(proc.pid)))
             fds.append((t, float(len(os.listdir(f"/proc/{proc.pid}/fd")))))
+            if progress and int(t // 60) != int((t - sample_every) // 60):  # a cut-off run still leaves figures
+                print(f"  {t / 60:5.1f} min: RSS {rss[-1][1]:.0f} MB, {fds[-1][1]:.0f} fds", flush=True)
         from prometheus_client.parser import text_string_to_metric_families
 
         metrics = [s for fam in text_string_to_metric_families(_get(port, "/metrics")) for s in fam.samples]
@@ -107,6 +112,7 @@ def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rat
         proc.terminate()
         proc.wait(10)
         replay.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
     warm = [p for p in rss if p[0] >= seconds / 3]
     warm_fds = [p for p in fds if p[0] >= seconds / 3]
     errors = {s.labels.get("reason", s.name): s.value for s in metrics
@@ -134,7 +140,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--poll", type=float, default=1.0, help="poll and analysis interval, seconds")
     args = ap.parse_args()
-    r = soak(args.ranks, args.minutes * 60, args.poll)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed soak still stops its sidecar
+    r = soak(args.ranks, args.minutes * 60, args.poll, progress=True)
     print(f"soak: {r['ranks']} ranks for {r['seconds'] / 60:.1f} min: RSS {r['rss_start_mb']:.0f} -> "
           f"{r['rss_end_mb']:.0f} MB (peak {r['rss_peak_mb']:.0f}), slope after warm-up "
           f"{r['rss_slope_mb_per_min']:+.2f} MB/min; open fds {r['fds_end']:.0f}, slope "
