@@ -140,12 +140,12 @@ def _serve_replays(directory: str, ranks: int, rate: float) -> None:
 def bench_scrape() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from frexport.analysis.rank_trace import build_rank_trace
+    from frexport.model.rank_trace import build_rank_trace
     from frexport.analysis.engine import analyze
-    from frexport.decode import decode_bytes
-    from frexport.metrics import FrexportCollector
+    from frexport.decode.read import decode_bytes
+    from frexport.export.prometheus import FrexportCollector
     from frexport.sources.health import HealthRegistry
-    from frexport.state import LiveState
+    from frexport.live.state import LiveState
 
     state, health = LiveState(), HealthRegistry()
     now = time.time_ns()
@@ -215,7 +215,7 @@ def bench_poll(seconds: float, traces: bool) -> None:
 def bench_latency() -> None:
     from frexport.sources.dump_dir import DumpDirSource
     from frexport.sources.health import HealthRegistry
-    from frexport.state import LiveState
+    from frexport.live.state import LiveState
 
     from synth import dump, entry
 

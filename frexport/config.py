@@ -267,7 +267,7 @@ def validate(cfg: Config) -> list[str]:
         if not d.path:
             problems.append(f"sources.dump_dirs[{i}].path: required")
     for rank, url in ws.urls.items():
-        from .sources.http_client import Target
+        from frexport.sources.http_client import Target
 
         try:
             Target.parse(url)

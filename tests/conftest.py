@@ -6,7 +6,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from frexport.analysis.engine import Options, analyze  # noqa: E402
-from frexport.load import load  # noqa: E402
+from frexport.decode.load import load  # noqa: E402
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from frexport.decode import decode_bytes, decode_file
+from frexport.decode.read import decode_bytes, decode_file
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target, request
 from frexport.sources.worker_server import WorkerServerSource
-from frexport.state import LiveState
+from frexport.live.state import LiveState
 
 from torchjob import JOBS, TorchJob
 

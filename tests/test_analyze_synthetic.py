@@ -243,7 +243,7 @@ def test_batched_p2p_completes_with_its_coalesced_entry(tmp_path, diagnose):
 def test_coalesced_members_take_the_closing_entrys_state():
     import pickle as _p
 
-    from frexport.decode import decode_bytes
+    from frexport.decode.read import decode_bytes
 
     es = [entry(0, 1, op="send 0->1", pg=("5", "pp"), is_p2p=True, p2p_seq=3, state="scheduled", retired=False),
           entry(1, 1, op="all_reduce"),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from frexport.cli import main
+from frexport.cli.main import main
 from frexport.config import Config, ConfigError, load_config, validate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "frexport.example.yaml"

@@ -3,7 +3,7 @@
 import os
 import pickle
 
-from frexport.discover import default_locations, discover, parse_name
+from frexport.decode.discover import default_locations, discover, parse_name
 
 from synth import dump, entry
 

@@ -9,7 +9,7 @@ import pytest
 
 from frexport.sources.dump_dir import DumpDirSource
 from frexport.sources.health import HealthRegistry
-from frexport.state import LiveState
+from frexport.live.state import LiveState
 
 from synth import dump, entry
 
@@ -77,8 +77,8 @@ def test_rewrite_is_reread_and_unchanged_file_is_not(source, monkeypatch):
 
 def test_json_snapshots_replaced_atomically(source):
     src, state, d = source
-    from frexport.encode import to_json
-    from frexport.decode import decode_bytes
+    from frexport.export.encode import to_json
+    from frexport.decode.read import decode_bytes
 
     for n in (5, 8):
         body = to_json(decode_bytes(_bytes(n), "x", rank=2))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from frexport.analysis.fast_trace import trace_from_raw
-from frexport.analysis.rank_trace import build_rank_trace
-from frexport.normalize import normalize
-from frexport.safe_pickle import loads_plain
+from frexport.decode.fast_trace import trace_from_raw
+from frexport.model.rank_trace import build_rank_trace
+from frexport.decode.normalize import normalize
+from frexport.decode.safe_pickle import loads_plain
 
 from synth import dump, entry
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from frexport.decode import decode_bytes
-from frexport.evidence import Bundle, EvidenceWriter
+from frexport.decode.read import decode_bytes
+from frexport.export.evidence import Bundle, EvidenceWriter
 from frexport.sources.dump_dir import DumpDirSource
 from frexport.sources.health import HealthRegistry
 from frexport.sources.worker_server import WorkerServerSource
-from frexport.state import LiveState
+from frexport.live.state import LiveState
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_sidecar import ReplayRank  # noqa: E402

@@ -591,7 +591,7 @@ def test_rendered_pod_runs_a_real_torchrun_job(helm, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, env=base_env, timeout=60)
     assert (shared / "dumps").is_dir() and (shared / "dumps").stat().st_mode & 0o1777 == 0o1777
     launcher = agent / "bin" / "frexport-launch"
-    assert os.access(launcher, os.X_OK) and (agent / "frexport" / "agent.py").is_file()
+    assert os.access(launcher, os.X_OK) and (agent / "frexport" / "agent" / "__init__.py").is_file()
 
     # 2. The sidecar, as rendered (only the listen address moves to a free loopback port).
     sidecar, native = sidecar_of(spec)

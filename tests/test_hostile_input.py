@@ -8,10 +8,10 @@ import subprocess
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from frexport.decode import decode_bytes
-from frexport.errors import DecodeError
-from frexport.load import load
-from frexport.model import RankDump
+from frexport.decode.read import decode_bytes
+from frexport.decode.errors import DecodeError
+from frexport.decode.load import load
+from frexport.model.dump import RankDump
 
 REAL = open(os.path.join(os.path.dirname(__file__), "fixtures", "real", "healthy", "trace_0"), "rb").read()
 

@@ -16,7 +16,7 @@ import pytest
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
 from frexport.sources.worker_server import WorkerServerSource
-from frexport.state import LiveState
+from frexport.live.state import LiveState
 
 GOOD_BODY = json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}).encode()
 

@@ -5,12 +5,12 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from frexport.decode import decode_bytes
-from frexport.sources.json_tail import parse_tail
+from frexport.decode.read import decode_bytes
+from frexport.decode.json_tail import parse_tail
 from frexport.sources.health import HealthRegistry
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
 from frexport.sources.http_client import Target
-from frexport.state import LiveState
+from frexport.live.state import LiveState
 
 
 def _body(entries, compact: bool, desc: str = "default_pg") -> bytes:

@@ -5,9 +5,9 @@ import pickle
 
 import pytest
 
-from frexport.decode import decode_bytes
-from frexport.errors import DecodeError
-from frexport.normalize import parse_profiling_name, parse_ranks, parse_version
+from frexport.decode.read import decode_bytes
+from frexport.decode.errors import DecodeError
+from frexport.decode.normalize import parse_profiling_name, parse_ranks, parse_version
 
 from synth import dump, entry
 

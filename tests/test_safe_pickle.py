@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from frexport.decode import decode_bytes, decode_file
-from frexport.errors import DecodeError
-from frexport.load import load
+from frexport.decode.read import decode_bytes, decode_file
+from frexport.decode.errors import DecodeError
+from frexport.decode.load import load
 
 
 class _System:

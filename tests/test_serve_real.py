@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from frexport.load import load
+from frexport.decode.load import load
 from frexport.analysis.engine import analyze
 
 from sidecar import Sidecar

@@ -2,8 +2,8 @@
 
 import pickle
 
-from frexport.decode import decode_bytes
-from frexport.state import LiveState
+from frexport.decode.read import decode_bytes
+from frexport.live.state import LiveState
 
 from synth import T0, dump, entry
 

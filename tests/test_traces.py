@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from frexport.analysis.engine import Options, analyze
-from frexport.analysis.rank_trace import build_rank_trace
-from frexport.decode import decode_bytes
-from frexport.state import LiveState
-from frexport.traces import TraceExporter, make_exporter
+from frexport.model.rank_trace import build_rank_trace
+from frexport.decode.read import decode_bytes
+from frexport.live.state import LiveState
+from frexport.export.otlp import TraceExporter, make_exporter
 
 from otlp_receiver import GrpcReceiver, HttpReceiver
 from synth import STEP_NS, T0, dump, entry

@@ -10,8 +10,8 @@ import bcrypt
 import pytest
 
 from frexport.config import Config, ConfigError, DumpDir
-from frexport.serve import Sidecar
-from frexport.web_config import load_web_config
+from frexport.live.sidecar import Sidecar
+from frexport.web.web_config import load_web_config
 
 from synth import dump, healthy_job, write
 

@@ -18,15 +18,15 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-from ..model import Frame
-from . import findings as F
-from .findings import Diagnosis, Finding, InputError
-from .hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
-from .matching import Disagreement, match_group
-from .membership import Group, Membership, build_membership
-from .rank_trace import GroupTrace, RankTrace
-from .signature import Signature, canonical, describe, mismatch_kind, op_name
-from .straggler import find_stragglers
+from frexport.model.dump import Frame
+from frexport.analysis import findings as F
+from frexport.analysis.findings import Diagnosis, Finding, InputError
+from frexport.analysis.hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
+from frexport.analysis.matching import Disagreement, match_group
+from frexport.analysis.membership import Group, Membership, build_membership
+from frexport.model.rank_trace import GroupTrace, RankTrace
+from frexport.model.signature import Signature, canonical, describe, mismatch_kind, op_name
+from frexport.analysis.straggler import find_stragglers
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import Frame
-from .membership import Group, Membership
-from .rank_trace import FINISHED, TIMED_OUT, RankTrace
-from .signature import Signature
+from frexport.model.dump import Frame
+from frexport.analysis.membership import Group, Membership
+from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
+from frexport.model.signature import Signature
 
 IDLE = "idle"  # waits for nobody and is in no collective: stuck outside collectives, or gone
 NO_DUMP = "no_dump"

@@ -13,7 +13,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from .rank_trace import GroupTrace
+from frexport.model.rank_trace import GroupTrace
 
 
 @dataclass

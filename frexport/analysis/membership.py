@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .rank_trace import RankTrace
+from frexport.model.rank_trace import RankTrace
 
 DEFAULT_PG_DESC = "default_pg"
 

@@ -15,8 +15,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from statistics import median
 
-from .membership import Group
-from .rank_trace import FINISHED, GroupTrace
+from frexport.analysis.membership import Group
+from frexport.model.rank_trace import FINISHED, GroupTrace
 
 RECENT = 32  # collectives per group to judge from: stragglers matter now, and it bounds the cost
 CELLS = 4_000  # rows x members per group, so a 4096-rank default group costs as much as a small one

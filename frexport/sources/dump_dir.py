@@ -22,13 +22,13 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ..decode import DEFAULT_MAX_BYTES, decode_file, sniff_format
-from ..discover import parse_name
-from ..errors import DecodeError
-from ..model import RankDump
-from ..sandbox import Limits, SandboxPool
-from ..state import LiveState
-from .health import HealthRegistry
+from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file, sniff_format
+from frexport.decode.discover import parse_name
+from frexport.decode.errors import DecodeError
+from frexport.model.dump import RankDump
+from frexport.decode.sandbox import Limits, SandboxPool
+from frexport.live.state import LiveState
+from frexport.sources.health import HealthRegistry
 
 
 @dataclass

@@ -16,16 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .. import logs
-from ..decode import decode_bytes
-from ..discover import parse_name
-from ..errors import DecodeError
-from ..model import RankDump
-from ..normalize import normalize
-from ..state import LiveState
-from .health import HealthRegistry
-from .http_client import PeerError, Target, request
-from .json_tail import parse_tail
+from frexport import logs
+from frexport.decode.read import decode_bytes
+from frexport.decode.discover import parse_name
+from frexport.decode.errors import DecodeError
+from frexport.model.dump import RankDump
+from frexport.decode.normalize import normalize
+from frexport.live.state import LiveState
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import PeerError, Target, request
+from frexport.decode.json_tail import parse_tail
 
 JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
 

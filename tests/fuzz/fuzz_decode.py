@@ -18,9 +18,9 @@ import time
 import atheris
 
 with atheris.instrument_imports():
-    from frexport.decode import decode_bytes
-    from frexport.errors import DecodeError
-    from frexport.safe_pickle import loads_plain
+    from frexport.decode.read import decode_bytes
+    from frexport.decode.errors import DecodeError
+    from frexport.decode.safe_pickle import loads_plain
 
 MARKER = "/tmp/frexport-fuzz-pwned"
 LIMIT = int(os.environ.get("FREXPORT_FUZZ_AS_BYTES", str(1 << 30)))

@@ -235,7 +235,7 @@ volumeMounts:
                   "export PYTHONPATH={{ $v.agent.mountPath }}${PYTHONPATH:+:$PYTHONPATH}\n"
                   "py=${FREXPORT_PYTHON:-python3}\n"
                   "command -v \"$py\" >/dev/null 2>&1 || py=python\n"
-                  "exec \"$py\" -m frexport.launch \"$@\"\n")
+                  "exec \"$py\" -m frexport.agent.launch \"$@\"\n")
       os.chmod(launcher, 0o755)
       {{- end }}
   resources:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from .analysis.engine import format_ranks
-from .analysis.findings import HEALTHY, Diagnosis, Finding
+from frexport.analysis.engine import format_ranks
+from frexport.analysis.findings import HEALTHY, Diagnosis, Finding
 
 
 def render_json(d: Diagnosis) -> str:

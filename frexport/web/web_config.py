@@ -27,7 +27,7 @@ from typing import Callable
 
 import yaml
 
-from .config import ConfigError
+from frexport.config import ConfigError
 
 _CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_OPTIONAL,
                 "RequireAnyClientCert": ssl.CERT_REQUIRED, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,

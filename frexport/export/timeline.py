@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 
-from .analysis.findings import Diagnosis
-from .analysis.rank_trace import FINISHED, RankTrace
-from .analysis.signature import describe, op_name
+from frexport.analysis.findings import Diagnosis
+from frexport.model.rank_trace import FINISHED, RankTrace
+from frexport.model.signature import describe, op_name
 
 _MAX_UNKNOWN_US = 1_000_000
 

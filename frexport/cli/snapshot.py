@@ -6,12 +6,12 @@ import argparse
 import os
 import sys
 
-from .config import ConfigError
-from .serve_command import parse_urls
-from .sources.health import HealthRegistry
-from .sources.http_client import PeerError
-from .sources.worker_server import JSON_HANDLERS, WorkerServerSource
-from .state import LiveState
+from frexport.config import ConfigError
+from frexport.cli.serve import parse_urls
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import PeerError
+from frexport.sources.worker_server import JSON_HANDLERS, WorkerServerSource
+from frexport.live.state import LiveState
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

@@ -12,8 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..model import SCHEDULED, Frame, RankDump
-from .signature import OpSignature, Signature
+from frexport.model.dump import SCHEDULED, Frame, RankDump
+from frexport.model.signature import OpSignature, Signature
 
 _new_tuple = tuple.__new__
 

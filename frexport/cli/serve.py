@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import logs
-from .config import ConfigError, load_config, validate
-from .serve import Sidecar
+from frexport import logs
+from frexport.config import ConfigError, load_config, validate
+from frexport.live.sidecar import Sidecar
 
 
 def parse_urls(items: list[str]) -> dict[int, str]:
@@ -39,7 +39,7 @@ def run_serve(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides=overrides)
         problems = validate(cfg)
         if cfg.web.config_file:
-            from .web_config import load_web_config
+            from frexport.web.web_config import load_web_config
 
             load_web_config(cfg.web.config_file)
     except ConfigError as exc:

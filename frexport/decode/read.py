@@ -10,10 +10,10 @@ import json
 import os
 import stat
 
-from .errors import DecodeError
-from .model import RankDump
-from .normalize import MAX_ENTRIES, normalize
-from .safe_pickle import load_plain, loads_plain
+from frexport.decode.errors import DecodeError
+from frexport.model.dump import RankDump
+from frexport.decode.normalize import MAX_ENTRIES, normalize
+from frexport.decode.safe_pickle import load_plain, loads_plain
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 

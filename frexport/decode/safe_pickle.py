@@ -19,7 +19,7 @@ import pickle
 import pickletools
 from typing import Any, BinaryIO
 
-from .errors import DecodeError
+from frexport.decode.errors import DecodeError
 
 # Opcodes that build objects other than plain data, or fetch callables.
 _FORBIDDEN = frozenset(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
+from frexport import __version__
 
 
 def _rank_set(text: str) -> set[int]:
@@ -95,15 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "analyze":
-        from .analyze_command import run_analyze
+        from frexport.cli.analyze import run_analyze
 
         return run_analyze(args)
     if args.command == "serve":
-        from .serve_command import run_serve
+        from frexport.cli.serve import run_serve
 
         return run_serve(args)
     if args.command == "snapshot":
-        from .snapshot_command import run_snapshot
+        from frexport.cli.snapshot import run_snapshot
 
         return run_snapshot(args)
     return 2

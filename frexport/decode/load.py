@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .analysis.findings import InputError
-from .analysis.rank_trace import RankTrace, build_rank_trace
-from .analysis.fast_trace import trace_from_raw
-from .decode import DEFAULT_MAX_BYTES, read_raw
-from .normalize import normalize
-from .discover import Discovery, discover
-from .errors import DecodeError
-from .sandbox import Limits, SandboxPool
+from frexport.analysis.findings import InputError
+from frexport.model.rank_trace import RankTrace, build_rank_trace
+from frexport.decode.fast_trace import trace_from_raw
+from frexport.decode.read import DEFAULT_MAX_BYTES, read_raw
+from frexport.decode.normalize import normalize
+from frexport.decode.discover import Discovery, discover
+from frexport.decode.errors import DecodeError
+from frexport.decode.sandbox import Limits, SandboxPool
 
 
 @dataclass

@@ -7,13 +7,13 @@ import os
 import sys
 from dataclasses import replace
 
-from .analysis.engine import Options, analyze
-from .analysis.findings import Diagnosis
-from .decode import DEFAULT_MAX_BYTES, decode_file
-from .discover import default_locations
-from .errors import DecodeError
-from .load import load
-from .report import render_json, render_text
+from frexport.analysis.engine import Options, analyze
+from frexport.analysis.findings import Diagnosis
+from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
+from frexport.decode.discover import default_locations
+from frexport.decode.errors import DecodeError
+from frexport.decode.load import load
+from frexport.export.report import render_json, render_text
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -34,7 +34,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:
-        from .timeline import write_timeline
+        from frexport.export.timeline import write_timeline
 
         write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
     if args.format == "json":

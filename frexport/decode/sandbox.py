@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Callable, Generic, Sequence, TypeVar
 
-from .errors import DecodeError
+from frexport.decode.errors import DecodeError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .analysis.findings import Finding
-from .model import COMPLETED, Entry, RankDump
+from frexport.analysis.findings import Finding
+from frexport.model.dump import COMPLETED, Entry, RankDump
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,

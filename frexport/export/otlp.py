@@ -39,10 +39,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from . import __version__, logs
-from .analysis.findings import Finding
-from .model import Entry
-from .state import FINISHED_TIMED_OUT, EntryEvent
+from frexport import __version__, logs
+from frexport.analysis.findings import Finding
+from frexport.model.dump import Entry
+from frexport.live.state import FINISHED_TIMED_OUT, EntryEvent
 
 NS = "pytorch.distributed."
 _SCOPE = InstrumentationScope("frexport", __version__)

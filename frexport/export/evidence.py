@@ -18,9 +18,9 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from . import logs
-from .encode import to_pickle
-from .model import RankDump
+from frexport import logs
+from frexport.export.encode import to_pickle
+from frexport.model.dump import RankDump
 
 
 @dataclass

@@ -16,8 +16,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from .errors import DecodeError
-from .model import (
+from frexport.decode.errors import DecodeError
+from frexport.model.dump import (
     P2P_OPS,
     Entry,
     Frame,

@@ -16,10 +16,10 @@ from typing import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import __version__
-from .live_analysis import STALL_KINDS, STATUSES
-from .sources.health import HealthRegistry
-from .state import DURATION_BUCKETS, LiveState
+from frexport import __version__
+from frexport.live.diagnosis import STALL_KINDS, STATUSES
+from frexport.sources.health import HealthRegistry
+from frexport.live.state import DURATION_BUCKETS, LiveState
 
 
 class FrexportCollector(Collector):

@@ -11,7 +11,7 @@ give identical traces.
 
 from __future__ import annotations
 
-from ..normalize import (
+from frexport.decode.normalize import (
     MAX_ENTRIES,
     MAX_FRAMES,
     _BadEntry,
@@ -24,8 +24,8 @@ from ..normalize import (
     normalize,
     parse_profiling_name,
 )
-from .rank_trace import _COMPLETION_BACKENDS, RankTrace, add_rows
-from .signature import OpSignature
+from frexport.model.rank_trace import _COMPLETION_BACKENDS, RankTrace, add_rows
+from frexport.model.signature import OpSignature
 
 
 class _Unusual(Exception):

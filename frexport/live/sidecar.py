@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
-from . import logs
-from .config import Config
-from .evidence import Bundle, EvidenceWriter
-from .live_analysis import LiveAnalysis, LiveResult
-from .metrics import FrexportCollector
-from .report import render_text
-from .sources.dump_dir import DumpDirSource
-from .sources.health import HealthRegistry
-from .sources.http_client import PeerError
-from .sources.worker_server import WorkerServerSource
-from .state import LiveState
-from .web import WebServer
+from frexport import logs
+from frexport.config import Config
+from frexport.export.evidence import Bundle, EvidenceWriter
+from frexport.live.diagnosis import LiveAnalysis, LiveResult
+from frexport.export.prometheus import FrexportCollector
+from frexport.export.report import render_text
+from frexport.sources.dump_dir import DumpDirSource
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import PeerError
+from frexport.sources.worker_server import WorkerServerSource
+from frexport.live.state import LiveState
+from frexport.web.server import WebServer
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Sidecar:
         self.evidence = EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes) if ev.dir else None
         self.traces = None
         if self.cfg.traces.enabled:
-            from .traces import TraceExporter, make_exporter
+            from frexport.export.otlp import TraceExporter, make_exporter
 
             self.traces = TraceExporter(make_exporter(), self.cfg.job_id or "", self.cfg.traces.queue_size,
                                         self.cfg.traces.checkpoint_file,
@@ -67,7 +67,7 @@ class Sidecar:
     def start_web(self) -> WebServer:
         wrap = authorize = None
         if self.cfg.web.config_file:
-            from .web_config import load_web_config
+            from frexport.web.web_config import load_web_config
 
             wc = load_web_config(self.cfg.web.config_file)
             wrap, authorize = wc.wrap_socket, wc.authorize

@@ -2,7 +2,7 @@
 
 Enable it with one environment variable, FREXPORT_AGENT_DIR (a directory the sidecar shares):
 - `frexport-launch --dir /shared/frexport -- torchrun ... train.py` sets it and loads the agent in
-  every Python process through a sitecustomize hook (frexport/_bootstrap);
+  every Python process through a sitecustomize hook (frexport/agent/_bootstrap);
 - or add `import frexport.agent` at the top of the training script (it enables itself when the
   variable is set), or call `frexport.agent.enable("/shared/frexport")`.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 
-from .model import RankDump
+from frexport.model.dump import RankDump
 
 
 def to_pytorch_dict(dump: RankDump) -> dict:

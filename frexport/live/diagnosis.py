@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
-from .analysis import findings as F
-from .analysis.engine import Options, analyze
-from .analysis.findings import Diagnosis
-from .analysis.rank_trace import FINISHED, RankTrace, build_rank_trace
-from .config import Analysis
-from .model import RankDump
-from .state import LiveState
+from frexport.analysis import findings as F
+from frexport.analysis.engine import Options, analyze
+from frexport.analysis.findings import Diagnosis
+from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
+from frexport.config import Analysis
+from frexport.model.dump import RankDump
+from frexport.live.state import LiveState
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
