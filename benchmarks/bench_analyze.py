@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * 120)
     for row in rows:
         res = row["results"]
-        frx, ref = res.get("frexport"), res.get("reference")
+        frx = res.get("frexport")
         for tool, r in res.items():
             status = f"not done after {args.timeout:.0f} s" if r["timed_out"] else f"rc {r['rc']}"
             if r.get("crashed"):

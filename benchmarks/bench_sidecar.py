@@ -34,7 +34,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from tests.support.ports import free_port  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -140,12 +142,12 @@ def _serve_replays(directory: str, ranks: int, rate: float) -> None:
 def bench_scrape() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from frexport.model.rank_trace import build_rank_trace
     from frexport.analysis.engine import analyze
     from frexport.decode.read import decode_bytes
     from frexport.export.prometheus import FrexportCollector
-    from frexport.sources.health import HealthRegistry
     from frexport.live.state import LiveState
+    from frexport.model.rank_trace import build_rank_trace
+    from frexport.sources.health import HealthRegistry
 
     state, health = LiveState(), HealthRegistry()
     now = time.time_ns()
@@ -178,12 +180,12 @@ def bench_poll(seconds: float, traces: bool) -> None:
     env = dict(os.environ)
     receiver = None
     if traces:
-        from otlp_receiver import GrpcReceiver
+        from tests.support.otlp_receiver import GrpcReceiver
 
         receiver = GrpcReceiver().__enter__()
         env.update(FREXPORT_TRACES__ENABLED="true", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
                    OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_INSECURE="true")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--sockets-dir", str(tmp), "--listen",
                              f"127.0.0.1:{port}", "--poll-interval", "5s"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -213,11 +215,10 @@ def bench_poll(seconds: float, traces: bool) -> None:
 
 
 def bench_latency() -> None:
+    from frexport.live.state import LiveState
     from frexport.sources.dump_dir import DumpDirSource
     from frexport.sources.health import HealthRegistry
-    from frexport.live.state import LiveState
-
-    from synth import dump, entry
+    from tests.support.synth import dump, entry
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-lat-"))
     state = LiveState()
@@ -243,8 +244,7 @@ def bench_latency() -> None:
 
 def bench_agent(polls: int = 30) -> None:
     from frexport.sources.http_client import Target, request
-
-    from torchjob import TorchJob
+    from tests.support.torchjob import TorchJob
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-agent-"))
     shared = tmp / "shared"
@@ -271,12 +271,6 @@ def bench_agent(polls: int = 30) -> None:
             print(f"agent {handler}: trainer CPU {per_poll * 1000:.1f} ms per poll of a 2000-entry buffer "
                   f"({statistics.median(sizes) / 1024:.0f} KiB, client latency {statistics.median(lat) * 1000:.1f} ms)"
                   f" = {per_poll / 5 * 100:.3f} % of one core at a 5 s interval (target < 0.5 %)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> int:

@@ -28,9 +28,11 @@ from multiprocessing import Process
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE)]
+sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from bench_sidecar import _serve_replays, rss_mb  # noqa: E402
+
+from tests.support.ports import free_port  # noqa: E402
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -45,7 +47,7 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 
 def _rewrite_dumps(directory: Path, ranks: list[int], stop: threading.Event) -> None:
-    from synth import dump, entry
+    from tests.support.synth import dump, entry
 
     n = 0
     while not stop.is_set():
@@ -58,12 +60,6 @@ def _rewrite_dumps(directory: Path, ranks: list[int], stop: threading.Event) -> 
                 data = data[: len(data) // 3]  # now and then a dump cut short
             (directory / f"trace_{r}").write_bytes(data)
         stop.wait(1.0)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rate: float = 20.0,
@@ -84,7 +80,7 @@ def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rat
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead_collector = s.getsockname()[1]
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, FREXPORT_ANALYSIS__INTERVAL=f"{poll}s", FREXPORT_TRACES__ENABLED="true",
                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{dead_collector}",
                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_EXPORTER_OTLP_TIMEOUT="1")

@@ -250,7 +250,8 @@ def health() -> dict:
     lay.add(timeseries("Time to build a scrape", "frexport's own time to build /metrics",
                        [target(f"frexport_scrape_collector_duration_seconds{{{SEL}}}", "{{pod}}")], "s"), 8, 8)
     lay.add(timeseries("Evidence bundles", "Bundles written or failed (disk full, permissions)",
-                       [target(f"sum by (result) (increase(frexport_evidence_bundles_total{{{SEL}}}[$__rate_interval]))",
+                       [target("sum by (result) "
+                               f"(increase(frexport_evidence_bundles_total{{{SEL}}}[$__rate_interval]))",
                                "{{result}}")]), 8, 8)
     lay.add(timeseries("OTLP export",
                        "Spans exported, failed or dropped per second, and the export queue (only with traces on)",

@@ -188,7 +188,8 @@ def _value(tp: Any, v: Any, where: str, name: str) -> Any:
     if origin is dict:
         if not isinstance(v, dict):
             raise ConfigError(f"{where}: expected a mapping, got {v!r}")
-        return {_value(args[0], k, f"{where} key", name): _value(args[1], x, f"{where}.{k}", name) for k, x in v.items()}
+        return {_value(args[0], k, f"{where} key", name): _value(args[1], x, f"{where}.{k}", name)
+                for k, x in v.items()}
     if tp is bool:
         if isinstance(v, bool):
             return v

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/ruff check --quiet . || { echo "test: ruff found problems (see above)" >&2; exit 1; }
+HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-thorough} exec .venv/bin/python -m pytest -q "$@"

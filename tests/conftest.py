@@ -1,12 +1,28 @@
-import sys
+"""Shared fixtures. Tests under tests/e2e/ are marked `e2e` here: `pytest -m "not e2e"` runs the
+fast in-process unit tests only."""
+
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
-sys.path.insert(0, str(Path(__file__).parent))
+from frexport.analysis.engine import Options, analyze
+from frexport.decode.load import load
 
-from frexport.analysis.engine import Options, analyze  # noqa: E402
-from frexport.decode.load import load  # noqa: E402
+_E2E = Path(__file__).parent / "e2e"
+
+# Property tests: 100 examples while developing (`pytest -m "not e2e"` stays under a minute),
+# 300 in the full run that CI makes (scripts/test.sh sets HYPOTHESIS_PROFILE=thorough).
+settings.register_profile("default", max_examples=100)
+settings.register_profile("thorough", max_examples=300)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _E2E in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture

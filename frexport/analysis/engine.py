@@ -18,15 +18,15 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-from frexport.model.dump import Frame
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Diagnosis, Finding, InputError
 from frexport.analysis.hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group
 from frexport.analysis.membership import Group, Membership, build_membership
+from frexport.analysis.straggler import find_stragglers
+from frexport.model.dump import Frame
 from frexport.model.rank_trace import GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, mismatch_kind, op_name
-from frexport.analysis.straggler import find_stragglers
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
         by_sig: dict[int, list[int]] = {}
         for r, c in d.votes.items():
             by_sig.setdefault(c, []).append(r)
-        for c, ranks in sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[1])):
+        for _, ranks in sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[1])):
             sig, site, _ = ctx.entry(ranks[0], group, d.seq)
             details.append(f"ranks {format_ranks(ranks)}: {describe(sig)}" + (f" at {site_text(site)}" if site else ""))
         if ambiguous:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from frexport.model.dump import Frame
 from frexport.analysis.membership import Group, Membership
+from frexport.model.dump import Frame
 from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
 from frexport.model.signature import Signature
 

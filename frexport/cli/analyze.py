@@ -9,10 +9,10 @@ from dataclasses import replace
 
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import Diagnosis
-from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
 from frexport.decode.load import load
+from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.export.report import render_json, render_text
 
 

@@ -6,12 +6,12 @@ import argparse
 import os
 import sys
 
-from frexport.config import ConfigError
 from frexport.cli.serve import parse_urls
+from frexport.config import ConfigError
+from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
 from frexport.sources.worker_server import JSON_HANDLERS, WorkerServerSource
-from frexport.live.state import LiveState
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

@@ -152,7 +152,7 @@ def _choose(candidates: list[DumpFile], prefix: str | None, found: Discovery) ->
         families.setdefault(c.family, set()).add(c.rank)
     chosen = max(families, key=lambda f: (len(families[f]), f))
     found.family = chosen
-    for fam, ranks in sorted(families.items()):
+    for fam in sorted(families):
         if fam != chosen:
             found.notes.append(
                 f"skipped {sum(1 for c in candidates if c.family == fam)} files named like {fam!r} "

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from frexport.analysis.findings import InputError
-from frexport.model.rank_trace import RankTrace, build_rank_trace
-from frexport.decode.fast_trace import trace_from_raw
-from frexport.decode.read import DEFAULT_MAX_BYTES, read_raw
-from frexport.decode.normalize import normalize
 from frexport.decode.discover import Discovery, discover
 from frexport.decode.errors import DecodeError
+from frexport.decode.fast_trace import trace_from_raw
+from frexport.decode.normalize import normalize
+from frexport.decode.read import DEFAULT_MAX_BYTES, read_raw
 from frexport.decode.sandbox import Limits, SandboxPool
+from frexport.model.rank_trace import RankTrace, build_rank_trace
 
 
 @dataclass
@@ -57,14 +57,14 @@ def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
 
 
 def load(paths: list[str], prefix: str | None = None, workers: int | None = None,
-         max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits = Limits(), follow_symlinks: bool = False) -> Loaded:
+         max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits | None = None, follow_symlinks: bool = False) -> Loaded:
     found = discover(paths, prefix=prefix, follow_symlinks=follow_symlinks)
     tasks = [_Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks)
              for rank, files in found.by_rank.items()]
     traces: list[RankTrace] = []
     errors: list[InputError] = []
     notes: list[str] = []
-    for task, result in zip(tasks, SandboxPool(workers, limits).map(_load_rank, tasks)):
+    for task, result in zip(tasks, SandboxPool(workers, limits or Limits()).map(_load_rank, tasks)):
         if isinstance(result, DecodeError):
             errors.append(InputError(task.path, result.detail))
             continue

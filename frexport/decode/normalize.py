@@ -80,7 +80,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
             notes.append(f"unparseable version {version_text!r}: reading known fields")
             version_text = str(version_text)[:40] if version_text is not None else None
         elif version > KNOWN_VERSION:
-            notes.append(f"format version {version_text} is newer than {KNOWN_VERSION[0]}.{KNOWN_VERSION[1]}: reading known fields")
+            notes.append(f"format version {version_text} is newer than "
+                         f"{KNOWN_VERSION[0]}.{KNOWN_VERSION[1]}: reading known fields")
     else:
         version_text = None
 

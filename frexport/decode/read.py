@@ -11,9 +11,9 @@ import os
 import stat
 
 from frexport.decode.errors import DecodeError
-from frexport.model.dump import RankDump
 from frexport.decode.normalize import MAX_ENTRIES, normalize
 from frexport.decode.safe_pickle import load_plain, loads_plain
+from frexport.model.dump import RankDump
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 
@@ -56,7 +56,8 @@ def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: boo
         if not stat.S_ISREG(st.st_mode):
             raise DecodeError(path, "not_a_file", "not a regular file")
         if st.st_size == 0:
-            raise DecodeError(path, "empty", "empty file (0 bytes): the dump was never written or is still being written")
+            raise DecodeError(path, "empty",
+                              "empty file (0 bytes): the dump was never written or is still being written")
         if st.st_size > max_bytes:
             raise DecodeError(path, "too_large", f"{st.st_size} bytes is over the {max_bytes}-byte limit")
         try:

@@ -69,7 +69,8 @@ def _explain(exc: Exception, source: str, stream: BinaryIO, data: bytes | None) 
         return DecodeError(source, "not_a_dump", "not a Flight Recorder dump: neither JSON nor a pickle")
     if forbidden is not None:
         name, pos = forbidden
-        return DecodeError(source, "forbidden_opcode", f"refused pickle opcode {name} at byte {pos}: only plain data is accepted")
+        return DecodeError(source, "forbidden_opcode",
+                           f"refused pickle opcode {name} at byte {pos}: only plain data is accepted")
     if isinstance(exc, EOFError) or "truncated" in str(exc) or "ran out of input" in str(exc).lower():
         return DecodeError(source, "truncated", f"pickle is truncated ({len(data)} bytes)")
     return DecodeError(source, "corrupt", f"not a readable pickle: {type(exc).__name__}: {_short(exc)}")

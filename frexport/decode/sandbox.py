@@ -67,7 +67,8 @@ def _worker_main(conn: Connection, fn: Callable, memory_bytes: int) -> None:
             except DecodeError as exc:
                 results.append(exc)
             except MemoryError:
-                results.append(DecodeError(_describe(item), "too_large", "needs more memory than the decode limit allows"))
+                results.append(DecodeError(_describe(item), "too_large",
+                                           "needs more memory than the decode limit allows"))
             except Exception as exc:  # a bug must not take the pool down; report it per item
                 results.append(DecodeError(_describe(item), "internal", f"{type(exc).__name__}: {exc}"))
         try:

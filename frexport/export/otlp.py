@@ -41,8 +41,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from frexport import __version__, logs
 from frexport.analysis.findings import Finding
-from frexport.model.dump import Entry
 from frexport.live.state import FINISHED_TIMED_OUT, EntryEvent
+from frexport.model.dump import Entry
 
 NS = "pytorch.distributed."
 _SCOPE = InstrumentationScope("frexport", __version__)

@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 
 from frexport import __version__
 from frexport.live.diagnosis import STALL_KINDS, STATUSES
-from frexport.sources.health import HealthRegistry
 from frexport.live.state import DURATION_BUCKETS, LiveState
+from frexport.sources.health import HealthRegistry
 
 
 class FrexportCollector(Collector):
@@ -35,7 +35,8 @@ class FrexportCollector(Collector):
         now = time.time()
         pg_labels = ["rank", "pg", "pg_desc"]
         enq = GaugeMetricFamily("frexport_pg_last_enqueued_collective",
-                                "collective_seq_id of the newest collective the rank enqueued in the group", labels=pg_labels)
+                                "collective_seq_id of the newest collective the rank enqueued in the group",
+                                labels=pg_labels)
         sta = GaugeMetricFamily("frexport_pg_last_started_collective",
                                 "collective_seq_id of the newest collective that started (NCCL with timing only)",
                                 labels=pg_labels)

@@ -25,10 +25,10 @@ from statistics import median
 from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import Diagnosis
-from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
 from frexport.config import Analysis
-from frexport.model.dump import RankDump
 from frexport.live.state import LiveState
+from frexport.model.dump import RankDump
+from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)

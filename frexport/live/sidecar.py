@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry
 from frexport import logs
 from frexport.config import Config
 from frexport.export.evidence import Bundle, EvidenceWriter
-from frexport.live.diagnosis import LiveAnalysis, LiveResult
 from frexport.export.prometheus import FrexportCollector
 from frexport.export.report import render_text
+from frexport.live.diagnosis import LiveAnalysis, LiveResult
+from frexport.live.state import LiveState
 from frexport.sources.dump_dir import DumpDirSource
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
 from frexport.sources.worker_server import WorkerServerSource
-from frexport.live.state import LiveState
 from frexport.web.server import WebServer
 
 

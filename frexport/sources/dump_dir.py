@@ -22,12 +22,12 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file, sniff_format
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
-from frexport.model.dump import RankDump
+from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
 from frexport.live.state import LiveState
+from frexport.model.dump import RankDump
 from frexport.sources.health import HealthRegistry
 
 
@@ -187,7 +187,7 @@ class DumpDirSource:
             # Not yet there is normal (PyTorch creates it with the first dump): watched, not down.
             self.health.record(self.name, True, 0.0, time.time_ns())
             return
-        for dirpath, dirnames, filenames in os.walk(self.path, followlinks=self.follow_symlinks):
+        for dirpath, _, filenames in os.walk(self.path, followlinks=self.follow_symlinks):
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 key = _stat_key(path, self.follow_symlinks)

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from frexport import logs
-from frexport.decode.read import decode_bytes
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
-from frexport.model.dump import RankDump
+from frexport.decode.json_tail import parse_tail
 from frexport.decode.normalize import normalize
+from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
+from frexport.model.dump import RankDump
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
-from frexport.decode.json_tail import parse_tail
 
 JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
 
@@ -143,7 +143,8 @@ class WorkerServerSource:
             tail = parse_tail(body, since)
             anchor = next((e for e in last.entries if e.record_id == since), None)
             if tail is not None and anchor is not None and tail.entries[0].get("time_created_ns") == \
-                    anchor.time_created_ns and (tail.first_record is None or tail.first_record >= last.entries[0].record_id):
+                    anchor.time_created_ns and (tail.first_record is None
+                                                or tail.first_record >= last.entries[0].record_id):
                 # the same process, further along: keep its older entries, decode the rest
                 first = tail.first_record if tail.first_record is not None else since
                 carry = tuple(e for e in last.entries if first <= e.record_id < since)

@@ -18,8 +18,8 @@ import time
 import atheris
 
 with atheris.instrument_imports():
-    from frexport.decode.read import decode_bytes
     from frexport.decode.errors import DecodeError
+    from frexport.decode.read import decode_bytes
     from frexport.decode.safe_pickle import loads_plain
 
 MARKER = "/tmp/frexport-fuzz-pwned"

@@ -27,9 +27,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from frexport.sources.http_client import PeerError, Target, request  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "tests"))
-from proctree import kill_tree  # noqa: E402
+from tests.support.proctree import kill_tree  # noqa: E402
 
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
              "slow_rank", "collective_type_mismatch"]

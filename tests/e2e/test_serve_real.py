@@ -1,0 +1,101 @@
+"""`frexport serve` polling a real 4-rank torch 2.13 gloo job that runs with frexport.agent."""
+
+import time
+
+import pytest
+
+from frexport.analysis.engine import analyze
+from frexport.decode.load import load
+from tests.support.sidecar import Sidecar
+from tests.support.torchjob import TorchJob, wait_until
+
+POLL_S, STALL_S = 1.0, 3.0
+
+
+def _serve(tmp_path, shared):
+    return Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence"),
+                   "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                   env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log")
+
+
+def _bundles(tmp_path, reason=None):
+    d = tmp_path / "evidence"
+    if not d.exists():
+        return []
+    return sorted(p for p in d.iterdir() if not p.name.startswith(".") and (reason is None or reason in p.name))
+
+
+@pytest.mark.torchjob
+def test_healthy_job_is_never_stalled(tmp_path):
+    shared = tmp_path / "shared"
+    with TorchJob("train.py", shared, env={"STEPS": "60", "STEP_S": "0.1", "MARK_DIR": str(tmp_path)}) as job, \
+            _serve(tmp_path, shared) as sc:
+        seen = set()
+        while job.proc.poll() is None:
+            seen.update(sc.statuses().values())
+            time.sleep(0.3)
+        assert job.proc.returncode == 0, job.output()
+        assert seen <= {"ok"}, seen
+        assert sc.value("frexport_collectives_total", pg_desc="default_pg", op="all_reduce", state="retired") >= 60
+        assert _bundles(tmp_path) == []  # a clean exit is no incident
+        assert sc.stop() < 5.0  # SIGTERM: flushed and gone within 5 s
+
+
+@pytest.mark.torchjob
+def test_stuck_rank_is_named_with_its_stack_in_the_evidence(tmp_path):
+    shared = tmp_path / "shared"
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "15", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, env=env) as job, _serve(tmp_path, shared) as sc:
+        job.wait_for(lambda: (tmp_path / "stuck").exists(), what="rank 2 to get stuck")
+        stuck_at = float((tmp_path / "stuck").read_text())
+        deadline = stuck_at + STALL_S + 2 * POLL_S + 1.0  # + the analysis interval and scrape slack
+        while time.time() < deadline + 10 and sc.statuses().get(2) != "stalled":
+            time.sleep(0.1)
+        detected = time.time()
+        statuses = sc.statuses()
+        assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, statuses
+        assert detected <= deadline, f"stall named {detected - stuck_at:.1f} s after it began"
+        assert sc.value("frexport_rank_stall_seconds", rank=2, pg="0", op="all_reduce", kind="missing_rank") > 0
+        job.wait_for(lambda: _bundles(tmp_path, "missing_rank"), timeout=20, what="an evidence bundle")
+        bundle = _bundles(tmp_path, "missing_rank")[0]
+        stack = (bundle / "stacks" / "rank_2.traceback.txt").read_text()
+        assert "in load_batch" in stack and "train.py" in stack  # the line rank 2 sleeps on
+        assert "missing_rank" in (bundle / "report.txt").read_text()
+        assert {p.name for p in bundle.glob("trace_*")} == {f"trace_{r}" for r in range(4)}
+        # The bundle is a dump directory: frexport analyze reads it, with call sites from the frames.
+        loaded = load([str(bundle)], workers=1)
+        f = analyze(loaded.traces).findings[0]
+        assert f.kind == "missing_rank" and f.culprit_ranks == (2,) and f.call_site.endswith("train_step")
+
+
+@pytest.mark.torchjob
+def test_slow_rank_is_straggling_not_stalled(tmp_path):
+    shared = tmp_path / "shared"
+    env = {"STEPS": "40", "STEP_S": "0.0", "SLOW_RANK": "1", "SLOW_S": "0.3", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, env=env) as job, _serve(tmp_path, shared) as sc:
+        seen = {}
+        while job.proc.poll() is None:
+            for rank, status in sc.statuses().items():
+                seen.setdefault(rank, set()).add(status)
+            time.sleep(0.3)
+        assert job.proc.returncode == 0, job.output()
+        assert "straggling" in seen.get(1, set()), seen
+        assert not any(s & {"stalled", "blocked", "desynced"} for s in seen.values()), seen
+        assert all(s <= {"ok"} for r, s in seen.items() if r != 1), seen
+
+
+@pytest.mark.torchjob
+def test_killed_job_leaves_its_last_snapshots(tmp_path):
+    shared = tmp_path / "shared"
+    env = {"STEPS": "1000", "STEP_S": "0.05", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, env=env) as job, _serve(tmp_path, shared) as sc:
+        job.wait_for(lambda: sc.value("frexport_source_up", source="socket:rank-3") == 1.0, what="polling")
+        time.sleep(2 * POLL_S)
+        job.kill()  # SIGKILL: sockets stay behind, nobody answers
+        wait_until(lambda: _bundles(tmp_path, "ranks-down"), timeout=20, what="a bundle after the kill")
+        bundle = _bundles(tmp_path, "ranks-down")[0]
+        assert {p.name for p in bundle.glob("trace_*")} == {f"trace_{r}" for r in range(4)}
+        loaded = load([str(bundle)], workers=1)
+        assert sorted(t.rank for t in loaded.traces) == [0, 1, 2, 3] and loaded.errors == []
+        assert all(t.n_entries > 5 for t in loaded.traces)
+        assert sc.value("frexport_source_up", source="socket:rank-0") == 0.0

@@ -1,0 +1,69 @@
+"""Run `frexport serve` as a subprocess for tests, and read its /metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.ports import free_port
+
+
+class Sidecar:
+    def __init__(self, *args: str, env: dict | None = None, log: Path | None = None) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{self.port}", *args]
+        self.log = log
+        out = open(log, "wb") if log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.get("/healthz")
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("frexport serve did not start")
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return r.read().decode()
+
+    def samples(self) -> list:
+        out = []
+        for fam in text_string_to_metric_families(self.get("/metrics")):
+            out.extend(fam.samples)
+        return out
+
+    def value(self, name: str, **labels) -> float | None:
+        for s in self.samples():
+            if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items()):
+                return s.value
+        return None
+
+    def statuses(self) -> dict[int, str]:
+        return {int(s.labels["rank"]): s.labels["status"] for s in self.samples()
+                if s.name == "frexport_rank_status" and s.value == 1.0}
+
+    def stop(self, timeout: float = 10.0) -> float:
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout)
+        return time.monotonic() - start
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log else ""
+
+    def __enter__(self) -> "Sidecar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -1,0 +1,77 @@
+"""Run real torch gloo jobs for tests: torchrun under frexport-launch, always cleaned up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import paths
+from tests.support.proctree import kill_tree
+
+BIN = Path(sys.executable).parent
+JOBS = paths.JOBS
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.fail("torch is not installed: run scripts/setup.sh (pip install torch==2.13.0)")
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class TorchJob:
+    """`frexport-launch --dir DIR -- torchrun --standalone --nproc-per-node N script args...`"""
+
+    def __init__(self, script: str, shared: Path, nproc: int = 4, args: tuple = (), env: dict | None = None,
+                 launch: bool = True) -> None:
+        require_torch()
+        self.shared = shared
+        self.nproc = nproc
+        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", str(JOBS / script), *args]
+        if launch:
+            cmd = [str(BIN / "frexport-launch"), "--dir", str(shared), "--"] + cmd
+        full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+        self.log = shared.parent / f"{script}.log"
+        self.proc = subprocess.Popen(cmd, env=full_env, start_new_session=True, stdout=open(self.log, "wb"),
+                                     stderr=subprocess.STDOUT)
+
+    def wait_for(self, predicate, timeout: float = 60.0, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None and not predicate():
+                raise AssertionError(f"job exited ({self.proc.returncode}) before {what}:\n{self.output()}")
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
+
+    def sockets_ready(self) -> bool:
+        return all((self.shared / f"rank-{r}.sock").exists() for r in range(self.nproc))
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL torchrun and every worker at once, like an OOM kill of the whole job."""
+        kill_tree(self.proc.pid)
+        self.proc.wait(30)
+
+    def __enter__(self) -> "TorchJob":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()

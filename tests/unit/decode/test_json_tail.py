@@ -1,0 +1,87 @@
+"""Polling parses only the new tail of a body; it must always end in the same state as a full parse."""
+
+import json
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frexport.decode.json_tail import parse_tail
+from frexport.decode.read import decode_bytes
+from frexport.live.state import LiveState
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import Target
+from frexport.sources.worker_server import RankTarget, WorkerServerSource
+
+
+def _body(entries, compact: bool, desc: str = "default_pg") -> bytes:
+    doc = {"comm_lib_version": "", "entries": entries, "nccl_comm_state": {},
+           "pg_config": {"0": {"desc": desc, "name": "0", "ranks": "[0, 1]"}},
+           "pg_status": {"0": {"last_completed_collective": "1", "last_enqueued_collective": "1",
+                               "last_started_collective": "-1"}}, "version": "2.10"}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":") if compact else (", ", ": ")).encode()
+
+
+def _entry(rid, created, done=True, name="nccl:all_reduce"):
+    return {"collective_seq_id": rid + 1, "input_dtypes": ["Float"], "input_sizes": [[4]], "is_p2p": False,
+            "op_id": rid, "output_dtypes": ["Float"], "output_sizes": [[4]], "p2p_seq_id": 0, "pg_id": 0,
+            "process_group": ["0", "default_pg"], "profiling_name": name, "record_id": rid, "retired": done,
+            "state": "completed" if done else "started", "thread_id": "1", "thread_name": "t{]}",
+            "time_created_ns": created, "time_discovered_completed_ns": created + 5 if done else 0,
+            "time_discovered_started_ns": created + 1, "timeout_ms": 1000}
+
+
+def test_tail_from_a_record():
+    es = [_entry(i, 1000 + i) for i in range(10)]
+    for compact in (True, False):
+        tail = parse_tail(_body(es, compact), 7)
+        assert [e["record_id"] for e in tail.entries] == [7, 8, 9] and tail.first_record == 0
+        assert tail.meta["version"] == "2.10" and tail.meta["entries"] == []
+    assert parse_tail(_body(es, True), 42) is None  # not there: the caller parses it all
+    assert parse_tail(b'{"version": "2.10"}', 0) is None
+    assert parse_tail(b"\xff\xfe", 0) is None
+
+
+class _Fake(WorkerServerSource):
+    """The real decode path, fed bodies directly (no socket needed for this property)."""
+
+    def feed(self, rank, body, now):
+        dump = self._decode(RankTarget(rank, Target(unix_path="/x"), "x"), body, now)
+        self.state.ingest(dump, "x", now)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_incremental_state_equals_full_parse(data):
+    rng = random.Random(data.draw(st.integers(0, 10**6)))
+    capacity = data.draw(st.integers(3, 40))
+    compact = data.draw(st.booleans())
+    desc = data.draw(st.sampled_from(["default_pg", 'odd "]},{"record_id":5', "x{"]))
+    inc, full = LiveState(), LiveState()
+    src = _Fake(inc, HealthRegistry())
+    events_inc, events_full = [], []
+    inc.subscribe(events_inc.extend)
+    full.subscribe(events_full.extend)
+    records, next_id, clock = [], 0, 10**9
+    for step in range(data.draw(st.integers(1, 25))):
+        if rng.random() < 0.08:  # the rank restarts: record ids begin again
+            records, next_id = [], 0
+        for _ in range(rng.randint(0, 12)):
+            clock += 1000
+            records.append(_entry(next_id, clock, done=False, name=rng.choice(["nccl:all_reduce", "nccl:send 0->1"])))
+            next_id += 1
+        for e in records:  # some unfinished entries finish, in any order
+            if not e["retired"] and rng.random() < 0.6:
+                e.update(_entry(e["record_id"], e["time_created_ns"], done=True, name=e["profiling_name"]))
+        records = records[-capacity:]
+        body = _body(records, compact, desc)
+        now = clock + step
+        src.feed(0, body, now)
+        full.ingest(decode_bytes(body, "x", rank=0, dumped_at_ns=now), "x", now)
+        a, b = inc.view().ranks[0], full.view().ranks[0]
+        assert [e._replace() for e in a.dump.entries] == list(b.dump.entries)
+        assert (a.epoch, a.dropped, a.max_record) == (b.epoch, b.dropped, b.max_record)
+        assert a.groups == b.groups
+    assert [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_inc] == \
+           [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_full]
+    assert inc.view().collectives == full.view().collectives

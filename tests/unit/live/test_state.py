@@ -1,0 +1,71 @@
+"""Live state: entries counted once across overlapping polls, wraps counted, restarts start a new epoch."""
+
+import pickle
+
+from frexport.decode.read import decode_bytes
+from frexport.live.state import LiveState
+from tests.support.synth import T0, dump, entry
+
+
+def _snap(entries, rank=0, at=T0, **kw):
+    return decode_bytes(pickle.dumps(dump(entries, world=2, **kw), protocol=2), "x", rank=rank, dumped_at_ns=at)
+
+
+def test_overlapping_polls_count_each_entry_once():
+    state, events = LiveState(), []
+    state.subscribe(events.extend)
+    state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0)
+    state.ingest(_snap([entry(i, i + 1) for i in range(2, 8)], at=T0 + 1), "s", T0 + 1)
+    assert [e.entry.record_id for e in events] == list(range(8))
+    assert state.view().collectives[("default_pg", "all_reduce", "completed")] == 8
+
+
+def test_pending_entry_counted_when_it_finishes():
+    state, events = LiveState(), []
+    state.subscribe(events.extend)
+    state.ingest(_snap([entry(0, 1), entry(1, 2, state="started")]), "s", T0)
+    assert len(events) == 1
+    g = state.view().ranks[0].groups["0"]
+    assert g.pending == {"all_reduce": (1, T0 + 1 * 100_000_000)} and g.last_completed == 1
+    state.ingest(_snap([entry(0, 1), entry(1, 2)], at=T0 + 5), "s", T0 + 5)
+    assert [e.entry.record_id for e in events] == [0, 1] and events[1].observed_ns == T0 + 5
+    assert state.view().ranks[0].groups["0"].last_completed == 2
+
+
+def test_wrapped_away_entries_are_counted_as_dropped():
+    state = LiveState()
+    state.ingest(_snap([entry(i, i + 1) for i in range(3)]), "s", T0)
+    state.ingest(_snap([entry(i, i + 1) for i in range(10, 13)], at=T0 + 1), "s", T0 + 1)
+    assert state.view().ranks[0].dropped == 7
+
+
+def test_restarted_rank_starts_a_new_epoch_without_double_counting():
+    state, events = LiveState(), []
+    state.subscribe(events.extend)
+    state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0)
+    later = T0 + 10**12
+    state.ingest(_snap([entry(i, i + 1, created=later + i) for i in range(3)], at=later), "s", later)
+    rs = state.view().ranks[0]
+    assert rs.epoch == 1 and rs.dropped == 0
+    assert [(e.epoch, e.entry.record_id) for e in events] == [(0, i) for i in range(5)] + [(1, i) for i in range(3)]
+
+
+def test_older_snapshot_is_ignored_and_expiry_removes_ranks():
+    state = LiveState()
+    assert state.ingest(_snap([entry(0, 1)], at=T0 + 10), "s", T0 + 10)
+    assert not state.ingest(_snap([entry(0, 1)], at=T0), "s", T0 + 11)
+    assert state.expire(T0 + 10 + 5, after_ns=10) == []
+    assert state.expire(T0 + 10**9, after_ns=10) == [0] and state.view().ranks == {}
+
+
+def test_gone_process_group_expires_while_the_rank_stays():
+    state = LiveState()
+    both = [entry(0, 1), entry(1, 1, pg=("7", "tp"), pg_id=1)]
+    state.ingest(_snap(both, at=T0), "s", T0)
+    later = T0 + 100
+    state.ingest(_snap([entry(0, 1), entry(2, 2)], at=later), "s", later)  # group 7 wrapped away
+    assert set(state.view().ranks[0].groups) == {"0", "7"}  # its last values stay for a while...
+    state.expire(T0 + 150, after_ns=200)
+    assert set(state.view().ranks[0].groups) == {"0", "7"}
+    state.expire(T0 + 201, after_ns=200)  # ...then the series go (last held at T0), the rank stays
+    assert set(state.view().ranks[0].groups) == {"0"}

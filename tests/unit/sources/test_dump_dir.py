@@ -1,0 +1,111 @@
+"""The dump-directory source on real files: complete files only, rewrites re-read, unchanged never re-decoded."""
+
+import os
+import pickle
+import shutil
+import time
+
+import pytest
+
+from frexport.live.state import LiveState
+from frexport.sources.dump_dir import DumpDirSource
+from frexport.sources.health import HealthRegistry
+from tests.support.synth import dump, entry
+
+
+def _bytes(n, seq0=1):
+    return pickle.dumps(dump([entry(i, seq0 + i) for i in range(n)], world=2), protocol=2)
+
+
+def _pump(src, until, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        src.process()
+        if until():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(params=[False, True], ids=["inotify", "polling"])
+def source(request, tmp_path):
+    d = tmp_path / "dumps"
+    d.mkdir()
+    state, health = LiveState(), HealthRegistry()
+    src = DumpDirSource(state, health, str(d), polling=request.param, poll_interval_s=0.2, settle_s=0.5)
+    src.start()
+    yield src, state, d
+    src.stop()
+
+
+def _entries(state, rank):
+    dump_ = state.latest_dumps().get(rank)
+    return None if dump_ is None else len(dump_.entries)
+
+
+def test_partial_write_is_read_only_when_complete(source):
+    src, state, d = source
+    data = _bytes(50)
+    with open(d / "trace_0", "wb") as f:  # PyTorch writes in place: open, write in pieces, close
+        f.write(data[: len(data) // 2])
+        f.flush()
+        for _ in range(5):
+            src.process()
+            time.sleep(0.05)
+        assert _entries(state, 0) is None  # half a file is not read (and not reported as corrupt)
+        f.write(data[len(data) // 2:])
+    assert _pump(src, lambda: _entries(state, 0) == 50)
+    assert state.view().decode_errors == {}
+
+
+def test_rewrite_is_reread_and_unchanged_file_is_not(source, monkeypatch):
+    src, state, d = source
+    (d / "trace_1").write_bytes(_bytes(10))
+    assert _pump(src, lambda: _entries(state, 1) == 10)
+    decodes = []
+    original = state.ingest
+    monkeypatch.setattr(state, "ingest", lambda dump, *a, **k: decodes.append(dump.source) or original(dump, *a, **k))
+    src._rescan()  # a rescan of unchanged files decodes nothing
+    for _ in range(10):
+        src.process()
+    assert decodes == []
+    time.sleep(0.01)
+    (d / "trace_1").write_bytes(_bytes(20))  # PyTorch overwrites the rank's dump
+    assert _pump(src, lambda: _entries(state, 1) == 20)
+
+
+def test_json_snapshots_replaced_atomically(source):
+    src, state, d = source
+    from frexport.decode.read import decode_bytes
+    from frexport.export.encode import to_json
+
+    for n in (5, 8):
+        body = to_json(decode_bytes(_bytes(n), "x", rank=2))
+        tmp = d / ".trace_2.json.tmp"
+        tmp.write_bytes(body)
+        os.replace(tmp, d / "trace_2.json")  # the agent's write + rename
+        assert _pump(src, lambda n=n: _entries(state, 2) == n)
+
+
+def test_deletion_and_directory_recreated(source):
+    src, state, d = source
+    (d / "trace_0").write_bytes(_bytes(3))
+    assert _pump(src, lambda: _entries(state, 0) == 3)
+    (d / "trace_0").unlink()
+    src.process()
+    shutil.rmtree(d)
+    d.mkdir()  # deleted and recreated (a new job attempt in the same volume)
+    src.rescan_interval_s = 0.2
+    (d / "trace_0").write_bytes(_bytes(7, seq0=100))
+    assert _pump(src, lambda: _entries(state, 0) == 7)
+
+
+def test_corrupt_file_is_counted_once_and_does_not_stop_others(source):
+    src, state, d = source
+    (d / "trace_0").write_bytes(b"\x80\x02}q\x00(X\x07\x00\x00\x00version")  # truncated
+    (d / "trace_1").write_bytes(_bytes(4))
+    assert _pump(src, lambda: _entries(state, 1) == 4)
+    for _ in range(5):
+        src._rescan()
+        src.process()
+    assert state.view().decode_errors == {"truncated": 1}

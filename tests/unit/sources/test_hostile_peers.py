@@ -1,0 +1,153 @@
+"""Worker-server peers that misbehave: the poller gives a clear error per rank and never hangs or crashes.
+
+These peers are fakes on purpose: a real PyTorch worker server cannot be made to answer slowly,
+endlessly, with garbage or a reset mid-body. Each fake listens on a unix socket in a temp dir,
+where frexport's poller finds it like a real rank's socket.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from frexport.live.state import LiveState
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import PeerError, Target, request
+from frexport.sources.worker_server import WorkerServerSource
+
+GOOD_BODY = json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}).encode()
+
+
+class FakePeer:
+    """A unix-socket server whose reply to every request is produced by `behave(conn)`."""
+
+    def __init__(self, path, behave):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(8)
+        self.behave = behave
+        self.stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        try:
+            conn.recv(65536)
+            self.behave(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+
+
+def _reply(status=200, body=GOOD_BODY, ctype="application/json", length=None):
+    head = (f"HTTP/1.1 {status} OK\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n").encode()
+    return head + body
+
+
+def slow(conn):
+    time.sleep(5)
+    conn.sendall(_reply())
+
+
+def trickle(conn):  # valid headers, then one byte every 0.3 s forever
+    conn.sendall(_reply(body=b"", length=10**6))
+    for _ in range(100):
+        conn.sendall(b" ")
+        time.sleep(0.3)
+
+
+def huge(conn):
+    conn.sendall(_reply(body=b"", length=10**10))
+
+
+def endless(conn):  # no length, chunk after chunk
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+    for _ in range(10000):
+        conn.sendall(b"x" * 65536)
+
+
+def garbage(conn):
+    conn.sendall(os.urandom(4096))
+
+
+def reset(conn):
+    conn.sendall(_reply(body=GOOD_BODY[:10], length=len(GOOD_BODY)))
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+def pickle_instead(conn):
+    conn.sendall(_reply(body=b"\x80\x02Nr\xff\xff\xff\x3f.", ctype="application/octet-stream"))
+
+
+def wrong_json(conn):
+    conn.sendall(_reply(body=b'{"hello": "world"}'))
+
+
+def odd_length(conn):  # '¹' is valid latin-1 in a header, and isdigit() but not int()
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \xb9\r\n\r\n" + GOOD_BODY)
+
+
+def not_found(conn):
+    conn.sendall(_reply(status=404, body=b"Handler not found", ctype="text/plain"))
+
+
+@pytest.mark.parametrize("behave,reason", [
+    (slow, "timeout"), (trickle, "timeout"), (huge, "too_large"), (endless, "too_large"),
+    (garbage, "bad_response"), (reset, "bad_response"), (pickle_instead, "decode_unexpected_format"),
+    (wrong_json, "decode_not_a_dump"), (not_found, "http_status"), (odd_length, None),
+])
+def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), behave)
+    good = FakePeer(str(tmp_path / "rank-1.sock"), lambda c: c.sendall(_reply()))
+    health = HealthRegistry()
+    state = LiveState()
+    src = WorkerServerSource(state, health, str(tmp_path), timeout_s=1.0, max_body=1 << 20)
+    try:
+        start = time.monotonic()
+        src.poll()
+        assert time.monotonic() - start < 4.0  # bounded by the timeout, whatever the peer does
+        by_name = {h.name: h for h in health.view()}
+        bad = by_name["socket:rank-0"]
+        if reason is None:  # tolerated: read to the end of the connection, no crash
+            assert bad.up, (bad.errors, bad.last_error)
+        else:
+            assert not bad.up and reason in bad.errors, (bad.errors, bad.last_error)
+        assert by_name["socket:rank-1"].up and 1 in state.view().ranks  # the other rank is unaffected
+    finally:
+        src.close()
+        peer.close()
+        good.close()
+
+
+def test_stale_socket_means_rank_down(tmp_path):
+    path = tmp_path / "rank-3.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()  # the file stays, nobody listens: what a dead trainer leaves behind
+    with pytest.raises(PeerError) as info:
+        request(Target(unix_path=str(path)), "POST", "/handler/fr_trace_json", timeout=1)
+    assert info.value.down and info.value.reason == "down"
+    health = HealthRegistry()
+    src = WorkerServerSource(LiveState(), health, str(tmp_path), timeout_s=1.0)
+    src.poll()
+    src.poll()  # backed off: not retried at once
+    h = health.view()[0]
+    assert h.errors["down"] == 1 and not h.up
+    src.close()
