@@ -142,11 +142,11 @@ def _serve_replays(directory: str, ranks: int, rate: float) -> None:
 def bench_scrape() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from frexport.analysis.engine import analyze
+    from frexport.config import Analysis
     from frexport.decode.read import decode_bytes
     from frexport.export.prometheus import FrexportCollector
+    from frexport.live.diagnosis import LiveAnalysis
     from frexport.live.state import LiveState
-    from frexport.model.rank_trace import build_rank_trace
     from frexport.sources.health import HealthRegistry
 
     state, health = LiveState(), HealthRegistry()
@@ -155,10 +155,10 @@ def bench_scrape() -> None:
         body = replay_body(time.time() - 100)
         state.ingest(decode_bytes(body, "bench", rank=r, dumped_at_ns=now), f"socket:rank-{r}", now)
         health.record(f"socket:rank-{r}", True, 0.01, now)
-    traces = [build_rank_trace(d) for d in state.latest_dumps().values()]
-    state.set_diagnosis(analyze(traces).findings, {r: "ok" for r in range(8)})
+    analysis = LiveAnalysis(Analysis())
+    analysis.run(state.latest_dumps())
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FrexportCollector(state, health))
+    registry.register(FrexportCollector(state, health, analysis))
     times = []
     for _ in range(50):
         t = time.perf_counter()
@@ -215,14 +215,16 @@ def bench_poll(seconds: float, traces: bool) -> None:
 
 
 def bench_latency() -> None:
+    from frexport.config import DumpDir
     from frexport.live.state import LiveState
     from frexport.sources.dump_dir import DumpDirSource
     from frexport.sources.health import HealthRegistry
+    from tests.support.live import pump
     from tests.support.synth import dump, entry
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-lat-"))
     state = LiveState()
-    src = DumpDirSource(state, HealthRegistry(), str(tmp))
+    src = DumpDirSource(HealthRegistry(), DumpDir(str(tmp)))
     src.start()
     samples = []
     try:
@@ -233,7 +235,7 @@ def bench_latency() -> None:
             with open(path, "wb") as f:
                 f.write(data)
             while i not in state.latest_dumps():
-                src.process()
+                pump(src, state)
                 time.sleep(0.001)
             samples.append(time.monotonic() - t)
     finally:

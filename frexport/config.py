@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -29,7 +30,10 @@ class DumpDir:
     polling: bool = False  # use for NFS and other shared volumes: inotify misses writes from other hosts
     poll_interval: float = 2.0
     settle: float = 1.0
+    rescan_interval: float = 30.0  # a full rescan covers what watch events can miss (queue overflow)
     timeout_dumps: bool = True  # these are PyTorch's dumps (count them); false for periodic snapshots
+    follow_symlinks: bool = False
+    max_file_bytes: int = 512 * 1024 * 1024
 
 
 @dataclass
@@ -106,9 +110,9 @@ _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$")
 _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 10**3, "MB": 10**6,
                "GB": 10**9}
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_FIELDS = {"poll_interval", "settle", "timeout", "backoff_max", "interval", "stall_after", "min_stall_after",
-                    "straggler_lateness", "rank_expiry"}
-_SIZE_FIELDS = {"max_body_bytes", "max_bytes"}  # max_entries is a count
+_DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
+                    "min_stall_after", "straggler_lateness", "rank_expiry"}
+_SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes"}  # max_entries is a count
 
 
 def load_config(path: str | None = None, env: dict[str, str] | None = None,
@@ -257,6 +261,22 @@ def _size(v: Any, where: str) -> int:
     return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
 
 
+def parse_worker_address(spec: str) -> tuple[str | None, str, int]:
+    """'unix:///run/x.sock', '/run/x.sock' or 'http://host:port' -> (socket path or None, host, port)."""
+    if spec.startswith("unix://"):
+        return spec[len("unix://"):], "", 0
+    if spec.startswith("/"):
+        return spec, "", 0
+    parts = urlsplit(spec if "://" in spec else "http://" + spec)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or not port:
+        raise ValueError(f"not a worker-server address: {spec!r} (use http://host:port or a socket path)")
+    return None, parts.hostname, port
+
+
 def validate(cfg: Config) -> list[str]:
     """Cross-field checks; returns problems as 'field: message'."""
     problems = []
@@ -268,10 +288,8 @@ def validate(cfg: Config) -> list[str]:
         if not d.path:
             problems.append(f"sources.dump_dirs[{i}].path: required")
     for rank, url in ws.urls.items():
-        from frexport.sources.http_client import Target
-
         try:
-            Target.parse(url)
+            parse_worker_address(url)
         except ValueError as exc:
             problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
     if cfg.world_size is not None and cfg.world_size < 1:

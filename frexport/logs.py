@@ -26,7 +26,10 @@ class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         rank = getattr(record, "rank", None)
         prefix = f"rank {rank}: " if rank is not None else ""
-        return f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():7} {prefix}{record.getMessage()}"
+        line = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():7} {prefix}{record.getMessage()}"
+        if record.exc_info:  # "analysis failed" is useless without its cause
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 def setup(fmt: str = "text", level: str = "info") -> logging.Logger:

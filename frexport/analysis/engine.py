@@ -19,12 +19,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from frexport.analysis import findings as F
-from frexport.analysis.findings import Diagnosis, Finding, InputError
+from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers
-from frexport.model.dump import Frame
+from frexport.model.dump import Frame, InputError
 from frexport.model.rank_trace import GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, mismatch_kind, op_name
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from frexport.model.dump import InputError
+
 # Finding kinds.
 DESYNC = "desync"
 SIZE_MISMATCH = "size_mismatch"
@@ -46,12 +48,6 @@ class Finding:
             "call_site": self.call_site,
             "message": self.message,
         }
-
-
-@dataclass
-class InputError:
-    file: str
-    error: str
 
 
 @dataclass

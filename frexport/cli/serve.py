@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prometheus_client import CollectorRegistry
+
 from frexport import logs
-from frexport.config import ConfigError, load_config, validate
+from frexport.config import Config, ConfigError, load_config, validate
+from frexport.export.evidence import EvidenceSink, EvidenceWriter
+from frexport.export.prometheus import FrexportCollector
 from frexport.live.sidecar import Sidecar
+from frexport.live.sink import Sink
+from frexport.live.state import LiveState
+from frexport.sources.base import Source
+from frexport.sources.dump_dir import DumpDirSource
+from frexport.sources.health import HealthRegistry
+from frexport.sources.worker_server import WorkerServerSource
+from frexport.web.server import WebServer
 
 
 def parse_urls(items: list[str]) -> dict[int, str]:
@@ -53,9 +64,9 @@ def run_serve(args: argparse.Namespace) -> int:
         print("frexport serve: configuration is valid")
         return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
-    sidecar = Sidecar(cfg)
+    sidecar, registry = build_sidecar(cfg)
     try:
-        web = sidecar.start_web()
+        web = start_web(cfg, registry, sidecar.ready_event.is_set)
     except ConfigError as exc:
         print(f"frexport serve: config error: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +74,48 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"frexport serve: cannot listen on {cfg.web.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     log.info("serving /metrics, /healthz, /readyz on %s (port %d)", cfg.web.listen, web.port)
-    sidecar.run()
+    try:
+        sidecar.run()
+    finally:
+        web.stop()
     log.info("stopped")
     return 0
+
+
+def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
+    """Wire the sidecar from its configuration: sources, state, analysis, sinks, and the metrics
+    registry that reads them."""
+    health = HealthRegistry()
+    state = LiveState(max_ranks=cfg.max_ranks)
+    ws = cfg.sources.worker_servers
+    poller = WorkerServerSource(health, ws) if ws.sockets_dir or ws.urls else None
+    sources: list[Source] = [DumpDirSource(health, d) for d in cfg.sources.dump_dirs]
+    if poller is not None:
+        sources.append(poller)
+    sinks: list[Sink] = []
+    if cfg.evidence.dir:
+        ev = cfg.evidence
+        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy))
+    if cfg.traces.enabled:
+        from frexport.export.otlp import TraceExporter, make_exporter
+
+        sinks.append(TraceExporter(make_exporter(), cfg.job_id or "", cfg.traces.queue_size,
+                                   cfg.traces.checkpoint_file, world_size=cfg.world_size))
+    sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrexportCollector(state, health, sidecar.analysis))
+    for sink in sinks:
+        registry.register(sink)  # each sink's own self-metrics (bundles written, spans exported)
+    return sidecar, registry
+
+
+def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:
+    wrap = authorize = None
+    if cfg.web.config_file:
+        from frexport.web.web_config import load_web_config
+
+        wc = load_web_config(cfg.web.config_file)
+        wrap, authorize = wc.wrap_socket, wc.authorize
+    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize)
+    web.start()
+    return web

@@ -7,8 +7,8 @@ import os
 import sys
 
 from frexport.cli.serve import parse_urls
-from frexport.config import ConfigError
-from frexport.live.state import LiveState
+from frexport.config import ConfigError, WorkerServers
+from frexport.files import atomic_write
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
 from frexport.sources.worker_server import JSON_HANDLERS, WorkerServerSource
@@ -23,7 +23,8 @@ def run_snapshot(args: argparse.Namespace) -> int:
     if not args.sockets_dir and not urls:
         print("frexport snapshot: give --sockets-dir or --url", file=sys.stderr)
         return 2
-    source = WorkerServerSource(LiveState(), HealthRegistry(), args.sockets_dir, urls, timeout_s=args.timeout)
+    source = WorkerServerSource(HealthRegistry(), WorkerServers(sockets_dir=args.sockets_dir, urls=urls,
+                                                              timeout=args.timeout))
     targets = source.targets()
     if not targets:
         print(f"frexport snapshot: no worker servers found in {args.sockets_dir}", file=sys.stderr)
@@ -45,23 +46,15 @@ def run_snapshot(args: argparse.Namespace) -> int:
         if body is None:
             failed.append(f"rank {t.rank}: {last.detail}")
             continue
-        _atomic_write(os.path.join(args.output, name), body)
+        atomic_write(os.path.join(args.output, name), body)
         saved.append(name)
         if args.stacks:
             try:
-                _atomic_write(os.path.join(args.output, "stacks", f"rank_{t.rank}.traceback.txt"),
-                              source.fetch(t, "dump_traceback"))
+                atomic_write(os.path.join(args.output, "stacks", f"rank_{t.rank}.traceback.txt"),
+                             source.fetch(t, "dump_traceback"), make_dirs=True)
             except PeerError as exc:
                 failed.append(f"rank {t.rank} stacks: {exc.detail}")
     print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}")
     for f in failed:
         print(f"  failed: {f}", file=sys.stderr)
     return 0 if saved else 1
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

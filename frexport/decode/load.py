@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from frexport.analysis.findings import InputError
 from frexport.decode.discover import Discovery, discover
 from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.normalize import normalize
 from frexport.decode.read import DEFAULT_MAX_BYTES, read_raw
 from frexport.decode.sandbox import Limits, SandboxPool
+from frexport.model.dump import InputError
 from frexport.model.rank_trace import RankTrace, build_rank_trace
 
 

@@ -31,16 +31,21 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from frexport import __version__, logs
 from frexport.analysis.findings import Finding
+from frexport.files import atomic_write
+from frexport.live.sink import Pass
 from frexport.live.state import FINISHED_TIMED_OUT, EntryEvent
 from frexport.model.dump import Entry
 
@@ -96,6 +101,7 @@ class _RankCheckpoint:
 
 @dataclass
 class TraceExporter:
+    name: ClassVar[str] = "otlp"
     exporter: SpanExporter
     job_id: str = ""
     queue_size: int = 20000
@@ -121,6 +127,27 @@ class TraceExporter:
         self._load_checkpoint()
 
     # --- input (called from the sidecar loop) -------------------------------------------------
+
+    def consume(self, p: Pass) -> None:
+        """Spans of this pass's entries, marked with the newest findings; whether or not this pass's
+        analysis succeeded (spans never wait on the analysis)."""
+        self.on_events(p.events)
+        self.pump(p.latest.diagnosis.findings if p.latest is not None else [], p.now_ns)
+
+    def stop(self, timeout_s: float) -> None:
+        self.flush(timeout_s)
+        self.shutdown(min(1.0, timeout_s))
+
+    def collect(self) -> Iterator[Metric]:
+        c = CounterMetricFamily("frexport_otlp_spans", "Spans exported over OTLP, failed to export, or dropped "
+                                "from the full queue", labels=["result"])
+        c.add_metric(["exported"], self.exported)
+        c.add_metric(["failed"], self.failed)
+        c.add_metric(["dropped"], self.dropped)
+        yield c
+        q = GaugeMetricFamily("frexport_otlp_queue_spans", "Spans waiting for export")
+        q.add_metric([], self.queued())
+        yield q
 
     def on_events(self, events: list[EntryEvent]) -> None:
         """State listener: must not block, so it only queues."""
@@ -298,11 +325,8 @@ class TraceExporter:
     def _save_checkpoint(self) -> None:
         data = {"ranks": {str(r): {"created_ns": c.created_ns, "ids": sorted(c.ids)}
                           for r, c in self._checkpoint.items()}}
-        tmp = self.checkpoint_file + ".tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.checkpoint_file)
+            atomic_write(self.checkpoint_file, json.dumps(data).encode())
         except OSError as exc:
             logs.get().warning("cannot write trace checkpoint %s: %s", self.checkpoint_file, exc)
 

@@ -11,27 +11,29 @@ describes each metric.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from frexport import __version__
-from frexport.live.diagnosis import STALL_KINDS, STATUSES
+from frexport.live.diagnosis import OK, STALL_KINDS, STATUSES, LiveAnalysis
 from frexport.live.state import DURATION_BUCKETS, LiveState
 from frexport.sources.health import HealthRegistry
 
 
 class FrexportCollector(Collector):
-    def __init__(self, state: LiveState, health: HealthRegistry,
-                 extra: Callable[[], Iterator[Metric]] | None = None) -> None:
+    def __init__(self, state: LiveState, health: HealthRegistry, analysis: LiveAnalysis) -> None:
         self.state = state
         self.health = health
-        self.extra = extra  # metrics of other parts (trace exporter, evidence writer)
+        self.analysis = analysis
 
     def collect(self) -> Iterator[Metric]:
         start = time.perf_counter()
         v = self.state.view()
+        latest = self.analysis.latest
+        statuses = latest.statuses if latest is not None else {}
+        findings_now = latest.diagnosis.findings if latest is not None else []
         now = time.time()
         pg_labels = ["rank", "pg", "pg_desc"]
         enq = GaugeMetricFamily("frexport_pg_last_enqueued_collective",
@@ -79,7 +81,7 @@ class FrexportCollector(Collector):
                     pend.add_metric(labels + [op], count)
                     age.add_metric(labels + [op], max(0.0, now - oldest / 1e9))
             for s in STATUSES:
-                status.add_metric([r, s], 1.0 if rs.status == s else 0.0)
+                status.add_metric([r, s], 1.0 if statuses.get(rank, OK) == s else 0.0)
             seen.add_metric([r], rs.last_seen_ns / 1e9)
             epoch.add_metric([r], rs.epoch)
             dropped.add_metric([r], rs.dropped)
@@ -105,7 +107,7 @@ class FrexportCollector(Collector):
         stall = GaugeMetricFamily("frexport_rank_stall_seconds",
                                   "How long a stalled rank has held up the collective it is missing from or stuck "
                                   "in (culprit ranks only)", labels=["rank", "pg", "pg_desc", "op", "kind"])
-        for f in v.findings:
+        for f in findings_now:
             if f.root_cause and f.kind in STALL_KINDS and f.time_ns:
                 for rank in f.culprit_ranks or f.blocked_ranks:
                     stall.add_metric([str(rank), f.pg_name, f.pg_desc, f.op or "", f.kind],
@@ -114,7 +116,7 @@ class FrexportCollector(Collector):
         findings = GaugeMetricFamily("frexport_findings", "Current findings of the live analysis",
                                      labels=["kind", "pg"])
         counts: dict[tuple[str, str], int] = {}
-        for f in v.findings:
+        for f in findings_now:
             key = (f.kind, f.pg_name)
             counts[key] = counts.get(key, 0) + 1
         for (kind, pg), n in sorted(counts.items()):
@@ -127,7 +129,7 @@ class FrexportCollector(Collector):
         yield dumps
         errors = CounterMetricFamily("frexport_decode_errors", "Dumps or bodies that could not be decoded",
                                      labels=["reason"])
-        for reason, n in sorted(v.decode_errors.items()):
+        for reason, n in sorted(self.health.decode_errors().items()):
             errors.add_metric([reason], n)
         yield errors
 
@@ -145,8 +147,11 @@ class FrexportCollector(Collector):
             for reason, n in sorted(h.errors.items()):
                 serr.add_metric([h.name, reason], n)
         yield from (up, dur, last, serr)
-        if self.extra is not None:
-            yield from self.extra()
+        if latest is not None:
+            g = GaugeMetricFamily("frexport_stall_threshold_seconds",
+                                  "How long a wait must last before the live analysis calls it a stall")
+            g.add_metric([], latest.stall_after_s)
+            yield g
         info = GaugeMetricFamily("frexport_build_info", "frexport version", labels=["version"])
         info.add_metric([__version__], 1.0)
         yield info

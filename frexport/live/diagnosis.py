@@ -26,7 +26,6 @@ from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import Diagnosis
 from frexport.config import Analysis
-from frexport.live.state import LiveState
 from frexport.model.dump import RankDump
 from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
 
@@ -46,24 +45,26 @@ class LiveResult:
 
 
 class LiveAnalysis:
-    def __init__(self, state: LiveState, cfg: Analysis) -> None:
-        self.state = state
+    """Runs a pass on the snapshots it is given and keeps the latest result for the exporters to read
+    (`latest` is replaced whole, so a reader never sees half a pass)."""
+
+    def __init__(self, cfg: Analysis) -> None:
         self.cfg = cfg
+        self.latest: LiveResult | None = None
         self._reported: set[tuple] = set()
 
-    def run(self) -> LiveResult:
-        dumps = self.state.latest_dumps()
+    def run(self, dumps: dict[int, RankDump]) -> LiveResult:
         stall_after = self.stall_after(dumps)
         traces = [build_rank_trace(d, tail=self.cfg.window) for d in dumps.values() if d.rank is not None]
         diagnosis = analyze(traces, options=Options(stuck_after_s=stall_after,
                                                     straggler_lateness_s=self.cfg.straggler_lateness))
         statuses = statuses_of(diagnosis, traces)
-        self.state.set_diagnosis(diagnosis.findings, statuses)
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
         new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]
         self._reported = keys  # a root cause that clears and returns is new again
-        return LiveResult(diagnosis, statuses, stall_after, new)
+        self.latest = LiveResult(diagnosis, statuses, stall_after, new)
+        return self.latest
 
     def stall_after(self, dumps: dict[int, RankDump]) -> float:
         if self.cfg.stall_after is not None:

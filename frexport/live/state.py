@@ -1,11 +1,12 @@
 """The sidecar's live state: every rank's latest snapshot and what changed between snapshots.
 
-Sources call `ingest` with each new snapshot. The state de-duplicates entries
+The sidecar loop calls `ingest` with each new snapshot. The state de-duplicates entries
 across polls (ring buffers overlap from one poll to the next), counts entries
 that wrapped away unseen, starts a new epoch when a rank restarts (its record
 ids begin again), and emits one `EntryEvent` per entry when it is first seen
 finished, the basis of exactly-once counters and spans. Exporters read it at
-scrape time (`view`) or subscribe to events; nothing flows back.
+scrape time (`view`) or get the events of each pass; nothing flows back. The
+diagnosis is not kept here: the live analysis holds its own latest result.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
-from frexport.analysis.findings import Finding
 from frexport.model.dump import COMPLETED, Entry, RankDump
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
@@ -78,7 +77,6 @@ class RankState:
     by_record: dict[int, Entry] = field(default_factory=dict)
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
-    status: str = "ok"
 
 
 class LiveState:
@@ -88,33 +86,13 @@ class LiveState:
         self.ranks: dict[int, RankState] = {}
         self.collectives: Counter[tuple[str, str, str]] = Counter()  # (pg_desc, op, outcome)
         self.durations: dict[tuple[str, str], Histogram] = {}  # (pg_desc, op)
-        self.decode_errors: Counter[str] = Counter()
         self.timeout_dumps: Counter[int] = Counter()
-        self.findings: list[Finding] = []
-        self._listeners: list[Callable[[list[EntryEvent]], None]] = []
 
-    # --- writers (sources, analysis) -------------------------------------------------------
+    # --- writer: the sidecar loop ------------------------------------------------------------
 
-    def subscribe(self, listener: Callable[[list[EntryEvent]], None]) -> None:
-        """`listener` gets each batch of new events; it must not block (queue and return)."""
-        self._listeners.append(listener)
-
-    def previous_entries(self, rank: int) -> dict[int, Entry] | None:
-        with self._lock:
-            rs = self.ranks.get(rank)
-            return rs.by_record if rs else None
-
-    def resume_point(self, rank: int) -> tuple[int, RankDump] | None:
-        """(record id to parse a new snapshot from, the last snapshot): the oldest unfinished entry,
-        or the newest one (parsed again to check it is the same process)."""
-        with self._lock:
-            rs = self.ranks.get(rank)
-            if rs is None or rs.dump is None or rs.max_record < 0:
-                return None
-            return min(min(rs.pending, default=rs.max_record), rs.max_record), rs.dump
-
-    def ingest(self, dump: RankDump, source: str, now_ns: int, epoch_hint: object = None) -> bool:
-        """Take a rank's new snapshot. Returns False if it is older than what we have (ignored)."""
+    def ingest(self, dump: RankDump, source: str, now_ns: int) -> list[EntryEvent]:
+        """Take a rank's new snapshot; returns the events of entries first seen finished (none when
+        the snapshot is older than what we have, or the state is full of other ranks)."""
         rank = dump.rank
         if rank is None:
             raise ValueError("a snapshot needs a rank")
@@ -122,11 +100,11 @@ class LiveState:
             rs = self.ranks.get(rank)
             if rs is None:
                 if len(self.ranks) >= self.max_ranks:
-                    return False
+                    return []
                 rs = self.ranks[rank] = RankState(rank, source, first_seen_ns=now_ns)
             elif rs.dump is not None and dump.dumped_at_ns and rs.dump.dumped_at_ns \
                     and dump.dumped_at_ns < rs.dump.dumped_at_ns:
-                return False
+                return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.groups = -1, set(), {}
@@ -134,24 +112,11 @@ class LiveState:
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = {e.record_id: e for e in dump.entries}
             self._progress(rs, changed, now_ns)
-        if events:
-            for listener in self._listeners:
-                listener(events)
-        return True
-
-    def count_decode_error(self, reason: str) -> None:
-        with self._lock:
-            self.decode_errors[reason] += 1
+        return events
 
     def count_timeout_dump(self, rank: int) -> None:
         with self._lock:
             self.timeout_dumps[rank] += 1
-
-    def set_diagnosis(self, findings: list[Finding], statuses: dict[int, str]) -> None:
-        with self._lock:
-            self.findings = list(findings)
-            for rank, rs in self.ranks.items():
-                rs.status = statuses.get(rank, "ok")
 
     def expire(self, now_ns: int, after_ns: int) -> list[int]:
         """Forget ranks not seen for `after_ns`, and process groups no snapshot has held for as long
@@ -179,9 +144,7 @@ class LiveState:
                 ranks={r: _copy_rank(rs) for r, rs in self.ranks.items()},
                 collectives=dict(self.collectives),
                 durations={k: Histogram(list(h.counts), h.total, h.count) for k, h in self.durations.items()},
-                decode_errors=dict(self.decode_errors),
                 timeout_dumps=dict(self.timeout_dumps),
-                findings=list(self.findings),
             )
 
     # --- internals --------------------------------------------------------------------------
@@ -294,7 +257,7 @@ def _duration_s(e: Entry) -> float | None:
 def _copy_rank(rs: RankState) -> RankState:
     groups = {name: replace(g, pending=dict(g.pending)) for name, g in rs.groups.items()}
     return RankState(rs.rank, rs.source, rs.epoch, rs.dump, rs.first_seen_ns, rs.last_seen_ns, rs.max_record,
-                     set(), {}, rs.dropped, groups, rs.status)
+                     set(), {}, rs.dropped, groups)
 
 
 @dataclass
@@ -302,6 +265,4 @@ class StateView:
     ranks: dict[int, RankState]
     collectives: dict[tuple[str, str, str], int]
     durations: dict[tuple[str, str], Histogram]
-    decode_errors: dict[str, int]
     timeout_dumps: dict[int, int]
-    findings: list[Finding]

@@ -87,6 +87,14 @@ class Entry(NamedTuple):
         return self.state == COMPLETED or bool(self.retired)
 
 
+@dataclass(frozen=True)
+class InputError:
+    """A file that could not be read, and why: reported, and evidence of a rank's missing dump."""
+
+    file: str
+    error: str
+
+
 @dataclass(frozen=True, slots=True)
 class RankDump:
     """One rank's Flight Recorder snapshot."""

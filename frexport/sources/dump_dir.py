@@ -8,7 +8,7 @@ writes made on other hosts), once its size and mtime stayed the same for
 so PyTorch overwriting a rank's dump is picked up and an unchanged file never
 costs a second decode. A periodic rescan covers what events can miss (an inotify
 queue overflow, the directory deleted and recreated). Pickles are decoded in a
-sandboxed worker process; JSON in-process.
+sandboxed worker process; JSON in-process. `collect()` returns the new snapshots.
 """
 
 from __future__ import annotations
@@ -16,18 +16,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from frexport.config import DumpDir
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
-from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file, sniff_format
+from frexport.decode.read import decode_file, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
-from frexport.live.state import LiveState
 from frexport.model.dump import RankDump
+from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 
 
@@ -52,27 +54,20 @@ def _decode_task(task: _DecodeTask) -> RankDump:
     return decode_file(task.path, task.rank, max_bytes=task.max_bytes)
 
 
-@dataclass
 class DumpDirSource:
-    state: LiveState
-    health: HealthRegistry
-    path: str
-    prefix: str | None = None
-    polling: bool = False
-    poll_interval_s: float = 2.0
-    settle_s: float = 1.0
-    rescan_interval_s: float = 30.0
-    timeout_dumps: bool = True  # files here are PyTorch's own dumps (not the agent's periodic snapshots)
-    follow_symlinks: bool = False
-    max_bytes: int = DEFAULT_MAX_BYTES
-    limits: Limits = field(default_factory=Limits)
-    _pending: dict[str, _Pending] = field(default_factory=dict)
-    _decoded: dict[str, tuple] = field(default_factory=dict)  # path -> stat key last decoded
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _observer: object = None
-    _root_key: tuple | None = None
-    _last_rescan: float = 0.0
-    _started_ns: int = 0
+    def __init__(self, health: HealthRegistry, cfg: DumpDir, limits: Limits | None = None) -> None:
+        self.health = health
+        self.cfg = cfg
+        self.path = cfg.path
+        self.prefix = cfg.prefix
+        self.limits = limits or Limits()
+        self._pending: dict[str, _Pending] = {}
+        self._decoded: dict[str, tuple] = {}  # path -> stat key last decoded
+        self._lock = threading.Lock()
+        self._observer: BaseObserver | None = None
+        self._root_key: tuple | None = None
+        self._last_rescan = 0.0
+        self._started_ns = 0
 
     @property
     def name(self) -> str:
@@ -97,7 +92,7 @@ class DumpDirSource:
             self._root_key = None
             return
         self._root_key = (st.st_dev, st.st_ino)
-        observer = PollingObserver(timeout=self.poll_interval_s) if self.polling else Observer()
+        observer = PollingObserver(timeout=self.cfg.poll_interval) if self.cfg.polling else Observer()
         observer.schedule(_Handler(self), self.path, recursive=True)
         observer.daemon = True
         observer.start()
@@ -119,16 +114,16 @@ class DumpDirSource:
             self._pending.pop(path, None)
             self._decoded.pop(path, None)
 
-    def process(self) -> int:
-        """Decode every file that is complete and changed; returns how many snapshots were taken in."""
+    def collect(self) -> list[Snapshot]:
+        """Decode every file that is complete and changed."""
         now = time.monotonic()
-        if now - self._last_rescan >= self.rescan_interval_s:
+        if now - self._last_rescan >= self.cfg.rescan_interval:
             self._rescan()
         with self._lock:
             items = list(self._pending.items())
         ready = []
         for path, p in items:
-            key = _stat_key(path, self.follow_symlinks)
+            key = _stat_key(path, self.cfg.follow_symlinks)
             if key is None:
                 self.forget(path)
                 continue
@@ -136,14 +131,14 @@ class DumpDirSource:
                 p.stat_key, p.stable_since = key, now
                 if not p.closed:
                     continue
-            if p.closed or now - p.stable_since >= self.settle_s:
+            if p.closed or now - p.stable_since >= self.cfg.settle:
                 with self._lock:
                     self._pending.pop(path, None)
                 if self._decoded.get(path) != key:
                     ready.append((path, key))
-        return sum(self._take(path, key) for path, key in ready)
+        return [snap for path, key in ready if (snap := self._take(path, key)) is not None]
 
-    def _take(self, path: str, key: tuple) -> int:
+    def _take(self, path: str, key: tuple) -> Snapshot | None:
         name = os.path.basename(path)
         rank = parse_name(name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name)[0]
         start = time.monotonic()
@@ -151,7 +146,7 @@ class DumpDirSource:
         try:
             with open(path, "rb") as f:
                 head = f.read(64)
-            task = _DecodeTask(path, rank, self.max_bytes)
+            task = _DecodeTask(path, rank, self.cfg.max_file_bytes)
             if sniff_format(head) == "json":
                 dump = _decode_task(task)
             else:  # pickles only ever in a limited worker process
@@ -161,18 +156,15 @@ class DumpDirSource:
                 dump = result
         except DecodeError as exc:
             self._decoded[path] = key  # do not retry an unchanged bad file
-            self.state.count_decode_error(exc.reason)
+            self.health.count_decode_error(exc.reason)
             self.health.record(self.name, False, time.monotonic() - start, now_ns, exc.reason, exc.detail)
-            return 0
+            return None
         except OSError as exc:
             self.health.record(self.name, False, time.monotonic() - start, now_ns, "unreadable", str(exc))
-            return 0
+            return None
         self._decoded[path] = key
-        taken = self.state.ingest(dump, self.name, now_ns)
-        if self.timeout_dumps and key[3] >= self._started_ns:
-            self.state.count_timeout_dump(rank)
         self.health.record(self.name, True, time.monotonic() - start, now_ns)
-        return int(taken)
+        return Snapshot(dump, self.name, now_ns, timeout_dump=self.cfg.timeout_dumps and key[3] >= self._started_ns)
 
     def _rescan(self) -> None:
         self._last_rescan = time.monotonic()
@@ -187,10 +179,10 @@ class DumpDirSource:
             # Not yet there is normal (PyTorch creates it with the first dump): watched, not down.
             self.health.record(self.name, True, 0.0, time.time_ns())
             return
-        for dirpath, _, filenames in os.walk(self.path, followlinks=self.follow_symlinks):
+        for dirpath, _, filenames in os.walk(self.path, followlinks=self.cfg.follow_symlinks):
             for name in filenames:
                 path = os.path.join(dirpath, name)
-                key = _stat_key(path, self.follow_symlinks)
+                key = _stat_key(path, self.cfg.follow_symlinks)
                 if key is not None and self._decoded.get(path) != key:
                     self.mark(path)
         if not self._decoded and not self._pending:

@@ -1,4 +1,4 @@
-"""Each source's own health, node_exporter style: up, duration, errors by reason."""
+"""Each source's own health, node_exporter style: up, duration, errors by reason, decode errors."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class HealthRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sources: dict[str, SourceHealth] = {}
+        self._decode_errors: Counter[str] = Counter()  # across sources, by DecodeError reason
 
     def record(self, name: str, ok: bool, duration_s: float, now_ns: int, reason: str | None = None,
                detail: str | None = None) -> None:
@@ -38,6 +39,10 @@ class HealthRegistry:
                 h.errors[reason or "error"] += 1
                 h.last_error = detail
 
+    def count_decode_error(self, reason: str) -> None:
+        with self._lock:
+            self._decode_errors[reason] += 1
+
     def forget(self, name: str) -> None:
         with self._lock:
             self._sources.pop(name, None)
@@ -47,6 +52,6 @@ class HealthRegistry:
             return [SourceHealth(h.name, h.up, h.last_success_ns, h.last_duration_s, h.attempts, Counter(h.errors),
                                  h.last_error) for h in self._sources.values()]
 
-    def all_up_once(self) -> bool:
+    def decode_errors(self) -> dict[str, int]:
         with self._lock:
-            return bool(self._sources) and all(h.attempts > 0 for h in self._sources.values())
+            return dict(self._decode_errors)

@@ -11,9 +11,8 @@ import http.client
 import socket
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-DEFAULT_MAX_BODY = 256 * 1024 * 1024
+from frexport.config import WorkerServers, parse_worker_address
 
 
 class PeerError(Exception):
@@ -37,14 +36,8 @@ class Target:
     @classmethod
     def parse(cls, spec: str) -> "Target":
         """'unix:///run/x.sock', '/run/x.sock', 'http://host:port'."""
-        if spec.startswith("unix://"):
-            return cls(unix_path=spec[len("unix://"):])
-        if spec.startswith("/"):
-            return cls(unix_path=spec)
-        parts = urlsplit(spec if "://" in spec else "http://" + spec)
-        if parts.scheme != "http" or not parts.hostname or not parts.port:
-            raise ValueError(f"not a worker-server address: {spec!r} (use http://host:port or a socket path)")
-        return cls(host=parts.hostname, port=parts.port)
+        unix_path, host, port = parse_worker_address(spec)
+        return cls(unix_path=unix_path) if unix_path else cls(host=host, port=port)
 
     def __str__(self) -> str:
         return f"unix://{self.unix_path}" if self.unix_path else f"http://{self.host}:{self.port}"
@@ -74,7 +67,7 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 def request(target: Target, method: str, path: str, timeout: float = 5.0,
-            max_body: int = DEFAULT_MAX_BODY) -> Response:
+            max_body: int = WorkerServers.max_body_bytes) -> Response:
     deadline = time.monotonic() + timeout
     conn = (_UnixConnection(target.unix_path, timeout) if target.unix_path
             else http.client.HTTPConnection(target.host, target.port, timeout=timeout))

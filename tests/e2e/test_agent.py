@@ -5,11 +5,13 @@ import time
 
 import pytest
 
+from frexport.config import WorkerServers
 from frexport.decode.read import decode_bytes, decode_file
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target, request
 from frexport.sources.worker_server import WorkerServerSource
+from tests.support.live import pump
 from tests.support.torchjob import JOBS, TorchJob
 
 
@@ -40,9 +42,9 @@ def test_zero_code_enablement(tmp_path):
             assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env_seen  # deprecated names are left alone
         # gloo's recorder does not say how many ranks the job has; the sidecar takes it from the agent
         state = LiveState()
-        src = WorkerServerSource(state, HealthRegistry(), str(shared))
-        assert src.poll() == 2
-        src.close()
+        src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared)))
+        assert pump(src, state) == 2
+        src.stop()
         assert {r: (d.world_size, d.declared_world_size) for r, d in state.latest_dumps().items()} == {
             0: (2, 2), 1: (2, 2)}
     assert "Fatal Python error" not in job.output()

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from frexport.config import DumpDir, WorkerServers
 from frexport.decode.read import decode_bytes
 from frexport.export.evidence import Bundle, EvidenceWriter
 from frexport.live.state import LiveState
@@ -21,6 +22,7 @@ import pickle  # noqa: E402
 
 from bench_sidecar import ReplayRank  # noqa: E402
 
+from tests.support.live import pump  # noqa: E402
 from tests.support.sidecar import Sidecar  # noqa: E402
 from tests.support.synth import dump, entry  # noqa: E402
 
@@ -35,7 +37,7 @@ def test_dump_rewritten_while_being_read_is_read_again(tmp_path, monkeypatch):
     d = tmp_path / "dumps"
     d.mkdir()
     state, health = LiveState(), HealthRegistry()
-    src = DumpDirSource(state, health, str(d), settle_s=0.2)
+    src = DumpDirSource(health, DumpDir(str(d), settle=0.2))
     src.start()
     path = d / "trace_0"
     path.write_bytes(_pickle(5))
@@ -56,7 +58,7 @@ def test_dump_rewritten_while_being_read_is_read_again(tmp_path, monkeypatch):
     monkeypatch.setattr(dd, "sniff_format", lambda head: "json")  # keep the decode in-process for the fake
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        src.process()
+        pump(src, state)
         d0 = state.latest_dumps().get(0)
         if d0 is not None and len(d0.entries) == 8:
             break
@@ -69,14 +71,14 @@ def test_lost_inotify_events_are_covered_by_the_rescan(tmp_path):
     d = tmp_path / "dumps"
     d.mkdir()
     state = LiveState()
-    src = DumpDirSource(state, HealthRegistry(), str(d), settle_s=0.1, rescan_interval_s=0.5)
+    src = DumpDirSource(HealthRegistry(), DumpDir(str(d), settle=0.1, rescan_interval=0.5))
     src.start()
     src._observer.stop()  # as if the inotify queue overflowed: no events at all from here on
     src._observer.join(5)
     (d / "trace_3").write_bytes(_pickle(4))
     deadline = time.monotonic() + 10
     while 3 not in state.latest_dumps() and time.monotonic() < deadline:
-        src.process()
+        pump(src, state)
         time.sleep(0.1)
     assert len(state.latest_dumps()[3].entries) == 4
 
@@ -107,12 +109,12 @@ def test_worker_server_restarting_on_a_new_socket(tmp_path):
     """A rank's trainer restarts: a new server process on the same socket path, record ids from 0.
     The rank gets a new epoch; nothing is counted twice."""
     state, health = LiveState(), HealthRegistry()
-    src = WorkerServerSource(state, health, str(tmp_path), timeout_s=2)
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2))
     sock = str(tmp_path / "rank-0.sock")
     first = ReplayRank(0, sock, groups=2, entries=50, rate=100.0)
-    src.poll()
+    pump(src, state)
     time.sleep(0.3)
-    src.poll()
+    pump(src, state)
     counted = sum(state.view().collectives.values())
     first.server.shutdown()
     first.server.server_close()
@@ -121,12 +123,12 @@ def test_worker_server_restarting_on_a_new_socket(tmp_path):
     second = ReplayRank(0, sock, groups=2, entries=50, rate=100.0, base=0)  # record ids from 0 again
     time.sleep(0.2)
     src._backoff.clear()
-    src.poll()
+    pump(src, state)
     rs = state.view().ranks[0]
     assert rs.epoch == 1 and health.view()[0].up
     assert sum(state.view().collectives.values()) > counted  # the new process's entries are new
     second.server.shutdown()
-    src.close()
+    src.stop()
 
 
 def test_scrapes_during_heavy_polling(tmp_path):
@@ -161,7 +163,7 @@ def test_a_bug_on_one_rank_does_not_stop_the_others(tmp_path, monkeypatch):
     """A fake failure (a real part cannot be made to hit a bug on demand): decoding one rank raises."""
     servers = [ReplayRank(r, str(tmp_path / f"rank-{r}.sock"), groups=2, entries=20) for r in range(2)]
     state, health = LiveState(), HealthRegistry()
-    src = WorkerServerSource(state, health, str(tmp_path), timeout_s=2)
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2))
     real = src._decode
 
     def flaky(t, body, now):
@@ -170,10 +172,10 @@ def test_a_bug_on_one_rank_does_not_stop_the_others(tmp_path, monkeypatch):
         return real(t, body, now)
 
     monkeypatch.setattr(src, "_decode", flaky)
-    src.poll()
+    pump(src, state)
     by_name = {h.name: h for h in health.view()}
     assert by_name["socket:rank-0"].errors["internal"] == 1 and by_name["socket:rank-1"].up
     assert 1 in state.view().ranks
-    src.close()
+    src.stop()
     for s in servers:
         s.server.shutdown()

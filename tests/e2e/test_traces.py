@@ -40,7 +40,7 @@ def _run_polls(state, exp, polls=20, ranks=(0, 1)):
     """20 overlapping polls: each sees a 10-entry window moving by 2 entries."""
     for p in range(polls):
         for r in ranks:
-            state.ingest(_snapshot(r, 2 * p, 2 * p + 10, T0 + p), "s", T0 + p)
+            exp.on_events(state.ingest(_snapshot(r, 2 * p, 2 * p + 10, T0 + p), "s", T0 + p))
         exp.pump([])
     return 2 * (polls - 1) + 10  # entries per rank
 
@@ -57,7 +57,6 @@ def test_one_span_per_entry_one_trace_per_collective(monkeypatch, tmp_path, rece
     with receiver_cls() as rx:
         state = LiveState()
         exp = _exporter(monkeypatch, rx.endpoint, protocol, checkpoint_file=str(tmp_path / "cp.json"))
-        state.subscribe(exp.on_events)
         per_rank = _run_polls(state, exp)
         assert exp.flush(10)
         spans = _wait(rx.received, 2 * per_rank)
@@ -86,12 +85,11 @@ def test_one_span_per_entry_one_trace_per_collective(monkeypatch, tmp_path, rece
         # A restarted sidecar with the same checkpoint sends nothing twice, then only what is new.
         state2 = LiveState()
         exp2 = _exporter(monkeypatch, rx.endpoint, protocol, checkpoint_file=str(tmp_path / "cp.json"))
-        state2.subscribe(exp2.on_events)
         _run_polls(state2, exp2)
         assert exp2.flush(10)
         time.sleep(0.5)
         assert len(rx.received.spans) == 2 * per_rank
-        state2.ingest(_snapshot(0, per_rank - 5, per_rank + 3, T0 + 100), "s", T0 + 100)
+        exp2.on_events(state2.ingest(_snapshot(0, per_rank - 5, per_rank + 3, T0 + 100), "s", T0 + 100))
         exp2.pump([])
         assert exp2.flush(10)
         assert len(_wait(rx.received, 2 * per_rank + 3)) == 2 * per_rank + 3
@@ -102,10 +100,9 @@ def test_stalled_collective_is_visible_while_stuck(monkeypatch):
     with GrpcReceiver() as rx:
         state = LiveState()
         exp = _exporter(monkeypatch, rx.endpoint, "grpc")
-        state.subscribe(exp.on_events)
         now = T0 + 10**12
-        state.ingest(_snapshot(0, 0, 5, now, stuck_at=6), "s", now)
-        state.ingest(_snapshot(1, 0, 5, now), "s", now)
+        exp.on_events(state.ingest(_snapshot(0, 0, 5, now, stuck_at=6), "s", now))
+        exp.on_events(state.ingest(_snapshot(1, 0, 5, now), "s", now))
         traces = [build_rank_trace(d) for d in state.latest_dumps().values()]
         findings = analyze(traces, options=Options(stuck_after_s=1)).findings
         assert findings[0].kind == "missing_rank" and findings[0].culprit_ranks == (1,)
@@ -132,8 +129,7 @@ def test_world_size_of_gloo_dumps_comes_from_the_setting(monkeypatch):
             rx.received.spans.clear()
             state = LiveState()
             exp = _exporter(monkeypatch, rx.endpoint, "grpc", world_size=setting)
-            state.subscribe(exp.on_events)
-            state.ingest(gloo, "s", T0)
+            exp.on_events(state.ingest(gloo, "s", T0))
             exp.pump([])
             assert exp.flush(10)
             spans = _wait(rx.received, len(gloo.entries))
@@ -148,7 +144,6 @@ def test_unreachable_collector_is_bounded_and_counted(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     state = LiveState()
     exp = _exporter(monkeypatch, f"http://127.0.0.1:{port}", "http/protobuf", queue_size=50, batch_size=10)
-    state.subscribe(exp.on_events)
     start = time.monotonic()
     _run_polls(state, exp, polls=20)
     assert time.monotonic() - start < 2.0  # polling never waits for the collector

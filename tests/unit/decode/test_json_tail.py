@@ -6,6 +6,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from frexport.config import WorkerServers
 from frexport.decode.json_tail import parse_tail
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
@@ -45,9 +46,10 @@ def test_tail_from_a_record():
 class _Fake(WorkerServerSource):
     """The real decode path, fed bodies directly (no socket needed for this property)."""
 
-    def feed(self, rank, body, now):
+    def feed(self, state, rank, body, now):
         dump = self._decode(RankTarget(rank, Target(unix_path="/x"), "x"), body, now)
-        self.state.ingest(dump, "x", now)
+        self._last[rank] = dump
+        return state.ingest(dump, "x", now)
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,10 +60,8 @@ def test_incremental_state_equals_full_parse(data):
     compact = data.draw(st.booleans())
     desc = data.draw(st.sampled_from(["default_pg", 'odd "]},{"record_id":5', "x{"]))
     inc, full = LiveState(), LiveState()
-    src = _Fake(inc, HealthRegistry())
+    src = _Fake(HealthRegistry(), WorkerServers())
     events_inc, events_full = [], []
-    inc.subscribe(events_inc.extend)
-    full.subscribe(events_full.extend)
     records, next_id, clock = [], 0, 10**9
     for step in range(data.draw(st.integers(1, 25))):
         if rng.random() < 0.08:  # the rank restarts: record ids begin again
@@ -76,8 +76,8 @@ def test_incremental_state_equals_full_parse(data):
         records = records[-capacity:]
         body = _body(records, compact, desc)
         now = clock + step
-        src.feed(0, body, now)
-        full.ingest(decode_bytes(body, "x", rank=0, dumped_at_ns=now), "x", now)
+        events_inc.extend(src.feed(inc, 0, body, now))
+        events_full.extend(full.ingest(decode_bytes(body, "x", rank=0, dumped_at_ns=now), "x", now))
         a, b = inc.view().ranks[0], full.view().ranks[0]
         assert [e._replace() for e in a.dump.entries] == list(b.dump.entries)
         assert (a.epoch, a.dropped, a.max_record) == (b.epoch, b.dropped, b.max_record)

@@ -13,21 +13,19 @@ def _snap(entries, rank=0, at=T0, **kw):
 
 def test_overlapping_polls_count_each_entry_once():
     state, events = LiveState(), []
-    state.subscribe(events.extend)
-    state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0)
-    state.ingest(_snap([entry(i, i + 1) for i in range(2, 8)], at=T0 + 1), "s", T0 + 1)
+    events.extend(state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0))
+    events.extend(state.ingest(_snap([entry(i, i + 1) for i in range(2, 8)], at=T0 + 1), "s", T0 + 1))
     assert [e.entry.record_id for e in events] == list(range(8))
     assert state.view().collectives[("default_pg", "all_reduce", "completed")] == 8
 
 
 def test_pending_entry_counted_when_it_finishes():
     state, events = LiveState(), []
-    state.subscribe(events.extend)
-    state.ingest(_snap([entry(0, 1), entry(1, 2, state="started")]), "s", T0)
+    events.extend(state.ingest(_snap([entry(0, 1), entry(1, 2, state="started")]), "s", T0))
     assert len(events) == 1
     g = state.view().ranks[0].groups["0"]
     assert g.pending == {"all_reduce": (1, T0 + 1 * 100_000_000)} and g.last_completed == 1
-    state.ingest(_snap([entry(0, 1), entry(1, 2)], at=T0 + 5), "s", T0 + 5)
+    events.extend(state.ingest(_snap([entry(0, 1), entry(1, 2)], at=T0 + 5), "s", T0 + 5))
     assert [e.entry.record_id for e in events] == [0, 1] and events[1].observed_ns == T0 + 5
     assert state.view().ranks[0].groups["0"].last_completed == 2
 
@@ -41,10 +39,9 @@ def test_wrapped_away_entries_are_counted_as_dropped():
 
 def test_restarted_rank_starts_a_new_epoch_without_double_counting():
     state, events = LiveState(), []
-    state.subscribe(events.extend)
-    state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0)
+    events.extend(state.ingest(_snap([entry(i, i + 1) for i in range(5)]), "s", T0))
     later = T0 + 10**12
-    state.ingest(_snap([entry(i, i + 1, created=later + i) for i in range(3)], at=later), "s", later)
+    events.extend(state.ingest(_snap([entry(i, i + 1, created=later + i) for i in range(3)], at=later), "s", later))
     rs = state.view().ranks[0]
     assert rs.epoch == 1 and rs.dropped == 0
     assert [(e.epoch, e.entry.record_id) for e in events] == [(0, i) for i in range(5)] + [(1, i) for i in range(3)]

@@ -7,9 +7,11 @@ import time
 
 import pytest
 
+from frexport.config import DumpDir
 from frexport.live.state import LiveState
 from frexport.sources.dump_dir import DumpDirSource
 from frexport.sources.health import HealthRegistry
+from tests.support.live import pump
 from tests.support.synth import dump, entry
 
 
@@ -20,7 +22,7 @@ def _bytes(n, seq0=1):
 def _pump(src, until, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        src.process()
+        pump(src, src.state)
         if until():
             return True
         time.sleep(0.05)
@@ -32,7 +34,8 @@ def source(request, tmp_path):
     d = tmp_path / "dumps"
     d.mkdir()
     state, health = LiveState(), HealthRegistry()
-    src = DumpDirSource(state, health, str(d), polling=request.param, poll_interval_s=0.2, settle_s=0.5)
+    src = DumpDirSource(health, DumpDir(str(d), polling=request.param, poll_interval=0.2, settle=0.5))
+    src.state = state  # the loop's part in these tests: tests.support.live.pump ingests into it
     src.start()
     yield src, state, d
     src.stop()
@@ -50,12 +53,12 @@ def test_partial_write_is_read_only_when_complete(source):
         f.write(data[: len(data) // 2])
         f.flush()
         for _ in range(5):
-            src.process()
+            pump(src, state)
             time.sleep(0.05)
         assert _entries(state, 0) is None  # half a file is not read (and not reported as corrupt)
         f.write(data[len(data) // 2:])
     assert _pump(src, lambda: _entries(state, 0) == 50)
-    assert state.view().decode_errors == {}
+    assert src.health.decode_errors() == {}
 
 
 def test_rewrite_is_reread_and_unchanged_file_is_not(source, monkeypatch):
@@ -67,7 +70,7 @@ def test_rewrite_is_reread_and_unchanged_file_is_not(source, monkeypatch):
     monkeypatch.setattr(state, "ingest", lambda dump, *a, **k: decodes.append(dump.source) or original(dump, *a, **k))
     src._rescan()  # a rescan of unchanged files decodes nothing
     for _ in range(10):
-        src.process()
+        pump(src, state)
     assert decodes == []
     time.sleep(0.01)
     (d / "trace_1").write_bytes(_bytes(20))  # PyTorch overwrites the rank's dump
@@ -92,10 +95,10 @@ def test_deletion_and_directory_recreated(source):
     (d / "trace_0").write_bytes(_bytes(3))
     assert _pump(src, lambda: _entries(state, 0) == 3)
     (d / "trace_0").unlink()
-    src.process()
+    pump(src, state)
     shutil.rmtree(d)
     d.mkdir()  # deleted and recreated (a new job attempt in the same volume)
-    src.rescan_interval_s = 0.2
+    src.cfg.rescan_interval = 0.2
     (d / "trace_0").write_bytes(_bytes(7, seq0=100))
     assert _pump(src, lambda: _entries(state, 0) == 7)
 
@@ -107,5 +110,5 @@ def test_corrupt_file_is_counted_once_and_does_not_stop_others(source):
     assert _pump(src, lambda: _entries(state, 1) == 4)
     for _ in range(5):
         src._rescan()
-        src.process()
-    assert state.view().decode_errors == {"truncated": 1}
+        pump(src, state)
+    assert src.health.decode_errors() == {"truncated": 1}

@@ -13,10 +13,12 @@ import time
 
 import pytest
 
+from frexport.config import WorkerServers
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
 from frexport.sources.worker_server import WorkerServerSource
+from tests.support.live import pump
 
 GOOD_BODY = json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}).encode()
 
@@ -118,10 +120,10 @@ def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
     good = FakePeer(str(tmp_path / "rank-1.sock"), lambda c: c.sendall(_reply()))
     health = HealthRegistry()
     state = LiveState()
-    src = WorkerServerSource(state, health, str(tmp_path), timeout_s=1.0, max_body=1 << 20)
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=1.0, max_body_bytes=1 << 20))
     try:
         start = time.monotonic()
-        src.poll()
+        pump(src, state)
         assert time.monotonic() - start < 4.0  # bounded by the timeout, whatever the peer does
         by_name = {h.name: h for h in health.view()}
         bad = by_name["socket:rank-0"]
@@ -131,7 +133,7 @@ def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
             assert not bad.up and reason in bad.errors, (bad.errors, bad.last_error)
         assert by_name["socket:rank-1"].up and 1 in state.view().ranks  # the other rank is unaffected
     finally:
-        src.close()
+        src.stop()
         peer.close()
         good.close()
 
@@ -145,9 +147,9 @@ def test_stale_socket_means_rank_down(tmp_path):
         request(Target(unix_path=str(path)), "POST", "/handler/fr_trace_json", timeout=1)
     assert info.value.down and info.value.reason == "down"
     health = HealthRegistry()
-    src = WorkerServerSource(LiveState(), health, str(tmp_path), timeout_s=1.0)
-    src.poll()
-    src.poll()  # backed off: not retried at once
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=1.0))
+    src.collect()
+    src.collect()  # backed off: not retried at once
     h = health.view()[0]
     assert h.errors["down"] == 1 and not h.up
-    src.close()
+    src.stop()

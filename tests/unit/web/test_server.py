@@ -9,8 +9,8 @@ import urllib.request
 import bcrypt
 import pytest
 
+from frexport.cli.serve import build_sidecar, start_web
 from frexport.config import Config, ConfigError, DumpDir
-from frexport.live.sidecar import Sidecar
 from frexport.web.web_config import load_web_config
 from tests.support.synth import dump, healthy_job, write
 
@@ -21,8 +21,8 @@ def _sidecar(tmp_path, web_config=None):
     cfg.sources.dump_dirs = [DumpDir(path=str(d))]
     cfg.web.listen = "127.0.0.1:0"
     cfg.web.config_file = web_config
-    sc = Sidecar(cfg)
-    web = sc.start_web()
+    sc, registry = build_sidecar(cfg)
+    web = start_web(cfg, registry, sc.ready_event.is_set)
     return sc, web
 
 
@@ -48,6 +48,7 @@ def test_plain_endpoints_and_nothing_else(tmp_path):
         assert _get(base + "/etc/passwd")[0] == 404 and _get(base + "/metrics/../x")[0] == 404
     finally:
         sc.shutdown()
+        web.stop()
 
 
 @pytest.fixture
@@ -86,6 +87,7 @@ def test_tls_and_basic_auth(tmp_path, tls_files):
         idle.close()
     finally:
         sc.shutdown()
+        web.stop()
 
 
 def test_bad_web_config_names_the_problem(tmp_path):
