@@ -97,10 +97,10 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         ev = cfg.evidence
         sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy))
     if cfg.traces.enabled:
-        from frexport.export.otlp import TraceExporter, make_exporter
+        from frexport.export.otlp import OtlpSink, make_exporter
 
-        sinks.append(TraceExporter(make_exporter(), cfg.job_id or "", cfg.traces.queue_size,
-                                   cfg.traces.checkpoint_file, world_size=cfg.world_size))
+        sinks.append(OtlpSink(make_exporter(), cfg.job_id or "", cfg.traces.queue_size, cfg.traces.checkpoint_file,
+                              world_size=cfg.world_size))
     sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FrexportCollector(state, health, sidecar.analysis))

@@ -1,0 +1,30 @@
+"""The OTLP span exporter the standard OpenTelemetry variables ask for.
+
+The protocol comes from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL
+(`grpc` by default, or `http/protobuf`); the exporter itself reads the rest (endpoint, headers,
+timeout, compression, insecure). Its packages are the `otlp` extra, imported only when traces are on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from opentelemetry.sdk.trace.export import SpanExporter
+
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+def protocol_of(env: Mapping[str, str]) -> str:
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: use grpc or http/protobuf")
+    return protocol
+
+
+def make_exporter(env: Mapping[str, str] | None = None) -> SpanExporter:
+    if protocol_of(os.environ if env is None else env) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter()

@@ -1,0 +1,216 @@
+"""The OTLP sink: passes in, spans out on a thread of its own, never in the sidecar loop's way.
+
+`consume` only queues the pass's finished entries and the newest findings; the export thread maps
+them to spans (spans.py), skips what the checkpoint says was exported before a restart, and ships
+them in batches through the checkpoint wrapper (checkpoint.py), which records progress on success.
+Entries and spans share one bounded queue (`traces.queue_size`): when an unreachable collector lets
+it fill, the oldest are dropped and counted, so memory stays bounded and polling never slows.
+Self-metrics: frexport_otlp_spans_total{result="exported|failed|dropped"}, frexport_otlp_queue_spans.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from frexport import logs
+from frexport.analysis.findings import Finding
+from frexport.export.otlp import spans as S
+from frexport.export.otlp.checkpoint import CheckpointExporter, Progress
+from frexport.live.sink import Pass
+from frexport.live.state import EntryEvent
+
+_NO_FINDINGS: list[Finding] = []  # shared (never mutated): passes without analysis compare equal by identity
+
+
+@dataclass
+class _Work:
+    """Entries of one or more passes that saw the same analysis result, and that result's findings."""
+
+    events: deque[EntryEvent]
+    findings: list[Finding]
+    now_ns: int  # when these findings were first handed over: a stall span ends at detection
+
+
+class OtlpSink:
+    name = "otlp"
+
+    def __init__(self, exporter: SpanExporter, job_id: str = "", queue_size: int = 20000,
+                 checkpoint_file: str | None = None, batch_size: int = 512, world_size: int | None = None,
+                 save_every_s: float = 5.0) -> None:
+        self.exporter = CheckpointExporter(exporter, checkpoint_file, save_every_s)
+        self.job_id = job_id
+        self.queue_size = queue_size
+        self.batch_size = batch_size
+        self.resources = S.Resources(job_id, world_size)
+        self.exported = self.failed = self.dropped = 0
+        self._work: deque[_Work] = deque()
+        self._events = 0  # entries waiting in self._work
+        self._spans: deque[ReadableSpan] = deque()
+        self._busy = 0  # entries being mapped, spans being exported
+        self._stalled_sent: set[tuple] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the sink (called from the sidecar loop) -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="frexport-otlp", daemon=True)
+        self._thread.start()
+
+    def consume(self, p: Pass) -> None:
+        """Queue this pass's entries with the newest findings, whether or not this pass's analysis
+        succeeded (spans never wait on the analysis). Mapping happens on the export thread."""
+        findings = p.latest.diagnosis.findings if p.latest is not None else _NO_FINDINGS
+        with self._lock:
+            last = self._work[-1] if self._work else None
+            if last is not None and last.findings is findings:
+                last.events.extend(p.events)  # the same analysis result: one unit of work
+            else:
+                self._work.append(_Work(deque(p.events), findings, p.now_ns))
+            self._events += len(p.events)
+            self._trim()
+        self._wake.set()
+
+    def stop(self, timeout_s: float) -> None:
+        self.flush(timeout_s)
+        self.shutdown(min(1.0, timeout_s))
+
+    def collect(self) -> Iterator[Metric]:
+        c = CounterMetricFamily("frexport_otlp_spans", "Spans exported over OTLP, failed to export, or dropped "
+                                "from the full queue", labels=["result"])
+        c.add_metric(["exported"], self.exported)
+        c.add_metric(["failed"], self.failed)
+        c.add_metric(["dropped"], self.dropped)
+        yield c
+        q = GaugeMetricFamily("frexport_otlp_queue_spans", "Spans waiting for export")
+        q.add_metric([], self.queued())
+        yield q
+
+    # --- flushing --------------------------------------------------------------------------------
+
+    def queued(self) -> int:
+        with self._lock:
+            return self._events + len(self._spans) + self._busy
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything queued has been through the exporter (exported or failed)."""
+        deadline = time.monotonic() + timeout_s
+        while self.queued():
+            if time.monotonic() >= deadline:
+                return False
+            self._wake.set()
+            time.sleep(0.02)
+        return True
+
+    def shutdown(self, timeout_s: float = 3.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        try:
+            self.exporter.shutdown()  # saves the checkpoint
+        except Exception:  # noqa: BLE001 - shutting down must not raise
+            logs.get().exception("OTLP exporter shutdown failed")
+
+    # --- the export thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while self._map_one():
+                pass
+            if not self._export_queued():
+                return  # the collector fails while we stop: give up rather than hold the exit
+            if self._stop.is_set() and not self.queued():
+                return
+
+    def _map_one(self) -> bool:
+        with self._lock:
+            if not self._work:
+                return False
+            w = self._work.popleft()
+            self._events -= len(w.events)
+            self._busy += len(w.events)
+        try:
+            spans = self._spans_of(w)
+        except Exception:  # noqa: BLE001 - a mapping bug loses these spans, not the exporter
+            logs.get().exception("mapping spans failed")
+            spans = []
+        with self._lock:
+            self._busy -= len(w.events)
+            self._spans.extend(spans)
+            self._trim()
+        return True
+
+    def _spans_of(self, w: _Work) -> list[ReadableSpan]:
+        marks = S.finding_index(w.findings)
+        out = []
+        for ev in w.events:
+            self.resources.saw(ev)
+            e = ev.entry
+            progress = Progress(ev.rank, e.record_id, e.time_created_ns)
+            if self.exporter.exported(progress):
+                continue  # sent before a restart
+            span = S.entry_span(ev, self.job_id, self.resources.of(ev.rank),
+                                marks.get((e.pg_name, e.collective_seq_id, ev.rank)))
+            self.exporter.expect(span.context.span_id, progress)
+            out.append(span)
+        for f in w.findings:
+            for rank in S.stalled_ranks(f):
+                key = S.stall_key(f, rank)
+                if key not in self._stalled_sent:
+                    self._stalled_sent.add(key)
+                    out.append(S.stall_span(f, rank, self.job_id, self.resources.of(rank), w.now_ns))
+        return out
+
+    def _export_queued(self) -> bool:
+        while True:
+            with self._lock:
+                batch = [self._spans.popleft() for _ in range(min(self.batch_size, len(self._spans)))]
+                self._busy += len(batch)
+            if not batch:
+                return True
+            try:
+                ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
+            except Exception as exc:  # noqa: BLE001 - an exporter bug must not end exporting
+                logs.get().warning("OTLP export failed: %s", exc)
+                ok = False
+            with self._lock:
+                self._busy -= len(batch)
+                if ok:
+                    self.exported += len(batch)
+                else:
+                    self.failed += len(batch)
+            if self._stop.is_set() and not ok:
+                return False
+
+    def _trim(self) -> None:
+        """Drop the oldest spans, then the oldest entries, past the bound (caller holds the lock)."""
+        over = self._events + len(self._spans) - self.queue_size
+        if over <= 0:
+            return
+        self.dropped += over
+        gone = [self._spans.popleft().context.span_id for _ in range(min(over, len(self._spans)))]
+        self.exporter.forget(gone)
+        over -= len(gone)
+        while over > 0 and self._work:
+            w = self._work[0]
+            n = min(over, len(w.events))
+            for _ in range(n):
+                w.events.popleft()
+            self._events -= n
+            over -= n
+            if w.events or len(self._work) == 1:
+                break
+            self._work.popleft()  # a newer analysis result supersedes its findings

@@ -1,0 +1,142 @@
+"""The OTLP sink: the loop only queues; the queue is bounded and counts drops; stalls go out once."""
+
+import threading
+import time
+
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from frexport.export.otlp.pipeline import OtlpSink
+from frexport.live.state import LiveState
+from tests.support.fr_events import a_pass, polls, result_of, snapshot
+from tests.support.synth import T0
+
+
+class Blocking(InMemorySpanExporter):
+    """A collector that does not answer until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def export(self, spans):
+        self.release.wait(10)
+        return super().export(spans)
+
+
+class Raising(InMemorySpanExporter):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def export(self, spans):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("exporter bug")
+        return super().export(spans)
+
+
+def _metrics(sink):
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(sink)
+    return {r: reg.get_sample_value("frexport_otlp_spans_total", {"result": r})
+            for r in ("exported", "failed", "dropped")} | {"queued": reg.get_sample_value("frexport_otlp_queue_spans")}
+
+
+def test_every_entry_once_one_trace_per_collective():
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "job-7")
+    sink.start()
+    for events in polls(LiveState()):
+        sink.consume(a_pass(events))
+    assert sink.flush(5)
+    spans = exp.get_finished_spans()
+    per_rank = 2 * 19 + 10
+    assert len(spans) == 2 * per_rank and len({s.context.span_id for s in spans}) == len(spans)
+    traces = {}
+    for s in spans:
+        traces.setdefault(s.context.trace_id, []).append(s.attributes["pytorch.distributed.rank"])
+    assert len(traces) == per_rank and all(sorted(r) == [0, 1] for r in traces.values())
+    assert _metrics(sink) == {"exported": 2 * per_rank, "failed": 0, "dropped": 0, "queued": 0}
+    sink.stop(1)
+
+
+def test_consume_only_queues_while_the_collector_hangs():
+    exp = Blocking()
+    sink = OtlpSink(exp, "j", batch_size=10)
+    sink.start()
+    start = time.monotonic()
+    for events in polls(LiveState()):
+        sink.consume(a_pass(events))
+    assert time.monotonic() - start < 0.5  # 20 passes, not one export waited for
+    assert sink.queued() == 96 and exp.get_finished_spans() == ()
+    exp.release.set()
+    assert sink.flush(5) and len(exp.get_finished_spans()) == 96
+    sink.stop(1)
+
+
+def test_a_full_queue_drops_the_oldest_and_counts_them():
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "j", queue_size=50)  # not started: nothing leaves the queue yet
+    order = []
+    for events in polls(LiveState()):
+        sink.consume(a_pass(events))
+        order += [(ev.rank, ev.entry.record_id) for ev in events]
+    assert _metrics(sink) == {"exported": 0, "failed": 0, "dropped": 96 - 50, "queued": 50}
+    sink.start()
+    assert sink.flush(5)
+    kept = [(s.attributes["pytorch.distributed.rank"], s.attributes["pytorch.distributed.record_id"])
+            for s in exp.get_finished_spans()]
+    assert kept == order[-50:]  # the newest 50 entries, in the order they finished
+    assert _metrics(sink)["exported"] == 50
+    sink.stop(1)
+
+
+def test_spans_are_exported_when_no_analysis_succeeded():
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "j")
+    sink.start()
+    sink.consume(a_pass(LiveState().ingest(snapshot(0, 0, 5, T0), "s", T0), latest=None))
+    assert sink.flush(5) and len(exp.get_finished_spans()) == 5
+    sink.stop(1)
+
+
+def test_a_stall_is_sent_once_however_many_passes_see_it():
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "j")
+    sink.start()
+    now = T0 + 10**12
+    state = LiveState()
+    events = state.ingest(snapshot(0, 0, 5, now, stuck_at=6), "s", now)
+    events += state.ingest(snapshot(1, 0, 5, now), "s", now)
+    sink.consume(a_pass(events, result_of(state.latest_dumps()), now))
+    sink.consume(a_pass([], result_of(state.latest_dumps()), now + 5))  # a later analysis, same stall
+    assert sink.flush(5)
+    names = sorted(s.name for s in exp.get_finished_spans() if " " in s.name)
+    assert names == ["missing all_reduce", "stalled all_reduce"]
+    assert len(exp.get_finished_spans()) == 10 + 2
+    sink.stop(1)
+
+
+def test_an_exporter_that_raises_counts_failed_and_exporting_goes_on():
+    exp = Raising()
+    sink = OtlpSink(exp, "j")
+    sink.start()
+    state = LiveState()
+    sink.consume(a_pass(state.ingest(snapshot(0, 0, 3, T0), "s", T0)))
+    assert sink.flush(5)
+    sink.consume(a_pass(state.ingest(snapshot(0, 0, 5, T0 + 1), "s", T0 + 1)))
+    assert sink.flush(5)
+    assert _metrics(sink)["failed"] == 3 and len(exp.get_finished_spans()) == 2
+    sink.stop(1)
+
+
+def test_stop_flushes_what_is_queued():
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "j")
+    sink.start()
+    sink.consume(a_pass(LiveState().ingest(snapshot(0, 0, 7, T0), "s", T0)))
+    sink.stop(5)
+    assert len(exp.get_finished_spans()) == 7 and not sink._thread.is_alive()
+    assert exp.export([]) == SpanExportResult.FAILURE  # the wrapped exporter was shut down too
