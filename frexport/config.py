@@ -71,6 +71,7 @@ class Evidence:
     max_bundles: int = 20
     max_bytes: int = 1024 * 1024 * 1024
     pyspy: bool = True  # also ask the worker server for a py-spy dump (needs py-spy in the trainer image)
+    deadline: float = 20.0  # for fetching a bundle's stacks and pickles from every rank, all at once
 
 
 @dataclass
@@ -111,7 +112,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
                "GB": 10**9}
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
-                    "min_stall_after", "straggler_lateness", "rank_expiry"}
+                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline"}
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes"}  # max_entries is a count
 
 
@@ -298,6 +299,8 @@ def validate(cfg: Config) -> list[str]:
         problems.append("sources.worker_servers.poll_interval: must be positive")
     if ws.concurrency < 1:
         problems.append("sources.worker_servers.concurrency: must be at least 1")
+    if cfg.evidence.deadline <= 0:
+        problems.append("evidence.deadline: must be positive")
     if cfg.analysis.interval <= 0:
         problems.append("analysis.interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:

@@ -95,7 +95,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
-        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy))
+        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy,
+                                  deadline_s=ev.deadline))
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
 

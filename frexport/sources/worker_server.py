@@ -59,6 +59,7 @@ class WorkerServerSource:
         self._backoff: dict[str, _Backoff] = {}
         self._last: dict[int, RankDump] = {}  # rank -> its last snapshot (incremental decode)
         self._pool: ThreadPoolExecutor | None = None
+        self._next_poll = 0.0
 
     def targets(self) -> list[RankTarget]:
         found = {}
@@ -82,7 +83,11 @@ class WorkerServerSource:
         pass  # nothing to watch: targets are listed at every poll
 
     def collect(self) -> list[Snapshot]:
-        """Poll every due target once."""
+        """Poll every due target once, every `poll_interval` (the loop asks more often than that)."""
+        now = time.monotonic()
+        if now < self._next_poll:
+            return []
+        self._next_poll = now + self.cfg.poll_interval
         targets = self.targets()
         live = {t.name for t in targets}
         for name in list(self._backoff):

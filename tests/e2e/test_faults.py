@@ -109,7 +109,7 @@ def test_worker_server_restarting_on_a_new_socket(tmp_path):
     """A rank's trainer restarts: a new server process on the same socket path, record ids from 0.
     The rank gets a new epoch; nothing is counted twice."""
     state, health = LiveState(), HealthRegistry()
-    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2))
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2, poll_interval=0.01))  # pumps not held back
     sock = str(tmp_path / "rank-0.sock")
     first = ReplayRank(0, sock, groups=2, entries=50, rate=100.0)
     pump(src, state)

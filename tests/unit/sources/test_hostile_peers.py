@@ -147,9 +147,25 @@ def test_stale_socket_means_rank_down(tmp_path):
         request(Target(unix_path=str(path)), "POST", "/handler/fr_trace_json", timeout=1)
     assert info.value.down and info.value.reason == "down"
     health = HealthRegistry()
-    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=1.0))
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=1.0, poll_interval=0.01))
     src.collect()
-    src.collect()  # backed off: not retried at once
+    time.sleep(0.02)  # a poll is due again
+    src.collect()  # but the rank is backed off: not retried at once
     h = health.view()[0]
     assert h.errors["down"] == 1 and not h.up
     src.stop()
+
+
+def test_ranks_are_polled_at_the_poll_interval_however_often_the_loop_asks(tmp_path):
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), lambda c: c.sendall(_reply()))
+    src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), timeout=1.0, poll_interval=0.5))
+    try:
+        got = []
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:  # the sidecar loop's tick is 0.2 s; ask faster still
+            got.append(len(src.collect()))
+            time.sleep(0.05)
+        assert sum(got) == 3  # at 0, 0.5 and 1.0 s
+    finally:
+        src.stop()
+        peer.close()
