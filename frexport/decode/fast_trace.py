@@ -11,20 +11,22 @@ give identical traces.
 
 from __future__ import annotations
 
-from frexport.decode.normalize import (
+from frexport.decode.fields import (
     MAX_ENTRIES,
     MAX_FRAMES,
-    _BadEntry,
-    _Caches,
-    _call_site,
-    _get_v210,
-    _process_group,
-    _tensors,
+    BadEntry,
+    Caches,
+    coalesced_completions,
+    discovered_ns,
+    duration_ms,
+    get_v210,
     is_coalesced_marker,
-    normalize,
-    parse_profiling_name,
+    tensors,
+    user_frame,
 )
-from frexport.model.rank_trace import _COMPLETION_BACKENDS, RankTrace, add_rows
+from frexport.decode.normalize import normalize
+from frexport.model.outcome import edges, settled, shows_completion
+from frexport.model.rank_trace import ROW_CREATED, ROW_PARSED, ROW_STATE, RankTrace, add_rows
 from frexport.model.signature import OpSignature
 
 
@@ -43,17 +45,16 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         return None
     try:
         rows, markers = _rows(entries_raw)
-    except (_Unusual, _BadEntry, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+    except (_Unusual, BadEntry, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
         return None
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
-    sample = rows[:64] + rows[-64:]
-    tracks = bool({r[6][0] for r in sample} & _COMPLETION_BACKENDS) or any(r[12] != "scheduled" for r in sample)
-    created = [r[8] for r in sample if r[8]]
+    sample = edges(rows)
+    tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
+    created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
     trace = RankTrace(
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
-        dumped_at_ns=dumped_at_ns, n_entries=len(rows), has_frames=any(r[11] is not None for r in sample),
-        tracks_completion=tracks, pg_config=head.pg_config, pg_status=head.pg_status,
+        dumped_at_ns=dumped_at_ns, n_entries=len(rows), pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
     if markers:
         _complete_coalesced(rows)
@@ -63,11 +64,10 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
 
 # Rows as rank_trace.add_rows takes them.
 def _rows(entries_raw: list) -> tuple[list, bool]:
-    c = _Caches()
+    c = Caches()
     rows = []
     append = rows.append
-    markers = False
-    get = _get_v210
+    get = get_v210
     names = c.names
     pgs = c.pg
     frames_cache = c.frame
@@ -85,23 +85,12 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
             raise _Unusual
         if timeout is not None and type(timeout) is not int:
             raise _Unusual
-        parsed = names.get(pname)
-        if parsed is None:
-            if len(pname) > 4096:
-                raise _Unusual
-            parsed = names[pname] = parse_profiling_name(pname)
-            markers = markers or is_coalesced_marker(parsed[1])
-        op = parsed[1]
-        pg = pgs.get(pg_raw) if type(pg_raw) is tuple or type(pg_raw) is str else None
-        if pg is None:
-            pg = _process_group(pg_raw)
-            if type(pg_raw) is tuple or type(pg_raw) is str:
-                pgs[pg_raw] = pg
+        # the caches' lookups inlined: the rule runs on a miss only
+        parsed = names.get(pname) or c.profiling_name(pname)
+        pg = (pgs.get(pg_raw) if type(pg_raw) is tuple or type(pg_raw) is str else None) or c.process_group(pg_raw)
         duration = e.get("duration_ms")
-        if duration is not None and type(duration) is not float:
-            duration = float(duration) if type(duration) is int else None
-        if duration is not None and not (duration >= 0):
-            duration = None
+        if duration is not None and (type(duration) is not float or not duration >= 0):
+            duration = duration_ms(duration)
         frames_raw = e.get("frames")
         site = None
         if frames_raw:
@@ -110,27 +99,31 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
             if len(frames_raw) > MAX_FRAMES:
                 frames_raw = frames_raw[:MAX_FRAMES]
             first = frames_cache.get(id(frames_raw[0]))
-            site = first[0] if first is not None and not first[1] else _call_site(frames_raw, c)
-        tensors = _tensors((pname, pg), in_sizes, out_sizes, in_dtypes, out_dtypes, c)
-        key = (op, id(tensors[0]), id(tensors[1]), id(tensors[2]), id(tensors[3]))
+            site = first[0] if first is not None and not first[1] else user_frame(frames_raw, c)
+        sizes_dtypes = tensors((pname, pg), in_sizes, out_sizes, in_dtypes, out_dtypes, c)
+        key = (parsed[1], id(sizes_dtypes[0]), id(sizes_dtypes[1]), id(sizes_dtypes[2]), id(sizes_dtypes[3]))
         sig = one_sig.get(key)
         if sig is None:
-            sig = one_sig[key] = (OpSignature(op, *tensors),)
-        append((pg[0], pg[1], pg_id, is_p2p, seq, p2p_seq, parsed, None, created, duration, sig, site, state,
-                retired, started if type(started) is int and started > 0 else None,
-                completed if type(completed) is int and completed > 0 else None))
+            sig = one_sig[key] = (OpSignature(parsed[1], *sizes_dtypes),)
+        append((pg[0], pg[1], pg_id, is_p2p, seq, p2p_seq, parsed, created, duration, sig, site, state,
+                retired, discovered_ns(started), discovered_ns(completed)))
+    markers = any(is_coalesced_marker(op) for _, op, _, _ in names.values())
     return rows, markers
 
 
+def _row_op(r: tuple) -> str:
+    return r[ROW_PARSED][1]
+
+
+def _row_coalesced_key(r: tuple) -> tuple:
+    return r[0], r[3], r[5] if r[3] else r[4]
+
+
+def _row_settled(r: tuple) -> bool:
+    return settled(r[ROW_STATE], r[ROW_STATE + 1])
+
+
 def _complete_coalesced(rows: list) -> None:
-    """normalize.complete_coalesced, on rows."""
-    closing: dict[tuple, tuple] = {}
-    for i in range(len(rows) - 1, -1, -1):
-        r = rows[i]
-        key = (r[0], r[3], r[5] if r[3] else r[4])
-        if is_coalesced_marker(r[6][1]):
-            closing[key] = r
-        elif not (r[12] == "completed" or r[13]):
-            end = closing.get(key)
-            if end is not None and (end[12] == "completed" or end[13]):
-                rows[i] = r[:12] + (end[12], end[13], end[14], end[15])
+    """normalize.complete_coalesced, on rows: state, retired, started, completed are the last four."""
+    for i, j in list(coalesced_completions(rows, _row_op, _row_coalesced_key, _row_settled)):
+        rows[i] = rows[i][:ROW_STATE] + rows[j][ROW_STATE:]

@@ -9,24 +9,16 @@ a frozen dataclass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
-# Entry.state values, as PyTorch derives them at dump time.
-SCHEDULED = "scheduled"
-STARTED = "started"
-COMPLETED = "completed"
+from frexport.model.call_site import Frame
+from frexport.model.outcome import COMPLETED, SCHEDULED, STARTED, settled
+
+__all__ = ["COMPLETED", "P2P_OPS", "SCHEDULED", "STARTED", "Entry", "Frame", "ProcessGroupConfig",
+           "ProcessGroupStatus", "RankDump"]
 
 P2P_OPS = frozenset({"send", "recv"})
-
-
-class Frame(NamedTuple):
-    name: str
-    filename: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.filename}:{self.line} {self.name}"
 
 
 class ProcessGroupConfig(NamedTuple):
@@ -83,8 +75,9 @@ class Entry(NamedTuple):
 
     @property
     def finished(self) -> bool:
-        """Completed, or retired by the watchdog (gloo retires finished and failed work alike)."""
-        return self.state == COMPLETED or bool(self.retired)
+        """Completed or retired: the recorder will not change this entry again (see model/outcome.py
+        for how it ended)."""
+        return settled(self.state, self.retired)
 
 
 @dataclass(frozen=True)
@@ -114,15 +107,6 @@ class RankDump:
     declared_world_size: int | None = None  # from beside the dump: frexport.agent's rank-<N>.json
 
     @property
-    def has_frames(self) -> bool:
-        return any(e.frames for e in self.entries)
-
-    @property
-    def tracks_completion(self) -> bool:
-        """True for backends that report start/completion (NCCL); gloo leaves every entry 'scheduled'."""
-        return any(e.state != SCHEDULED or e.time_completed_ns for e in self.entries)
-
-    @property
     def world_size(self) -> int | None:
         """Ranks of the default process group when pg_config lists them (gloo's does not), else
         what the agent declared."""
@@ -130,6 +114,3 @@ class RankDump:
             if pg.ranks and (pg.desc == "default_pg" or pg.name == "0"):
                 return len(pg.ranks)
         return self.declared_world_size
-
-    def with_rank(self, rank: int) -> "RankDump":
-        return replace(self, rank=rank)

@@ -12,20 +12,23 @@ from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from frexport.model.dump import SCHEDULED, Frame, RankDump
+from frexport.model.call_site import Frame
+from frexport.model.dump import RankDump
+from frexport.model.outcome import STARTED as STATE_STARTED
+from frexport.model.outcome import Outcome, classify, edges, tracks_completion
 from frexport.model.signature import OpSignature, Signature
 
 _new_tuple = tuple.__new__
 
-# Per-collective flags.
-FINISHED = 1  # completed, or retired on a backend that does not report completion (gloo)
+# Per-collective flags: a compact encoding of model/outcome.py's Outcome for the integer columns.
+FINISHED = 1  # Outcome.done: completed, or retired where completion is not tracked; nobody waits in it
 COMPLETED = 2
 RETIRED = 4
 STARTED = 8
-TIMED_OUT = 16  # retired without completing on a backend that reports completion (NCCL watchdog timeout)
+TIMED_OUT = 16  # Outcome.TIMED_OUT
 
-# Backends whose recorder marks work started/completed; gloo (2.13) leaves every entry 'scheduled'.
-_COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
+_OUTCOME_FLAGS = {Outcome.PENDING: 0, Outcome.COMPLETED: COMPLETED | FINISHED, Outcome.RETIRED: FINISHED,
+                  Outcome.TIMED_OUT: TIMED_OUT}
 
 
 @dataclass
@@ -93,8 +96,6 @@ class RankTrace:
     notes: tuple[str, ...]
     dumped_at_ns: int | None
     n_entries: int
-    has_frames: bool
-    tracks_completion: bool
     pg_config: tuple
     pg_status: tuple
     first_created_ns: int | None
@@ -122,14 +123,11 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
     if tail is not None and len(entries) > tail:
         cut = len(entries) - tail
         entries = tuple(e for e in entries[:cut] if not e.finished) + entries[cut:]
-    # gloo leaves every entry 'scheduled'; a completion-reporting backend shows it in any stretch
-    sample = entries[:64] + entries[-64:]
-    tracks = bool({e.backend for e in sample} & _COMPLETION_BACKENDS) or any(e.state != SCHEDULED for e in sample)
-    created = [e.time_created_ns for e in sample if e.time_created_ns]  # entries are in record order
+    tracks = tracks_completion(entries)
+    created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
     trace = RankTrace(
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
-        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), has_frames=any(e.call_site for e in sample),
-        tracks_completion=tracks, pg_config=dump.pg_config, pg_status=dump.pg_status,
+        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), pg_config=dump.pg_config, pg_status=dump.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None),
     )
     one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
@@ -142,39 +140,41 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         if sig is None:
             sig = one_sig[key] = (OpSignature(e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes),)
         rows.append((e.pg_name, e.pg_desc, e.pg_id, e.is_p2p, e.collective_seq_id, e.p2p_seq_id,
-                     (e.backend, e.op, e.p2p_src, e.p2p_dst), None, e.time_created_ns, e.duration_ms, sig,
+                     (e.backend, e.op, e.p2p_src, e.p2p_dst), e.time_created_ns, e.duration_ms, sig,
                      e.call_site, e.state, e.retired, e.time_started_ns, e.time_completed_ns))
     add_rows(trace, rows, tracks)
     return trace
 
 
 # A row, one per entry: (pg_name, pg_desc, pg_id, is_p2p, collective_seq_id, p2p_seq_id,
-# (backend, op, p2p_src, p2p_dst), unused, time_created_ns, duration_ms, signature, call_site, state,
+# (backend, op, p2p_src, p2p_dst), time_created_ns, duration_ms, signature, call_site, state,
 # retired, time_started_ns or None, time_completed_ns or None). Both ways to a trace (from Entry
 # objects here, from raw dumps in fast_trace) end in this one loop.
+# Positions in a row of what fast_trace reads back; state, retired, started, completed are the last four.
+ROW_PARSED, ROW_CREATED, ROW_STATE = 6, 7, 11
+
+
 def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
+    """`tracks`: whether the dump's recorder tracks completion (model/outcome.py)."""
     sig_index: dict[Signature, int] = {}
     site_index: dict[Frame, int] = {}
+    outcome_flags: dict[tuple, int] = {}  # (state, retired) -> flags: a handful of distinct pairs per dump
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
-    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), _, created, duration, sig,
+    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), created, duration, sig,
          call_site, state, retired, started, _completed) in rows:
         if is_p2p and op == "coalesced":
             continue  # the end marker of a p2p coalesced group; its members are recorded individually
         g = groups.get(pg_name)
         if g is None:
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        flags = 0
-        if state == "completed":
-            flags = COMPLETED | FINISHED
-        if state == "started" or started:
+        flags = outcome_flags.get((state, retired))
+        if flags is None:
+            flags = outcome_flags[(state, retired)] = (
+                _OUTCOME_FLAGS[classify(state, retired, tracks)] | (RETIRED if retired else 0)
+                | (STARTED if state == STATE_STARTED else 0))
+        if started:
             flags |= STARTED
-        if retired:
-            flags |= RETIRED
-            if not tracks:
-                flags |= FINISHED
-            elif not flags & COMPLETED:
-                flags |= TIMED_OUT
         site = -1
         if call_site is not None:
             site = site_index.get(call_site, -1)

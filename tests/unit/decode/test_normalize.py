@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from frexport.decode.errors import DecodeError
-from frexport.decode.normalize import parse_profiling_name, parse_ranks, parse_version
+from frexport.decode.fields import parse_profiling_name, parse_ranks, parse_version
 from frexport.decode.read import decode_bytes
 from tests.support.synth import dump, entry
 

@@ -1,0 +1,87 @@
+"""The one rule for how a recorded op ended: pending, completed, retired or timed out.
+
+PyTorch's recorder marks an entry `retired` when its watchdog is done with it. What that means
+depends on whether the recorder tracks completion:
+- NCCL-like backends record start and completion events; an entry retired without completing
+  was abandoned by the watchdog: it timed out.
+- gloo (and MPI, UCC, any backend without completion events) leaves every entry 'scheduled' and
+  retires finished and failed work alike: retired only says the work is over, not how it went.
+Whether a recorder tracks completion is a property of the whole dump, read from its backends'
+names or from any entry that shows a started/completed state. Metrics, spans and the analysis
+all ask this module, so an op cannot be "timed out" in one and "finished" in another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from frexport.model.dump import Entry
+
+# Entry.state values, as PyTorch derives them at dump time.
+SCHEDULED = "scheduled"
+STARTED = "started"
+COMPLETED = "completed"
+
+# Backends whose recorder marks work started/completed (the profiling-name prefixes of NCCL and its
+# vendor variants in PyTorch's analyzer); gloo (2.13) leaves every entry 'scheduled'.
+COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
+
+# How many entries at each end of a dump are enough to tell whether it tracks completion: a
+# backend that does shows it in any stretch, and a bounded sample keeps this O(1) on huge dumps.
+SAMPLE = 64
+
+
+class Outcome(StrEnum):
+    """The values are the `outcome` label of frexport's metrics."""
+
+    PENDING = "pending"  # not retired yet: in flight, or not started
+    COMPLETED = "completed"  # the backend reported completion
+    RETIRED = "retired"  # over, success not reported (gloo and backends that do not track completion)
+    TIMED_OUT = "timed_out"  # retired by the watchdog without completing, on a backend that tracks completion
+
+    @property
+    def settled(self) -> bool:
+        """The recorder will not change this entry again."""
+        return self is not Outcome.PENDING
+
+    @property
+    def done(self) -> bool:
+        """Over, and nobody waits in it any more: a timed-out op is where its ranks are still stuck."""
+        return self is Outcome.COMPLETED or self is Outcome.RETIRED
+
+
+def shows_completion(backend: str, state: str) -> bool:
+    """One entry's evidence that its recorder tracks completion."""
+    return backend in COMPLETION_BACKENDS or state != SCHEDULED
+
+
+def edges(entries: Sequence) -> Sequence:
+    """The oldest and newest SAMPLE entries: where the evidence for a whole dump is read."""
+    return entries if len(entries) <= 2 * SAMPLE else entries[:SAMPLE] + entries[-SAMPLE:]
+
+
+def tracks_completion(entries: Sequence[Entry]) -> bool:
+    """Whether the recorder that wrote these entries (one rank's dump) reports completion."""
+    return any(shows_completion(e.backend, e.state) for e in edges(entries))
+
+
+def classify(state: str, retired: bool | None, tracks_completion: bool) -> Outcome:
+    """The rule on raw fields (the decode fast path has no Entry objects)."""
+    if state == COMPLETED:
+        return Outcome.COMPLETED
+    if retired:
+        return Outcome.TIMED_OUT if tracks_completion else Outcome.RETIRED
+    return Outcome.PENDING
+
+
+def outcome_of(entry: Entry, tracks_completion: bool) -> Outcome:
+    """`tracks_completion`: the value of `tracks_completion(...)` for the dump the entry came from."""
+    return classify(entry.state, entry.retired, tracks_completion)
+
+
+def settled(state: str, retired: bool | None) -> bool:
+    """Completed or retired: `classify(...).settled`, which does not depend on the backend."""
+    return state == COMPLETED or bool(retired)
