@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
-from frexport.analysis.matching import Disagreement, match_group
+from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers
-from frexport.model.dump import Frame, InputError
+from frexport.model.call_site import Frame, site_text
+from frexport.model.dump import InputError
 from frexport.model.rank_trace import GroupTrace, RankTrace
-from frexport.model.signature import Signature, canonical, describe, mismatch_kind, op_name
+from frexport.model.signature import Signature, canonical, describe, op_name
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,6 @@ def format_ranks(ranks) -> str:
         out.extend([f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else map(str, ranks[i:j + 1]))
         i = j + 1
     return ", ".join(out)
-
-
-def site_text(frame: Frame | None) -> str | None:
-    return None if frame is None else f"{frame.filename}:{frame.line} {frame.name}"
 
 
 class _Context:
@@ -207,7 +204,7 @@ def _finish_mismatch(current) -> Finding:
 def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
     sigs = [ctx.entry(r, group, d.seq)[0] for r in sorted(d.votes)]
     kinds = {mismatch_kind(sigs[0], s) for s in sigs[1:] if canonical(s) != canonical(sigs[0])}
-    for k in (F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH):
+    for k in F.MISMATCH_KINDS:
         if k in kinds:
             return k
     return F.DESYNC

@@ -6,16 +6,26 @@ from dataclasses import dataclass, field
 
 from frexport.model.dump import InputError
 
-# Finding kinds.
-DESYNC = "desync"
+# Finding kinds: the `kind` of a Finding, the `kind` label of frexport's metrics, the `frexport.finding`
+# attribute of spans. A new kind goes here and into the groups below that it belongs to.
+DESYNC = "desync"  # ranks ran different collectives (or the same ones in a different order)
 SIZE_MISMATCH = "size_mismatch"
 DTYPE_MISMATCH = "dtype_mismatch"
-MISSING_RANK = "missing_rank"
-MISSING_DUMP = "missing_dump"
-NOT_COMPLETED = "not_completed"
-TIMEOUT = "timeout"
+MISSING_RANK = "missing_rank"  # a member never issued the collective its peers wait in
+MISSING_DUMP = "missing_dump"  # a rank left no usable dump
+NOT_COMPLETED = "not_completed"  # every member joined, it did not finish
+TIMEOUT = "timeout"  # the watchdog gave up on it
 STRAGGLER = "straggler"
-UNMATCHED_P2P = "unmatched_p2p"
+UNMATCHED_P2P = "unmatched_p2p"  # a send or recv whose peer never posted the other side
+
+# Kind groups.
+# Ranks disagree on what they run, in PyTorch's order of checks: op type, then sizes, then dtypes.
+MISMATCH_KINDS = (DESYNC, SIZE_MISMATCH, DTYPE_MISMATCH)
+DESYNC_KINDS = frozenset(MISMATCH_KINDS)
+# Ranks are stuck: as a root cause, the job stalls (the sidecar's `stalled` status).
+STALL_KINDS = frozenset({MISSING_RANK, NOT_COMPLETED, TIMEOUT, MISSING_DUMP, UNMATCHED_P2P})
+# The culprits did not show up (never issued the op, left no dump): the rank is absent, not stuck inside.
+MISSING_KINDS = frozenset({MISSING_RANK, MISSING_DUMP, UNMATCHED_P2P})
 
 HEALTHY = "healthy"
 UNHEALTHY = "unhealthy"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from frexport.analysis.membership import Group, Membership
-from frexport.model.dump import Frame
+from frexport.model.call_site import Frame
 from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
 from frexport.model.signature import Signature
 

@@ -13,7 +13,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from frexport.analysis.findings import DESYNC, DTYPE_MISMATCH, SIZE_MISMATCH
 from frexport.model.rank_trace import GroupTrace
+from frexport.model.signature import Signature, canonical
 
 
 @dataclass
@@ -94,3 +96,13 @@ def _covered_count(windows: list[tuple[int, int]], pivot: GroupTrace) -> int:
     if pivot.contiguous():
         return sum(hi - lo + 1 for lo, hi in merged)
     return sum(1 for s in pivot.seq if any(lo <= s <= hi for lo, hi in merged))
+
+
+def mismatch_kind(expected: Signature, actual: Signature) -> str:
+    """The finding kind of a disagreement, the first in PyTorch's order: op type, then sizes, then dtypes."""
+    if len(expected) != len(actual) or any(a.op != b.op for a, b in zip(expected, actual)):
+        return DESYNC
+    ce, ca = canonical(expected), canonical(actual)
+    if any(x[1:3] != y[1:3] for x, y in zip(ce, ca)):
+        return SIZE_MISMATCH
+    return DTYPE_MISMATCH

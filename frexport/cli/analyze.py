@@ -14,6 +14,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.load import load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.export.report import render_json, render_text
+from frexport.model.call_site import site_text
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -90,7 +91,7 @@ def _raw(loaded, args) -> int:
             group = f"{e.pg_name}:{e.pg_desc}"[:16]
             state = e.state + ("*" if e.retired else "")
             sizes = str([list(s) for s in e.input_sizes])[:22]
-            site = f"{e.call_site.filename}:{e.call_site.line}" if e.call_site else ""
+            site = site_text(e.call_site) or ""
             out.write(f"  {e.record_id:>7} {group:<16} {e.collective_seq_id:>6} {e.p2p_seq_id:>5} "
                       f"{e.profiling_name[:22]:<22} {state:<10} {sizes:<22} {'/'.join(e.input_dtypes)[:12]:<12} "
                       f"{site}\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from frexport.analysis.findings import Diagnosis
+from frexport.model.call_site import frame_text
 from frexport.model.rank_trace import FINISHED, RankTrace
 from frexport.model.signature import describe, op_name
 
@@ -41,7 +42,7 @@ def build_timeline(traces: list[RankTrace], diagnosis: Diagnosis, ranks: set[int
                 args = {"seq": g.seq[k], "op": describe(sig)}
                 site = t.call_site(g.site[k])
                 if site is not None:
-                    args["call_site"] = f"{site.filename}:{site.line} {site.name}"
+                    args["call_site"] = frame_text(site)
                 if g.duration_us[k] >= 0:
                     dur = g.duration_us[k]
                 elif not g.flags[k] & FINISHED:

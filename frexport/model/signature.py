@@ -1,4 +1,4 @@
-"""What must agree across the ranks of one collective, and how to name a disagreement.
+"""What must agree across the ranks of one collective.
 
 A rank's view of a collective is its `OpSignature` (op, sizes, dtypes; a tuple of
 them for a coalesced group). Ranks legitimately differ for some ops (all_to_all
@@ -11,10 +11,6 @@ all_to_all and gather; dtypes are compared as sets, only where tensors exist.
 from __future__ import annotations
 
 from typing import NamedTuple
-
-DESYNC = "desync"
-SIZE_MISMATCH = "size_mismatch"
-DTYPE_MISMATCH = "dtype_mismatch"
 
 _VARIABLE_SIZE_OPS = frozenset({"all_to_all", "all_to_all_single", "all_to_all_v_single", "alltoall", "alltoall_base",
                                 "all_gather_v", "reduce_scatter_v"})
@@ -55,16 +51,6 @@ def _canonical_op(s: OpSignature) -> tuple:
         () if op in _NO_INPUT_DTYPE_CHECK or not s.input_sizes else tuple(sorted(set(s.input_dtypes))),
         () if op in _NO_OUTPUT_DTYPE_CHECK or not s.output_sizes else tuple(sorted(set(s.output_dtypes))),
     )
-
-
-def mismatch_kind(expected: Signature, actual: Signature) -> str:
-    """The first kind of disagreement in PyTorch's order: op type, then sizes, then dtypes."""
-    if len(expected) != len(actual) or any(a.op != b.op for a, b in zip(expected, actual)):
-        return DESYNC
-    ce, ca = canonical(expected), canonical(actual)
-    if any(x[1:3] != y[1:3] for x, y in zip(ce, ca)):
-        return SIZE_MISMATCH
-    return DTYPE_MISMATCH
 
 
 def describe(sig: Signature) -> str:
