@@ -16,7 +16,7 @@ ranks a few milliseconds apart, which is not a hang.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from frexport.analysis.membership import Group, Membership
 from frexport.model.call_site import Frame
@@ -57,7 +57,6 @@ class Root:
     wait: Wait  # the op the root ranks failed to issue (IDLE, NO_DUMP) or are stuck in (INSIDE, CYCLE)
     blocked: tuple[int, ...] = ()
     waited_by: tuple[int, ...] = ()  # ranks that wait for the root ranks directly
-    inside_waits: list[Wait] = field(default_factory=list)
 
 
 def find_waits(traces: dict[int, RankTrace], membership: Membership, stuck_after_ns: int) -> list[Wait]:
@@ -180,11 +179,11 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stuck_after_ns:
         if m not in traces:
             roots.append(Root(NO_DUMP, (m,), w))
         elif m in inside:
-            roots.append(Root(INSIDE, (m,), inside[m], inside_waits=[inside[m]]))
+            roots.append(Root(INSIDE, (m,), inside[m]))
         else:
             roots.append(Root(IDLE, (m,), w))
     for r in sorted(set(inside) - waiting - targets):
-        roots.append(Root(INSIDE, (r,), inside[r], inside_waits=[inside[r]]))
+        roots.append(Root(INSIDE, (r,), inside[r]))
     for cycle in _closed_cycles(edges):
         w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
         roots.append(Root(CYCLE, tuple(sorted(cycle)), w))

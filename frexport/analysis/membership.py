@@ -2,9 +2,9 @@
 
 NCCL dumps say it in pg_config. gloo (torch 2.13) writes an empty placeholder,
 so membership is rebuilt from what the dumps do hold: the default group spans
-the world; any other group is made of the ranks that recorded ops in it. Such
-groups are marked `inferred`: a member that never used the group (or whose
-records wrapped away) cannot be seen, and the report says so.
+the world; any other group is made of the ranks that recorded ops in it. A
+member of such a group that never used it (or whose records wrapped away)
+cannot be seen, and the report says so in a note.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ class Group:
     name: str
     desc: str
     members: tuple[int, ...]  # global ranks in group-rank order
-    inferred: bool
 
     def global_rank(self, local: int | None) -> int | None:
         if local is None or not 0 <= local < len(self.members):
@@ -81,13 +80,13 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
         variants = configs.get(name, {})
         if len(variants) == 1:
             members = next(iter(variants))
-            groups[name] = Group(name, name, desc, members, False)
+            groups[name] = Group(name, name, desc, members)
             for r in set(members) | users.get(name, set()):
                 group_of[(r, name)] = name
         elif len(variants) > 1:  # the same name for different member sets: one group per member set
             for i, members in enumerate(sorted(variants)):
                 key = f"{name}@{i}"
-                groups[key] = Group(key, name, desc, members, False)
+                groups[key] = Group(key, name, desc, members)
                 for r in members:
                     group_of[(r, name)] = key
             notes.append(f"process group {name!r} has {len(variants)} different member sets across ranks")
@@ -97,7 +96,7 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             else:
                 members = tuple(sorted(users.get(name, ())))
                 inferred_names.append(name)
-            groups[name] = Group(name, name, desc, members, True)
+            groups[name] = Group(name, name, desc, members)
             for r in members:
                 group_of[(r, name)] = name
     if inferred_names or (groups and world_inferred):

@@ -38,7 +38,6 @@ class DumpFile:
     family: str  # the name with digit runs masked, e.g. "trace_#"
     fmt_hint: str | None  # from the extension; the decoder sniffs the content anyway
     mtime_ns: int
-    size: int
 
 
 @dataclass
@@ -46,7 +45,6 @@ class Discovery:
     by_rank: dict[int, list[DumpFile]] = field(default_factory=dict)  # preferred candidate first
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     notes: list[str] = field(default_factory=list)
-    family: str | None = None
 
 
 def default_locations(env: dict[str, str] | None = None) -> list[str]:
@@ -141,7 +139,7 @@ def _consider(p: Path, prefix: str | None, out: list[DumpFile], found: Discovery
     except OSError as exc:
         found.skipped.append((str(p), f"cannot stat: {exc.strerror}"))
         return
-    out.append(DumpFile(str(p), rank, family, hint, st.st_mtime_ns, st.st_size))
+    out.append(DumpFile(str(p), rank, family, hint, st.st_mtime_ns))
 
 
 def _choose(candidates: list[DumpFile], prefix: str | None, found: Discovery) -> None:
@@ -151,7 +149,6 @@ def _choose(candidates: list[DumpFile], prefix: str | None, found: Discovery) ->
     for c in candidates:
         families.setdefault(c.family, set()).add(c.rank)
     chosen = max(families, key=lambda f: (len(families[f]), f))
-    found.family = chosen
     for fam in sorted(families):
         if fam != chosen:
             found.notes.append(

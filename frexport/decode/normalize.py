@@ -103,8 +103,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         version=version,
         version_text=version_text if isinstance(version_text, str) else None,
         comm_lib_version=comm_lib_version,
-        pg_config=_pg_config(top.get("pg_config"), notes),
-        pg_status=_pg_status(top.get("pg_status"), notes),
+        pg_config=_pg_config(top.get("pg_config")),
+        pg_status=_pg_status(top.get("pg_status")),
         entries=entries,
         notes=tuple(notes),
         dumped_at_ns=dumped_at_ns,
@@ -112,7 +112,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     )
 
 
-def _pg_config(raw: Any, notes: list[str]) -> tuple[ProcessGroupConfig, ...]:
+def _pg_config(raw: Any) -> tuple[ProcessGroupConfig, ...]:
     if not isinstance(raw, dict):
         return ()
     out = []
@@ -133,7 +133,7 @@ def _pg_config(raw: Any, notes: list[str]) -> tuple[ProcessGroupConfig, ...]:
     return tuple(out)
 
 
-def _pg_status(raw: Any, notes: list[str]) -> tuple[ProcessGroupStatus, ...]:
+def _pg_status(raw: Any) -> tuple[ProcessGroupStatus, ...]:
     if not isinstance(raw, dict):
         return ()
     out = []
