@@ -32,7 +32,7 @@ from frexport.model.signature import Signature, canonical, describe, op_name
 
 @dataclass(frozen=True)
 class Options:
-    stuck_after_s: float = 5.0  # a rank seen this long after its peers issued an op, without it, never issued it
+    stall_after_s: float = 5.0  # a rank seen this long after its peers issued an op, without it, never issued it
     straggler_lateness_s: float = 0.05
     max_findings: int = 100
 
@@ -101,7 +101,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     membership = build_membership(by_rank, known_ranks)
     ctx = _Context(by_rank, membership)
-    stuck_after_ns = int(options.stuck_after_s * 1e9)
+    stall_after_ns = int(options.stall_after_s * 1e9)
 
     matched = 0
     mismatch_findings: dict[tuple[str, int], Finding] = {}  # (group key, seq) -> finding
@@ -114,8 +114,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             for s in seqs:
                 mismatch_findings[(key, s)] = f
 
-    waits = find_waits(by_rank, membership, stuck_after_ns)
-    roots = root_causes(waits, by_rank, stuck_after_ns)
+    waits = find_waits(by_rank, membership, stall_after_ns)
+    roots = root_causes(waits, by_rank, stall_after_ns)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     hang_culprits = {r for f in root_findings for r in f.culprit_ranks}

@@ -59,7 +59,7 @@ class Root:
     waited_by: tuple[int, ...] = ()  # ranks that wait for the root ranks directly
 
 
-def find_waits(traces: dict[int, RankTrace], membership: Membership, stuck_after_ns: int) -> list[Wait]:
+def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after_ns: int) -> list[Wait]:
     waits = []
     collective: dict[tuple[str, int], list[Wait]] = {}
     for rank, t in traces.items():
@@ -78,7 +78,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stuck_after
                 if not op.flags & FINISHED:
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
-                    _classify_p2p(w, op, traces, stuck_after_ns)
+                    _classify_p2p(w, op, traces, stall_after_ns)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
     # Members are classified once per collective, not once per waiting rank: in a 4096-rank default
@@ -86,7 +86,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stuck_after
     # time is the reference: the op has been awaited at least since then.
     for ws in collective.values():
         earliest = min(w.created_ns for w in ws)
-        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stuck_after_ns)
+        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns)
         for w in ws:
             w.missing, w.no_dump, w.not_yet, w.joined = classes
     return waits
@@ -106,7 +106,7 @@ def _oldest_unfinished(flags) -> int | None:
 
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
-                         stuck_after_ns: int) -> tuple[tuple[int, ...], ...]:
+                         stall_after_ns: int) -> tuple[tuple[int, ...], ...]:
     missing, no_dump, not_yet, joined = [], [], [], []
     name = group.name
     for m in group.members:
@@ -117,7 +117,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
         g = t.groups.get(name)
         if g is not None and len(g.seq) and (seq < g.seq[0] or g.position(seq) is not None):
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
-        elif not _seen_long_after(t, created_ns, stuck_after_ns):
+        elif not _seen_long_after(t, created_ns, stall_after_ns):
             not_yet.append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
@@ -126,7 +126,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
     return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined)
 
 
-def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stuck_after_ns: int) -> None:
+def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int) -> None:
     me_local = w.group.members.index(w.rank) if w.rank in w.group.members else None
     peer_local = op.dst if op.op == "send" else op.src
     peer = w.group.global_rank(peer_local)
@@ -143,18 +143,18 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stuck_after_ns: int
         if other.op == want and other_peer == me_local and not other.flags & FINISHED:
             w.joined = (w.rank, peer)
             return
-    if _seen_long_after(t, w.created_ns, stuck_after_ns):
+    if _seen_long_after(t, w.created_ns, stall_after_ns):
         w.missing = (peer,)
     else:
         w.not_yet = (peer,)
 
 
-def _seen_long_after(t: RankTrace, created_ns: int, stuck_after_ns: int) -> bool:
+def _seen_long_after(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     seen = t.seen_at_ns
-    return bool(seen) and seen - created_ns >= stuck_after_ns
+    return bool(seen) and seen - created_ns >= stall_after_ns
 
 
-def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stuck_after_ns: int) -> list[Root]:
+def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int) -> list[Root]:
     edges: dict[int, set[int]] = {}
     # target rank -> the op that shows best that it is the one missing: the one where the fewest
     # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
@@ -166,7 +166,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stuck_after_ns:
             first_edge.setdefault(m, w)
     inside = {}
     for w in waits:
-        if not w.edges and not w.not_yet and w.age_ns >= stuck_after_ns and w.rank in traces:
+        if not w.edges and not w.not_yet and w.age_ns >= stall_after_ns and w.rank in traces:
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w

@@ -31,7 +31,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     if args.raw:
         return _raw(loaded, args)
     diagnosis = analyze(loaded.traces, loaded.errors, options=Options(
-        stuck_after_s=args.stuck_after, straggler_lateness_s=args.straggler_ms / 1000))
+        stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000))
     diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:

@@ -32,6 +32,19 @@ def _positive_float(text: str) -> float:
     return v
 
 
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: still works, hidden from --help, says once on stderr what replaced it."""
+
+    def __init__(self, option_strings: list[str], dest: str, replaced_by: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.replaced_by = replaced_by
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated, use {self.replaced_by}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="frexport", description="PyTorch Flight Recorder exporter and analyzer")
     p.add_argument("--version", action="version", version=f"frexport {__version__}")
@@ -51,9 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only report these process groups (names or descriptions, comma separated)")
     a.add_argument("--raw", action="store_true", help="print each rank's recorded entries instead of a diagnosis")
     a.add_argument("-v", "--verbose", action="store_true", help="list every note and skipped file; stacks in --raw")
-    a.add_argument("--stuck-after", type=_positive_float, default=5.0, metavar="SECONDS",
+    a.add_argument("--stall-after", type=_positive_float, default=5.0, metavar="SECONDS",
                    help="a rank seen this long after its peers issued a collective, without issuing it, "
-                        "is missing from it (default 5)")
+                        "is missing from it (default 5; the same threshold as `serve --stall-after`)")
+    a.add_argument("--stuck-after", dest="stall_after", type=_positive_float, action=_DeprecatedAlias,
+                   replaced_by="--stall-after")
     a.add_argument("--straggler-ms", type=_positive_float, default=50.0, metavar="MS",
                    help="median lateness that makes a rank a straggler (default 50)")
     a.add_argument("--workers", type=int, default=None, help="decode processes (default: CPU count)")

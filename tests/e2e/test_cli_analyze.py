@@ -1,10 +1,11 @@
 """`frexport analyze` as a user runs it: output shape, exit codes, filters, raw view, timeline."""
 
 import json
+import os
 import subprocess
 import sys
 
-from tests.support.synth import dump, entry, healthy_job, write
+from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, write
 
 FREXPORT = [sys.executable, "-m", "frexport"]
 
@@ -100,3 +101,33 @@ def test_timeline_is_valid_trace_event_json(tmp_path):
     assert marker and marker[0]["pid"] == 2 and marker[0]["name"].startswith("missing_rank")
     stuck = [e for e in events if e["ph"] == "X" and e["args"].get("state") == "not finished when dumped"]
     assert sorted(e["pid"] for e in stuck) == [0, 1, 3]
+
+
+def _seen_10s_after(tmp_path):
+    """The stuck job, every rank's dump written 10 s after the collective that ranks 0, 1, 3 wait in."""
+    d = _stuck_dir(tmp_path)
+    written = (T0 + 10 * STEP_NS + 10 * 10**9) // 1000 * 1000
+    for f in d.iterdir():
+        os.utime(f, ns=(written, written))
+    return d
+
+
+def test_stall_after_decides_when_an_absent_rank_is_missing(tmp_path):
+    d = _seen_10s_after(tmp_path)
+    late = _run("analyze", d, "--format", "json", "--stall-after", "5")
+    assert late.returncode == 1 and late.stderr == ""
+    assert [(f["kind"], f["culprit_ranks"]) for f in json.loads(late.stdout)["findings"]] == [("missing_rank", [2])]
+    # seen only 10 s after its peers: it may still be on its way, not missing
+    early = _run("analyze", d, "--format", "json", "--stall-after", "60")
+    assert early.returncode == 0 and json.loads(early.stdout)["verdict"] == "healthy"
+
+
+def test_stuck_after_is_a_deprecated_alias_of_stall_after(tmp_path):
+    d = _seen_10s_after(tmp_path)
+    old = _run("analyze", d, "--format", "json", "--stuck-after", "60")
+    assert old.stderr == "frexport analyze: --stuck-after is deprecated, use --stall-after\n"
+    assert old.stdout == _run("analyze", d, "--format", "json", "--stall-after", "60").stdout
+    old = _run("analyze", d, "--format", "json", "--stuck-after", "5")
+    assert json.loads(old.stdout)["findings"][0]["culprit_ranks"] == [2]
+    helptext = _run("analyze", "--help").stdout
+    assert "--stall-after" in helptext and "--stuck-after" not in helptext

@@ -37,7 +37,7 @@ def polls(state: LiveState, n: int = 20, ranks=(0, 1)) -> list[list[EntryEvent]]
 
 
 def result_of(dumps: dict[int, RankDump], stuck_after_s: float = 1.0) -> LiveResult:
-    diagnosis = analyze([build_rank_trace(d) for d in dumps.values()], options=Options(stuck_after_s=stuck_after_s))
+    diagnosis = analyze([build_rank_trace(d) for d in dumps.values()], options=Options(stall_after_s=stuck_after_s))
     return LiveResult(diagnosis, {}, stuck_after_s, [f for f in diagnosis.findings if f.root_cause])
 
 

@@ -166,7 +166,7 @@ def test_matched_p2p_is_fine(tmp_path, diagnose):
     job[0].append(entry(10, 0, op="send 0->1", pg=("5", "pp"), state="started", is_p2p=True, p2p_seq=3))
     job[1].append(entry(10, 0, op="recv 1<-0", pg=("5", "pp"), state="started", is_p2p=True, p2p_seq=3))
     d = diagnose(write(tmp_path, {r: dump(es, world=2, groups=pp) for r, es in job.items()}),
-                 stuck_after_s=10**9)
+                 stall_after_s=10**9)
     assert d.verdict == "healthy", [f.message for f in d.findings]
 
 
