@@ -10,6 +10,9 @@ import json
 import pickle
 from pathlib import Path
 
+from frexport.decode.normalize import normalize
+from frexport.model.rank_trace import RankTrace, build_rank_trace
+
 T0 = 1_795_000_000_000_000_000
 STEP_NS = 100_000_000
 
@@ -71,3 +74,9 @@ def healthy_job(world: int = 4, steps: int = 10, **kw) -> dict[int, list[dict]]:
     """Every rank runs the same `steps` all_reduces on the default group."""
     return {r: [entry(i, i + 1, line=10, created=T0 + i * STEP_NS + r * 1000, **kw) for i in range(steps)]
             for r in range(world)}
+
+
+def traces(dumps: dict[int, dict], seen_at_ns: int | None = None) -> dict[int, RankTrace]:
+    """Each rank's dump decoded in-process, as the sidecar does; `seen_at_ns`: when they were taken."""
+    return {r: build_rank_trace(normalize(d, f"rank {r}", "pickle", rank=r, dumped_at_ns=seen_at_ns))
+            for r, d in dumps.items()}

@@ -1,0 +1,52 @@
+"""Who belongs to which process group: from pg_config when the dumps list ranks (NCCL), rebuilt from
+the recorded ops when they do not (gloo writes an empty placeholder)."""
+
+from frexport.analysis.membership import build_membership
+from tests.support.synth import dump, entry, healthy_job, traces
+
+GLOO_PG_CONFIG = {"": {"name": "", "desc": "", "ranks": "[]"}}  # what gloo (torch 2.13) writes
+
+
+def _gloo(dumps: dict[int, dict]) -> dict[int, dict]:
+    for d in dumps.values():
+        d["pg_config"] = dict(GLOO_PG_CONFIG)
+    return dumps
+
+
+def test_members_and_world_from_pg_config():
+    job = healthy_job(world=4, steps=2)
+    dumps = {r: dump(es, world=4, groups={"5": ("tp", [r - r % 2, r - r % 2 + 1])}) for r, es in job.items()}
+    m = build_membership(traces(dumps))
+    # each pair of ranks reports its own tp group under the same name: one group per member set
+    assert sorted((g.key, g.members) for g in m.groups.values() if g.name == "5") == [("5@0", (0, 1)),
+                                                                                        ("5@1", (2, 3))]
+    assert m.group_of[(3, "5")] == "5@1" and m.group_of[(0, "5")] == "5@0"
+    assert m.groups["0"].members == (0, 1, 2, 3) and m.groups["0"].label == "0 (default_pg)"
+    assert (m.world_size, m.world_size_inferred) == (4, False)
+    assert m.notes == ["process group '5' has 2 different member sets across ranks"]
+
+
+def test_gloo_membership_inferred_from_the_ops_each_rank_recorded():
+    job = healthy_job(world=4, steps=3, backend="gloo")
+    for r in (2, 3):  # only ranks 2 and 3 use the pipeline group
+        job[r].append(entry(3, 1, pg=("5", "pp"), pg_id=1, backend="gloo"))
+    m = build_membership(traces(_gloo({r: dump(es) for r, es in job.items()})))
+    assert m.groups["0"].members == (0, 1, 2, 3)  # the default group spans the world
+    assert m.groups["5"].members == (2, 3) and m.groups["5"].desc == "pp"
+    assert (m.world_size, m.world_size_inferred) == (4, True)  # the highest rank seen, plus one
+    assert len(m.notes) == 1 and "membership inferred" in m.notes[0]
+
+
+def test_gloo_world_includes_ranks_known_without_a_dump():
+    """A rank whose dump is missing still counts: the sidecar knows it from its sockets or URLs."""
+    job = healthy_job(world=2, steps=2, backend="gloo")
+    m = build_membership(traces(_gloo({r: dump(es) for r, es in job.items()})), known_ranks={0, 1, 2, 3, 4})
+    assert m.world_size == 5 and m.groups["0"].members == (0, 1, 2, 3, 4)
+
+
+def test_global_rank_of_a_group_local_peer():
+    job = healthy_job(world=4, steps=1)
+    m = build_membership(traces({r: dump(es, world=4, groups={"7": ("pp", [3, 1])}) for r, es in job.items()}))
+    g = m.groups["7"]
+    assert g.members == (1, 3)  # group rank i is the i-th smallest global rank: new_group sorts them
+    assert (g.global_rank(0), g.global_rank(1), g.global_rank(2), g.global_rank(None)) == (1, 3, None, None)
