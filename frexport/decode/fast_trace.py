@@ -3,10 +3,10 @@
 `frexport analyze` on thousands of ranks spends most of its time turning millions of raw entries
 into Entry objects that it then reduces to a few integer columns. For dumps in the common shape
 (a dict with every 2.10 entry field of the expected types) this builds the same RankTrace in one
-pass, using normalize's own field rules (profiling names, process groups, shapes, frames, coalesced
-groups) — there is still one parser. Anything unusual (older layouts, a malformed entry, odd
-types) returns None and the caller takes the normal path; a property test checks that both paths
-give identical traces.
+pass, with the field rules of fields.py that normalize uses too (profiling names, process groups,
+shapes, frames, times, coalesced groups): there is still one parser. Anything unusual (older
+layouts, a malformed entry, odd types) returns None and the caller takes the normal path; a
+property test checks that both paths give identical traces.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         return None
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
+    if markers:  # before judging completion tracking, as normalize completes them before build_rank_trace
+        _complete_coalesced(rows)
     sample = edges(rows)
     tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
@@ -56,8 +58,6 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=len(rows), pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
-    if markers:
-        _complete_coalesced(rows)
     add_rows(trace, rows, tracks)
     return trace
 
