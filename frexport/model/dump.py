@@ -15,7 +15,7 @@ from typing import NamedTuple
 from frexport.model.call_site import Frame
 from frexport.model.outcome import COMPLETED, SCHEDULED, STARTED, settled
 
-__all__ = ["COMPLETED", "P2P_OPS", "SCHEDULED", "STARTED", "Entry", "Frame", "ProcessGroupConfig",
+__all__ = ["COMPLETED", "P2P_OPS", "SCHEDULED", "STARTED", "Entry", "Frame", "InputError", "ProcessGroupConfig",
            "ProcessGroupStatus", "RankDump"]
 
 P2P_OPS = frozenset({"send", "recv"})
