@@ -17,7 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from frexport import __version__
-from frexport.live.diagnosis import OK, STALL_KINDS, STATUSES, LiveAnalysis
+from frexport.analysis.findings import STALL_KINDS
+from frexport.live.diagnosis import OK, STATUSES, LiveAnalysis
 from frexport.live.state import DURATION_BUCKETS, LiveState
 from frexport.sources.health import HealthRegistry
 

@@ -24,7 +24,7 @@ from statistics import median
 
 from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
-from frexport.analysis.findings import Diagnosis
+from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
 from frexport.config import Analysis
 from frexport.model.dump import RankDump
 from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
@@ -32,8 +32,6 @@ from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
 _STEP_WINDOW = 512  # entries per rank the step time is estimated from
-STALL_KINDS = {F.MISSING_RANK, F.NOT_COMPLETED, F.TIMEOUT, F.MISSING_DUMP, F.UNMATCHED_P2P}
-_DESYNC_KINDS = {F.DESYNC, F.SIZE_MISMATCH, F.DTYPE_MISMATCH}
 
 
 @dataclass
@@ -104,7 +102,7 @@ def statuses_of(d: Diagnosis, traces: list[RankTrace]) -> dict[int, str]:
     for f in d.findings:
         if f.root_cause and f.kind in STALL_KINDS:
             mark(f.culprit_ranks or f.blocked_ranks, STALLED, (OK, BLOCKED, STRAGGLING, DESYNCED))
-        elif f.kind in _DESYNC_KINDS:
+        elif f.kind in DESYNC_KINDS:
             mark(f.culprit_ranks, DESYNCED, (OK, BLOCKED, STRAGGLING))
     for f in d.findings:
         if f.root_cause:

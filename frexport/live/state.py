@@ -15,15 +15,13 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from frexport.model.dump import COMPLETED, Entry, RankDump
+from frexport.model.dump import Entry, RankDump
+from frexport.model.outcome import Outcome, outcome_of, tracks_completion
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
 
-FINISHED_COMPLETED = "completed"
-FINISHED_RETIRED = "retired"  # gloo: done, success not reported
-FINISHED_TIMED_OUT = "timed_out"  # NCCL: retired by the watchdog without completing
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,7 @@ class EntryEvent:
     rank: int
     epoch: int
     entry: Entry
-    outcome: str  # one of the FINISHED_* values
+    outcome: Outcome  # how it ended, by the one rule of model/outcome.py
     observed_ns: int  # when the sidecar first saw it finished: the end time gloo cannot tell
     world_size: int | None = None  # as the rank's snapshot says, when it does
 
@@ -173,6 +171,7 @@ class LiveState:
                 rs.dropped += oldest - rs.max_record - 1
         pending, max_record = rs.pending, rs.max_record
         world_size = dump.world_size
+        tracks = tracks_completion(dump.entries)
         for e in dump.entries:
             rid = e.record_id
             if rid <= max_record and rid not in pending:
@@ -180,7 +179,7 @@ class LiveState:
             changed.append(e)
             if e.finished:
                 pending.discard(rid)
-                events.append(self._finished(rs, e, now_ns, world_size))
+                events.append(self._finished(rs, e, outcome_of(e, tracks), now_ns, world_size))
             else:
                 pending.add(rid)
             if rid > max_record:
@@ -188,13 +187,8 @@ class LiveState:
         rs.max_record = max_record
         return events, changed
 
-    def _finished(self, rs: RankState, e: Entry, now_ns: int, world_size: int | None) -> EntryEvent:
-        if e.state == COMPLETED:
-            outcome = FINISHED_COMPLETED
-        elif e.retired and e.backend != "gloo" and e.state != COMPLETED:
-            outcome = FINISHED_TIMED_OUT
-        else:
-            outcome = FINISHED_RETIRED
+    def _finished(self, rs: RankState, e: Entry, outcome: Outcome, now_ns: int,
+                  world_size: int | None) -> EntryEvent:
         self.collectives[(e.pg_desc, e.op, outcome)] += 1
         seconds = _duration_s(e)
         if seconds is not None:

@@ -34,14 +34,14 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from frexport import __version__
-from frexport.analysis.findings import Finding
-from frexport.live.state import FINISHED_TIMED_OUT, EntryEvent
+from frexport.analysis.findings import MISSING_KINDS, Finding
+from frexport.live.state import EntryEvent
 from frexport.model.dump import Entry
+from frexport.model.outcome import Outcome
 
 NS = "pytorch.distributed."
 SCOPE = InstrumentationScope("frexport", __version__)
 # Culprits of these kinds never showed up in the collective: their span says `missing`, not `stalled`.
-_MISSING_KINDS = frozenset({"missing_rank", "missing_dump", "unmatched_p2p"})
 
 FindingIndex = Mapping[tuple[str, int, int], Finding]  # (pg name, collective seq, culprit rank) -> finding
 
@@ -148,7 +148,7 @@ def entry_span(ev: EntryEvent, job_id: str, resource: Resource, finding: Finding
     end, source = end_time(e, ev.observed_ns)
     status = Status(StatusCode.UNSET)
     events = []
-    if ev.outcome == FINISHED_TIMED_OUT:
+    if ev.outcome is Outcome.TIMED_OUT:
         status = Status(StatusCode.ERROR, "timed out")
     if finding is not None:
         status = Status(StatusCode.ERROR, finding.kind)
@@ -177,7 +177,7 @@ def stalled_ranks(f: Finding) -> list[int]:
 
 def stall_span(f: Finding, rank: int, job_id: str, resource: Resource, now_ns: int) -> ReadableSpan:
     """`stalled <op>` (or `missing <op>` for a culprit that never issued it), enqueue to detection."""
-    missing = rank in f.culprit_ranks and f.kind in _MISSING_KINDS
+    missing = rank in f.culprit_ranks and f.kind in MISSING_KINDS
     name = f"{'missing' if missing else 'stalled'} {f.op or 'collective'}"
     attrs = {NS + "rank": rank, NS + "pg.name": f.pg_name, NS + "pg.desc": f.pg_desc,
              NS + "collective_seq_id": f.collective_seq_id, NS + "op": f.op or "",

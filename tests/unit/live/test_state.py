@@ -66,3 +66,16 @@ def test_gone_process_group_expires_while_the_rank_stays():
     assert set(state.view().ranks[0].groups) == {"0", "7"}
     state.expire(T0 + 201, after_ns=200)  # ...then the series go (last held at T0), the rank stays
     assert set(state.view().ranks[0].groups) == {"0"}
+
+
+def test_outcome_follows_the_one_rule_per_backend():
+    """A retired, never-started op is timed out only where the backend reports completion: the same
+    rule as the analysis (an mpi/ucc/gloo op that retired is over, not timed out)."""
+    for backend, expected in (("nccl", "timed_out"), ("gloo", "retired"), ("mpi", "retired"), ("ucc", "retired"),
+                              ("custom", "retired")):
+        state = LiveState()
+        entries = [entry(i, i + 1, backend=backend, state="scheduled", retired=True, duration_ms=None)
+                   for i in range(3)]
+        events = state.ingest(_snap(entries), "s", T0)
+        assert {e.outcome for e in events} == {expected}, backend
+        assert state.view().collectives == {("default_pg", "all_reduce", expected): 3}, backend

@@ -6,7 +6,8 @@ from opentelemetry.trace import StatusCode
 
 from frexport.decode.read import decode_bytes
 from frexport.export.otlp import spans as S
-from frexport.live.state import FINISHED_TIMED_OUT, LiveState
+from frexport.live.state import LiveState
+from frexport.model.outcome import Outcome
 from tests.support import paths
 from tests.support.fr_events import result_of, snapshot
 from tests.support.synth import T0
@@ -49,7 +50,7 @@ def test_end_time_without_nccl_timing_is_the_discovered_or_observed_one():
 
 def test_timed_out_entry_and_an_entry_a_finding_names_are_errors():
     ev = _events()[0]
-    timed_out = _span(dataclasses.replace(ev, outcome=FINISHED_TIMED_OUT))
+    timed_out = _span(dataclasses.replace(ev, outcome=Outcome.TIMED_OUT))
     assert timed_out.status.status_code == StatusCode.ERROR and timed_out.status.description == "timed out"
     dumps = {0: snapshot(0, 0, 3, T0), 1: snapshot(1, 0, 3, T0, sizes=((8, 8),))}
     f = next(f for f in result_of(dumps).diagnosis.findings if f.kind == "size_mismatch")
