@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv with frexport, its test tools and torch (CPU) for the real-job tests. Idempotent.
+# Set up .venv with frexport, its test tools and torch (CPU) for the real-job tests, and the system
+# tools the tests run (apt, as root). Idempotent. The demo (scripts/demo.sh) needs none of this.
 # FREXPORT_SKIP_TORCH=1 skips torch (the sidecar and the analyzer never import it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,14 +12,21 @@ quiet() { "$@" >"$LOG" 2>&1 || { cat "$LOG" >&2; echo "setup: failed: $*" >&2; e
 [ -x .venv/bin/python ] || quiet "$PY" -m venv .venv
 quiet .venv/bin/python -m pip install --upgrade pip
 quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
-# System tools the tests use for real: promtool and the Prometheus server (Debian's package).
-if ! command -v promtool >/dev/null 2>&1; then
+# System tools the tests use for real (test-only; frexport itself needs none of them):
+#   prometheus   promtool and the Prometheus server (Debian's package)
+#   buildah      builds the Dockerfile and runs the image (tests/e2e/test_image.py; vfs storage, chroot isolation)
+#   debootstrap  makes that build's local Debian base (no registry pulls)
+APT=()
+command -v promtool >/dev/null 2>&1 || APT+=(prometheus)
+command -v buildah >/dev/null 2>&1 || APT+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || APT+=(debootstrap)
+if [ "${#APT[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     quiet apt-get update -qq
-    quiet apt-get install -y -qq --no-install-recommends prometheus
+    quiet apt-get install -y -qq --no-install-recommends "${APT[@]}"
   else
-    echo "setup: please install Debian's 'prometheus' package (promtool, prometheus)" >&2
+    echo "setup: please install Debian's packages: ${APT[*]} (as root: the image tests need root)" >&2
   fi
 fi
 ./scripts/install-tools.sh
