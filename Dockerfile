@@ -5,6 +5,8 @@
 #
 # Pinned base: Debian 12 slim with CPython 3.11.13. For reproducible builds pin the digest too:
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm   ->   FROM python:3.11.13-slim-bookworm@sha256:<digest>
+# Any Debian-based image with python3 and its venv module works as the base: tests/e2e/test_image.py
+# builds this file on a local Debian bookworm base (debootstrap, python3-venv), no registry needed.
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -13,7 +15,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY frexport ./frexport
 # The OTLP exporters (traces.enabled) and bcrypt (web-config basic auth) are optional extras.
-RUN python -m venv /opt/frexport \
+RUN python3 -m venv /opt/frexport \
  && /opt/frexport/bin/pip install --no-cache-dir ".[otlp,auth]" \
  && /opt/frexport/bin/python -m compileall -q /opt/frexport/lib
 
