@@ -9,9 +9,8 @@ import yaml
 
 import frexport
 from frexport.cli.main import main
-from frexport.export.prometheus import FrexportCollector
-from frexport.live.state import LiveState
-from frexport.sources.health import HealthRegistry
+from frexport.cli.serve import build_sidecar
+from frexport.config import Config, DumpDir
 from tests.support.paths import ROOT
 
 VERSION = re.search(r'^__version__ = "([^"]+)"$', (ROOT / "frexport" / "__init__.py").read_text(), re.M)[1]
@@ -31,10 +30,12 @@ def test_cli_version_shows_it(capsys):
     assert e.value.code == 0 and capsys.readouterr().out == f"frexport {VERSION}\n"
 
 
-def test_build_info_metric_shows_it():
-    families = {m.name: m for m in FrexportCollector(LiveState(), HealthRegistry()).collect()}
-    [sample] = families["frexport_build_info"].samples
-    assert sample.labels == {"version": VERSION} and sample.value == 1.0
+def test_build_info_metric_shows_it(tmp_path):
+    cfg = Config()
+    cfg.sources.dump_dirs = [DumpDir(path=str(tmp_path))]
+    _sidecar, registry = build_sidecar(cfg)  # the registry `frexport serve` exposes on /metrics
+    info = [s for fam in registry.collect() for s in fam.samples if s.name == "frexport_build_info"]
+    assert [(s.labels, s.value) for s in info] == [({"version": VERSION}, 1.0)]
 
 
 def test_changelog_has_the_release_and_an_unreleased_section():
