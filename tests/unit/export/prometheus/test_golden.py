@@ -51,3 +51,10 @@ def test_only_the_varying_parts_are_masked(scenario):
     assert not re.search(r"^(process|python)_", text, re.M)
     masked = [line for line in text.splitlines() if "<duration>" in line]
     assert len(masked) == 6 and all(line.startswith("frexport_scrape_collector_duration_seconds{") for line in masked)
+
+
+def test_a_scrape_only_reads(scenario):
+    """Collectors read the state, the analysis and the health; scraping twice serves the same text."""
+    registry = scenario.registry(process=True)
+    first = stable_exposition(generate_latest(registry).decode())
+    assert stable_exposition(generate_latest(registry).decode()) == first
