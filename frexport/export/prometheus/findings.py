@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from frexport.live.diagnosis import STALL_KINDS, LiveAnalysis
+from frexport.analysis.findings import STALL_KINDS
+from frexport.live.diagnosis import LiveAnalysis
 
 
 class _Families(NamedTuple):
