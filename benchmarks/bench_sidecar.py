@@ -140,11 +140,11 @@ def _serve_replays(directory: str, ranks: int, rate: float) -> None:
 # --- benchmarks ------------------------------------------------------------------------------------
 
 def bench_scrape() -> None:
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
     from frexport.config import Analysis
     from frexport.decode.read import decode_bytes
-    from frexport.export.prometheus import FrexportCollector
+    from frexport.export.prometheus import sidecar_registry
     from frexport.live.diagnosis import LiveAnalysis
     from frexport.live.state import LiveState
     from frexport.sources.health import HealthRegistry
@@ -157,8 +157,7 @@ def bench_scrape() -> None:
         health.record(f"socket:rank-{r}", True, 0.01, now)
     analysis = LiveAnalysis(Analysis())
     analysis.run(state.latest_dumps())
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FrexportCollector(state, health, analysis))
+    registry = sidecar_registry(state, health, analysis)  # as `frexport serve` has it, process_* included
     times = []
     for _ in range(50):
         t = time.perf_counter()

@@ -247,17 +247,21 @@ def health() -> dict:
                        [target(f"sum by (reason) (increase(frexport_decode_errors_total{{{SEL}}}[$__rate_interval]))",
                                "{{reason}}")]), 12, 8)
     lay.row("Exporter internals")
-    lay.add(timeseries("Time to build a scrape", "frexport's own time to build /metrics",
-                       [target(f"frexport_scrape_collector_duration_seconds{{{SEL}}}", "{{pod}}")], "s"), 8, 8)
+    lay.add(stat("Failing metrics collectors", "Collectors that raised in the last scrape (their metrics are "
+                 "missing; the sidecar's log has the traceback)",
+                 f"count(frexport_scrape_collector_success{{{SEL}}} == 0) or vector(0)"), 4, 8)
+    lay.add(timeseries("Time to build a scrape", "frexport's own time to build /metrics, by collector",
+                       [target(f"sum by (pod, collector) (frexport_scrape_collector_duration_seconds{{{SEL}}})",
+                               "{{pod}} {{collector}}")], "s"), 8, 8)
     lay.add(timeseries("Evidence bundles", "Bundles written or failed (disk full, permissions)",
                        [target("sum by (result) "
                                f"(increase(frexport_evidence_bundles_total{{{SEL}}}[$__rate_interval]))",
-                               "{{result}}")]), 8, 8)
+                               "{{result}}")]), 6, 8)
     lay.add(timeseries("OTLP export",
                        "Spans exported, failed or dropped per second, and the export queue (only with traces on)",
                        [target(f"sum by (result) (rate(frexport_otlp_spans_total{{{SEL}}}[$__rate_interval]))",
                                "{{result}}"),
-                        target(f"sum(frexport_otlp_queue_spans{{{SEL}}})", "queued", ref="B")]), 8, 8)
+                        target(f"sum(frexport_otlp_queue_spans{{{SEL}}})", "queued", ref="B")]), 6, 8)
     return dashboard("frexport-health", "frexport — health", "Is frexport itself working?", lay, with_pg_rank=False)
 
 

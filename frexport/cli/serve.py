@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from frexport import logs
 from frexport.config import Config, ConfigError, load_config, validate
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
-from frexport.export.prometheus import FrexportCollector
+from frexport.export.prometheus import sidecar_registry
 from frexport.live.sidecar import Sidecar
 from frexport.live.sink import Sink
 from frexport.live.state import LiveState
@@ -103,11 +103,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         sinks.append(OtlpSink(make_exporter(), cfg.job_id or "", cfg.traces.queue_size, cfg.traces.checkpoint_file,
                               world_size=cfg.world_size))
     sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(FrexportCollector(state, health, sidecar.analysis))
-    for sink in sinks:
-        registry.register(sink)  # each sink's own self-metrics (bundles written, spans exported)
-    return sidecar, registry
+    # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours
+    return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks)
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:

@@ -173,8 +173,11 @@ class EvidenceSink:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def describe(self) -> Iterator[Metric]:
+        yield _bundles_family()
+
     def collect(self) -> Iterator[Metric]:
-        c = CounterMetricFamily("frexport_evidence_bundles", "Evidence bundles written or failed", labels=["result"])
+        c = _bundles_family()
         c.add_metric(["written"], self.writer.written)
         c.add_metric(["failed"], self.writer.failed)
         yield c
@@ -225,3 +228,7 @@ class EvidenceSink:
             else:
                 stacks.setdefault(rank, {})[STACK_HANDLERS[handler]] = body.decode(errors="replace")
         return raw, stacks
+
+
+def _bundles_family() -> CounterMetricFamily:
+    return CounterMetricFamily("frexport_evidence_bundles", "Evidence bundles written or failed", labels=["result"])

@@ -123,7 +123,8 @@ MUST_SHOW_DATA = {
                                    "Lag behind the group's newest collective", "Oldest pending collective"],
     "frexport-collectives.json": ["Duration quantiles", "Duration heatmap", "Collectives per second",
                                   "Pending collectives", "Slowest ranks now"],
-    "frexport-health.json": ["Sources down", "Sources up", "Source scrape duration", "Time to build a scrape"],
+    "frexport-health.json": ["Sources down", "Sources up", "Source scrape duration", "Time to build a scrape",
+                             "Failing metrics collectors"],
 }
 
 

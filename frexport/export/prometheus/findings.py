@@ -1,0 +1,71 @@
+"""What the live analysis found: current findings, how long culprits have stalled, the threshold.
+
+    # HELP frexport_findings Current findings of the live analysis
+    # TYPE frexport_findings gauge
+    frexport_findings{kind="missing_rank",pg="0"} 1.0
+    # HELP frexport_rank_stall_seconds How long a stalled rank has held up the collective it is missing from ...
+    # TYPE frexport_rank_stall_seconds gauge
+    frexport_rank_stall_seconds{kind="missing_rank",op="all_reduce",pg="0",pg_desc="default_pg",rank="2"} 42.5
+    # HELP frexport_stall_threshold_seconds How long a wait must last before the live analysis calls it a stall
+    # TYPE frexport_stall_threshold_seconds gauge
+    frexport_stall_threshold_seconds 30.0
+
+Before the first analysis pass there are no findings and no threshold (absent, not 0).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from frexport.analysis.findings import STALL_KINDS
+from frexport.live.diagnosis import LiveAnalysis
+
+
+class _Families(NamedTuple):
+    stall: GaugeMetricFamily
+    findings: GaugeMetricFamily
+    threshold: GaugeMetricFamily
+
+
+def _families() -> _Families:
+    return _Families(
+        GaugeMetricFamily("frexport_rank_stall_seconds",
+                          "How long a stalled rank has held up the collective it is missing from or stuck "
+                          "in (culprit ranks only)", labels=["rank", "pg", "pg_desc", "op", "kind"]),
+        GaugeMetricFamily("frexport_findings", "Current findings of the live analysis", labels=["kind", "pg"]),
+        GaugeMetricFamily("frexport_stall_threshold_seconds",
+                          "How long a wait must last before the live analysis calls it a stall"),
+    )
+
+
+class FindingsCollector:
+    def __init__(self, analysis: LiveAnalysis, clock: Callable[[], float] = time.time) -> None:
+        self.analysis = analysis
+        self.clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(_families())
+
+    def collect(self) -> Iterator[Metric]:
+        f = _families()
+        latest = self.analysis.latest  # replaced whole by each pass: read it once
+        if latest is None:
+            yield f.stall
+            yield f.findings
+            return
+        now = self.clock()
+        found = latest.diagnosis.findings
+        for x in found:
+            if x.root_cause and x.kind in STALL_KINDS and x.time_ns:
+                for rank in x.culprit_ranks or x.blocked_ranks:
+                    f.stall.add_metric([str(rank), x.pg_name, x.pg_desc, x.op or "", x.kind],
+                                       max(0.0, now - x.time_ns / 1e9))
+        for (kind, pg), n in sorted(Counter((x.kind, x.pg_name) for x in found).items()):
+            f.findings.add_metric([kind, pg], n)
+        f.threshold.add_metric([], latest.stall_after_s)
+        yield from f

@@ -1,0 +1,110 @@
+"""Per rank and process group: how far each rank got, what it waits on, and its status.
+
+    # HELP frexport_pg_last_completed_collective collective_seq_id of the newest finished collective (gloo: retired)
+    # TYPE frexport_pg_last_completed_collective gauge
+    frexport_pg_last_completed_collective{pg="0",pg_desc="default_pg",rank="1"} 9.0
+    # HELP frexport_pending_collectives Collectives enqueued and not finished
+    # TYPE frexport_pending_collectives gauge
+    frexport_pending_collectives{op="all_reduce",pg="0",pg_desc="default_pg",rank="1"} 1.0
+    # HELP frexport_rank_status 1 for the rank's current status
+    # TYPE frexport_rank_status gauge
+    frexport_rank_status{rank="1",status="ok"} 0.0
+    frexport_rank_status{rank="1",status="stalled"} 1.0
+
+Sequence numbers and timestamps are values, never labels. A rank or group that expired from the
+state is simply absent from the next scrape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from frexport.live.diagnosis import OK, STATUSES, LiveAnalysis
+from frexport.live.state import LiveState
+
+_PG = ["rank", "pg", "pg_desc"]
+
+
+class _Families(NamedTuple):
+    enqueued: GaugeMetricFamily
+    started: GaugeMetricFamily
+    completed: GaugeMetricFamily
+    progress: GaugeMetricFamily
+    timeout: GaugeMetricFamily
+    pending: GaugeMetricFamily
+    oldest: GaugeMetricFamily
+    status: GaugeMetricFamily
+    last_seen: GaugeMetricFamily
+    restarts: GaugeMetricFamily
+    dropped: CounterMetricFamily
+
+
+def _families() -> _Families:
+    return _Families(
+        GaugeMetricFamily("frexport_pg_last_enqueued_collective",
+                          "collective_seq_id of the newest collective the rank enqueued in the group", labels=_PG),
+        GaugeMetricFamily("frexport_pg_last_started_collective",
+                          "collective_seq_id of the newest collective that started (NCCL with timing only)",
+                          labels=_PG),
+        GaugeMetricFamily("frexport_pg_last_completed_collective",
+                          "collective_seq_id of the newest finished collective (gloo: retired)", labels=_PG),
+        GaugeMetricFamily("frexport_pg_last_progress_timestamp_seconds",
+                          "When the group's last completed collective last advanced on this rank", labels=_PG),
+        GaugeMetricFamily("frexport_pg_timeout_seconds", "The group's collective timeout (timeout_ms)", labels=_PG),
+        GaugeMetricFamily("frexport_pending_collectives", "Collectives enqueued and not finished",
+                          labels=_PG + ["op"]),
+        GaugeMetricFamily("frexport_oldest_pending_collective_age_seconds",
+                          "Age of the oldest unfinished collective, from its enqueue time", labels=_PG + ["op"]),
+        GaugeMetricFamily("frexport_rank_status", "1 for the rank's current status", labels=["rank", "status"]),
+        GaugeMetricFamily("frexport_rank_last_seen_timestamp_seconds", "When a snapshot of the rank was last taken in",
+                          labels=["rank"]),
+        GaugeMetricFamily("frexport_rank_restarts", "How often the rank's recorder started anew (epochs)",
+                          labels=["rank"]),
+        CounterMetricFamily("frexport_ring_buffer_dropped_entries",
+                            "Entries that left the ring buffer between two snapshots before being seen",
+                            labels=["rank"]),
+    )
+
+
+class RankProgressCollector:
+    def __init__(self, state: LiveState, analysis: LiveAnalysis, clock: Callable[[], float] = time.time) -> None:
+        self.state = state
+        self.analysis = analysis
+        self.clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(_families())
+
+    def collect(self) -> Iterator[Metric]:
+        f = _families()
+        view = self.state.view()
+        latest = self.analysis.latest
+        statuses = latest.statuses if latest is not None else {}
+        now = self.clock()
+        for rank, rs in sorted(view.ranks.items()):
+            r = str(rank)
+            for name, g in sorted(rs.groups.items()):
+                labels = [r, name, g.pg_desc]
+                if g.last_enqueued is not None:
+                    f.enqueued.add_metric(labels, g.last_enqueued)
+                if g.last_started is not None:
+                    f.started.add_metric(labels, g.last_started)
+                if g.last_completed is not None:
+                    f.completed.add_metric(labels, g.last_completed)
+                if g.last_progress_ns:
+                    f.progress.add_metric(labels, g.last_progress_ns / 1e9)
+                if g.timeout_ms:
+                    f.timeout.add_metric(labels, g.timeout_ms / 1000)
+                for op, (count, oldest_ns) in sorted(g.pending.items()):
+                    f.pending.add_metric(labels + [op], count)
+                    f.oldest.add_metric(labels + [op], max(0.0, now - oldest_ns / 1e9))
+            for s in STATUSES:  # every status, so `== 1` and `== 0` both select series
+                f.status.add_metric([r, s], 1.0 if statuses.get(rank, OK) == s else 0.0)
+            f.last_seen.add_metric([r], rs.last_seen_ns / 1e9)
+            f.restarts.add_metric([r], rs.epoch)
+            f.dropped.add_metric([r], rs.dropped)
+        return iter(f)
