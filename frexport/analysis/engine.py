@@ -19,20 +19,26 @@ from collections import Counter
 from dataclasses import dataclass
 
 from frexport.analysis import findings as F
+from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
+from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding
-from frexport.analysis.hang import CYCLE, INSIDE, NO_DUMP, Root, Wait, find_waits, root_causes
+from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers
 from frexport.model.call_site import Frame, site_text
 from frexport.model.dump import InputError
-from frexport.model.rank_trace import GroupTrace, RankTrace
+from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
 
 
 @dataclass(frozen=True)
 class Options:
     stall_after_s: float = 5.0  # a rank seen this long after its peers issued an op, without it, never issued it
+    # The dump times are when the ranks were seen (the sidecar's polls), so waits can be timed. A
+    # post-mortem's file times are not (copies and checkouts reset them): they can show a snapshot
+    # was fresh, never that ranks waited long.
+    clock: bool = False
     straggler_lateness_s: float = 0.05
     max_findings: int = 100
 
@@ -114,9 +120,9 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             for s in seqs:
                 mismatch_findings[(key, s)] = f
 
-    waits = find_waits(by_rank, membership, stall_after_ns)
-    roots = root_causes(waits, by_rank, stall_after_ns)
-    root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings)
+    waits = find_waits(by_rank, membership, stall_after_ns, options.clock)
+    roots = root_causes(waits, by_rank, stall_after_ns, options.clock)
+    root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
 
@@ -184,8 +190,11 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
             message = (f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)} "
                        f"{_mismatch_verb(kind)} at collective {d.seq} of group {group.label}: "
                        f"{describe(culprit_sig)} where ranks {format_ranks(agreeing)} ran {describe(normal_sig)}")
+        reason = ("no side is a majority and the group's history does not say which op is normal" if ambiguous
+                  else f"at the same collective_seq_id {_ranks(agreeing)} recorded one op and "
+                       f"{_ranks(culprits)} another: the odd one out by vote, whatever the file order")
         finding = Finding(kind, group.name, group.desc, d.seq, culprits, (), op_name(culprit_sig),
-                          site_text(culprit_site), message, tuple(details), time_ns=created)
+                          site_text(culprit_site), message, tuple(details), time_ns=created, reason=reason)
         current = [key, finding, [d.seq]]
     if current is not None:
         out.append((_finish_mismatch(current), current[2]))
@@ -198,7 +207,7 @@ def _finish_mismatch(current) -> Finding:
         return f
     return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, f.blocked_ranks, f.op,
                    f.call_site, f"{f.message} (and the {len(seqs) - 1} collectives after it)", f.details,
-                   f.root_cause, f.time_ns)
+                   f.root_cause, f.time_ns, f.reason, f.certain)
 
 
 def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
@@ -215,7 +224,8 @@ def _mismatch_verb(kind: str) -> str:
             F.DTYPE_MISMATCH: "passed different dtypes"}[kind]
 
 
-def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str, int], Finding]):
+def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str, int], Finding],
+                   waits: list[Wait]):
     findings: list[Finding] = []
     used: set[int] = set()
     merged: dict[tuple, list[Root]] = {}
@@ -226,15 +236,18 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
         w = min((r.wait for r in rs), key=lambda w: (w.created_ns, w.rank))
         ranks = tuple(sorted({r for root in rs for r in root.ranks}))
         blocked = {r for root in rs for r in root.blocked} - set(ranks)
-        if kind == INSIDE:
+        certain = any(r.certain for r in rs)
+        if kind in (INSIDE, LEFT):
             mismatch = mismatches.get((gkey, seq))
             if mismatch is not None:
                 used.add(id(mismatch))
                 culprits = mismatch.culprit_ranks
                 blocked |= set(w.joined) | set(ranks)
                 findings.append(_as_root(mismatch, tuple(sorted(blocked - set(culprits))), w))
+            elif kind == LEFT:
+                findings.append(_left_root(ctx, w, ranks, blocked, certain))
             else:
-                findings.append(_stuck_inside(ctx, w, ranks, blocked))
+                findings.append(_stuck_inside(ctx, w, ranks, blocked, certain))
         elif kind == NO_DUMP:
             findings.append(Finding(
                 F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
@@ -242,51 +255,179 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                 f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
                 f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
                 f"{op_name(w.sig)} (collective {seq} of group {w.group.label}): the likely culprit, but the "
-                f"dump that would show why is missing", _waiting_details(w), True, w.created_ns))
+                f"dump that would show why is missing", _waiting_details(w), True, w.created_ns,
+                f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"))
         elif kind == CYCLE:
-            findings.append(Finding(
-                F.DESYNC, w.group.name, w.group.desc, seq, ranks, tuple(sorted(blocked)), op_name(w.sig),
-                site_text(w.site),
-                f"ranks {format_ranks(ranks)} wait for each other across process groups: they issued "
-                f"collectives in different orders (a deadlock)", _waiting_details(w), True, w.created_ns))
+            findings.extend(_cycle_root(ctx, r, waits) for r in rs)
         else:
             waited_by = {r for root in rs for r in root.waited_by}
-            findings.append(_idle_root(ctx, w, ranks, blocked, waited_by, p2p))
+            findings.append(_idle_root(ctx, w, ranks, blocked, waited_by, p2p, certain,
+                                       {m for root in rs for m in root.wait.left}))
     return findings, used
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(set(ranks))
+    if len(ranks) == 2:
+        return f"ranks {ranks[0]} and {ranks[1]}"
+    return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
+
+
+def _cycle_root(ctx: _Context, root: Root, waits: list[Wait]) -> Finding:
+    """A deadlock: the culprit is the rank whose order of collectives differs from everyone else's."""
+    cycle = root.ranks
+    edges_of: dict[int, set[int]] = {}
+    for x in waits:
+        if x.rank in cycle:
+            edges_of.setdefault(x.rank, set()).update(set(x.edges) & set(cycle))
+    culprits = out_of_order(cycle, waits) or cycle
+    w = root.wait
+    own = [x for x in waits if x.rank == culprits[0] and x.edges and not x.p2p]
+    if own:
+        w = min(own, key=lambda x: (x.created_ns, x.seq))
+    loop = " -> ".join(map(str, cycle_path(edges_of, culprits[0])))
+    blocked = tuple(sorted((set(root.blocked) | set(cycle)) - set(culprits)))
+    others = sorted({x.rank for x in waits if x.edges and not x.p2p and role(x) != role(w)} - set(culprits))
+    if w.site is not None and len(culprits) < len(cycle):
+        by_role = site_roles(ctx.traces, w.site, set(culprits))
+        usual = max((r for r in by_role if r != role(w)), key=lambda r: len(by_role[r]), default=None)
+        if usual is not None:
+            reason = (f"{_ranks(culprits)} issued {w.site.filename.rsplit('/', 1)[-1]}:{w.site.line} on "
+                      f"{role_text(role(w))} where {_ranks(by_role[usual])} issue it on {role_text(usual)}")
+        else:
+            reason = f"{_ranks(culprits)} wait in {role_text(role(w))} where {_ranks(others)} wait elsewhere"
+    elif len(culprits) < len(cycle):
+        reason = (f"{_ranks(culprits)} wait{'s' if len(culprits) == 1 else ''} in {role_text(role(w))} where "
+                  f"{_ranks(others)} wait in another group")
+    else:
+        reason = "no rank's order stands out: every rank of the cycle waits in a group the others wait in too"
+    reason += f"; the wait-for graph is a cycle {loop}"
+    if len(culprits) < len(cycle):
+        message = (f"{_ranks(culprits)} issued {op_name(w.sig)} (collective {w.seq} of group {w.group.label}) "
+                   f"before the collective {'its' if len(culprits) == 1 else 'their'} peers wait in: collectives "
+                   f"issued in a different order across process groups, a deadlock; {_ranks(blocked)} "
+                   f"{'are' if len(blocked) != 1 else 'is'} blocked")
+    else:
+        message = (f"ranks {format_ranks(cycle)} wait for each other across process groups: they issued "
+                   f"collectives in different orders (a deadlock)")
+    return Finding(F.DESYNC, w.group.name, w.group.desc, w.seq, tuple(culprits), blocked, op_name(w.sig),
+                   site_text(w.site), message, _waiting_details(w), True, w.created_ns, reason, True)
+
+
+def _signatures(ctx: _Context, w: Wait) -> dict[int, Signature]:
+    out = {}
+    for m in w.group.members:
+        e = ctx.entry(m, w.group, w.seq)
+        if e is None:
+            return {}
+        out[m] = e[0]
+    return out
+
+
+def _left_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], certain: bool) -> Finding:
+    """Members finished a collective their peers still wait in: they failed out of it."""
+    waiting = tuple(sorted((set(w.joined) - set(ranks)) | blocked))
+    where = f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label})"
+    bad = imbalance(_signatures(ctx, w))
+    details = list(_waiting_details(w))
+    site = ctx.entry(ranks[0], w.group, w.seq)
+    reason = (f"{_ranks(ranks)} finished collective {w.seq} while {_ranks(set(w.joined) - set(ranks))} "
+              f"{'have' if len(set(w.joined) - set(ranks)) > 1 else 'has'} not: a collective cannot finish on "
+              f"some members and not on others unless they failed out of it")
+    if bad is not None:
+        details.extend(bad.details())
+        return Finding(
+            F.SIZE_MISMATCH, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
+            site_text(site[1] if site else w.site),
+            f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in: {bad.text()}",
+            tuple(details), True, w.created_ns, reason + f"; {bad.text()}", True)
+    if not certain:
+        reason += (", or were dumped later than their peers (the dumps do not say how long the others "
+                   "had waited)")
+    return Finding(
+        F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
+        site_text(site[1] if site else w.site),
+        f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in", tuple(details), True,
+        w.created_ns, reason, certain)
 
 
 def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
     message = f.message
     if blocked:
         message += (f"; it never finished: rank{'s' if len(blocked) > 1 else ''} {format_ranks(blocked)} "
-                    f"{'have' if len(blocked) > 1 else 'has'} been blocked in it for {w.age_ns / 1e9:.1f} s")
+                    f"{'have' if len(blocked) > 1 else 'has'} been blocked in it"
+                    + (f" for {w.age_ns / 1e9:.1f} s" if w.proven else ""))
     return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, blocked, f.op,
-                   f.call_site, message, f.details, True, f.time_ns)
+                   f.call_site, message, f.details, True, f.time_ns, f.reason, f.certain)
 
 
-def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked) -> Finding:
+def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
+    """On a backend that records starts (NCCL), members whose entry is still `scheduled` while their
+    peers' are `started`: their device never launched the collective (still busy with earlier work)."""
+    started, scheduled = [], []
+    for m in sorted(members):
+        t = ctx.traces.get(m)
+        g = t.groups.get(w.group.name) if t else None
+        i = g.position(w.seq) if g else None
+        if t is None or not t.tracks_completion or i is None:
+            return ()
+        (started if g.flags[i] & STARTED else scheduled).append(m)
+    return tuple(scheduled) if started and scheduled else ()
+
+
+def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) -> Finding:
     members = set(w.joined) | set(ranks)
+    where = f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label})"
+    bad = None if w.p2p else imbalance(_signatures(ctx, w))
+    if bad is not None:  # sizes that cannot add up: no clock needed, but nothing says who is wrong
+        return Finding(
+            F.SIZE_MISMATCH, w.group.name, w.group.desc, w.seq, (), tuple(sorted(members | blocked)),
+            op_name(w.sig), site_text(w.site), f"{where} cannot complete: {bad.text()}",
+            _waiting_details(w) + bad.details(), True, w.created_ns,
+            "every member issued it, but what they send does not add up to what they receive; which member's "
+            "split sizes are wrong the dumps do not say", True)
+    late = _not_launched(ctx, w, members)
+    if late:
+        launched = tuple(sorted(members - set(late)))
+        return Finding(
+            F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, late, tuple(sorted((members | blocked) - set(late))),
+            op_name(w.sig), site_text(w.site),
+            f"{_ranks(late)} never launched {where}: {'its' if len(late) == 1 else 'their'} entry is still "
+            f"scheduled while {_ranks(launched)} started it and wait", _waiting_details(w), True, w.created_ns,
+            f"the recorder marks {_ranks(late)} scheduled and {_ranks(launched)} started: the device of "
+            f"{'that rank' if len(late) == 1 else 'those ranks'} is still busy with earlier work"
+            + ("" if certain else "; whether for long the dumps do not say"), certain)
     kind = F.TIMEOUT if w.timed_out else F.NOT_COMPLETED
-    what = "timed out" if w.timed_out else f"has not finished after {w.age_ns / 1e9:.1f} s"
+    if w.timed_out:
+        what, reason = "timed out", "the recorder marks it retired without completing: the watchdog gave up"
+    elif certain:
+        what = f"has not finished after {w.age_ns / 1e9:.1f} s"
+        reason = f"every member issued it and the ranks were seen waiting in it {w.age_ns / 1e9:.1f} s later"
+    else:
+        what = "has not finished in these dumps"
+        reason = ("every member issued it and none finished it; a hang if it stays so, a collective in flight "
+                  "if the dumps were taken moments after it started: their file times do not say which")
     return Finding(
         kind, w.group.name, w.group.desc, None if w.p2p else w.seq, (), tuple(sorted(members | blocked)),
         op_name(w.sig), site_text(w.site),
-        f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}) {what} although every member "
-        f"({format_ranks(members)}) issued it with matching sizes and dtypes: look below PyTorch "
-        f"(network, device, communicator)", _waiting_details(w), True, w.created_ns)
+        f"{where} {what} although every member ({format_ranks(members)}) issued it with matching sizes and "
+        f"dtypes: look below PyTorch (network, device, communicator)", _waiting_details(w), True, w.created_ns,
+        reason, certain or w.timed_out)
 
 
 def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], waited_by: set[int],
-               p2p: bool) -> Finding:
+               p2p: bool, certain: bool = True, failed: set[int] = frozenset()) -> Finding:
     joined = tuple(sorted(set(w.joined) | {w.rank}))
     where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
     # Odd one out: when most ranks never issued the op, the few that did are the ones out of step,
     # unless ranks elsewhere also wait for the idle ones. A tie goes to the side whose call site the
-    # other side never ran.
+    # other side never ran. Without a clock only that call site tells: the first ranks to reach a
+    # collective in a healthy job are a minority too.
     peers_sites = set().union(*(ctx.sites_of(r) for r in ranks))
-    unknown_site = w.site is not None and peers_sites and w.site not in peers_sites
+    unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
-    extra = not p2p and alone and (len(ranks) > len(joined) or (len(ranks) == len(joined) and unknown_site))
+    extra = not p2p and alone and not failed and (
+        (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w))
     for r in ranks:
         last = ctx.last_site(r)
@@ -299,17 +440,40 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             f"rank{'s' if len(joined) > 1 else ''} {format_ranks(joined)} issued {where} that ranks "
             f"{format_ranks(ranks)} never issued: an extra collective on "
             f"{'those ranks' if len(joined) > 1 else 'that rank'}, which now waits in it", tuple(details), True,
-            w.created_ns)
+            w.created_ns,
+            (f"{_ranks(joined)} issued it at {site_text(w.site)}, a call site {_ranks(ranks)} never ran"
+             if unknown_site else f"{_ranks(ranks)} were seen long after without issuing it"), certain)
     kind = F.UNMATCHED_P2P if p2p else F.MISSING_RANK
-    verb = "never posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
-        else "never issued"
+    waiting = tuple(sorted(blocked - failed))
+    if failed:  # peers finished a collective these ranks never issued: they failed out of it
+        blocked = blocked | failed
+        message = (f"{_ranks(ranks)} never issued {where}: {_ranks(failed)} failed in the collective, "
+                   f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
+        reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "
+                  f"issued, and {_ranks(failed)} finished it without {'it' if len(ranks) == 1 else 'them'}: a "
+                  f"collective only ends without a member when it fails")
+    elif certain:
+        verb = "never posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
+            else "never issued"
+        message = (f"{_ranks(ranks)} {verb} {where}; {len(blocked)} rank{'s' if len(blocked) != 1 else ''} "
+                   f"({format_ranks(blocked)}) {'are' if len(blocked) != 1 else 'is'} blocked, the oldest for "
+                   f"{w.age_ns / 1e9:.1f} s")
+        reason = (f"{_ranks(ranks)} {'was' if len(ranks) == 1 else 'were'} seen long after {_ranks(joined)} "
+                  f"issued it, without issuing it" if not w.timed_out
+                  else f"{_ranks(joined)} timed out waiting for {_ranks(ranks)}")
+    else:
+        have = "has" if len(ranks) == 1 else "have"
+        verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
+            else f"{have} not issued"
+        message = (f"{_ranks(ranks)} {verb} {where} that {_ranks(blocked or joined)} "
+                   f"{'wait' if len(blocked or joined) != 1 else 'waits'} in: the suspect if this is a hang")
+        reason = (f"{_ranks(ranks)}'s records end before it; a hang if {'it' if len(ranks) == 1 else 'they'} "
+                  f"never issue{'s' if len(ranks) == 1 else ''} it, ranks still computing if the dumps were taken "
+                  f"moments after: their file times do not say how long the others waited")
     return Finding(
         kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
-        op_name(w.sig), site_text(w.site),
-        f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} {verb} {where}; "
-        f"{len(blocked)} rank{'s' if len(blocked) != 1 else ''} ({format_ranks(blocked)}) "
-        f"{'are' if len(blocked) != 1 else 'is'} blocked, the oldest for {w.age_ns / 1e9:.1f} s",
-        tuple(details), True, w.created_ns)
+        op_name(w.sig), site_text(w.site), message, tuple(details), True, w.created_ns, reason,
+        certain or bool(failed))
 
 
 def _waiting_details(w: Wait) -> tuple[str, ...]:
@@ -334,7 +498,8 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
             F.TIMEOUT, w.group.name, w.group.desc, None if w.p2p else w.seq, (), ranks, op_name(w.sig),
             site_text(w.site),
             f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}) timed out on ranks "
-            f"{format_ranks(ranks)}", _waiting_details(w), False, w.created_ns))
+            f"{format_ranks(ranks)}", _waiting_details(w), False, w.created_ns,
+            "the recorder marks it retired without completing: the watchdog gave up on it"))
     return findings
 
 
@@ -355,7 +520,8 @@ def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Opt
             tuple(r for r in s.group.members if r != rank), op_name(sig) if sig else None, site_text(site),
             f"rank {rank} reaches collectives of group {s.group.label} a median {s.median_lateness_ns / 1e6:.0f} ms "
             f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
-            f"(from {how}); its peers wait for it", (), False, None))
+            f"(from {how}); its peers wait for it", (), False, None,
+            f"judged from the last {s.samples} collectives of the group, by {how}"))
     return out
 
 
@@ -371,4 +537,4 @@ def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[Inp
         F.MISSING_DUMP, "", "", None, tuple(missing), (), None, None,
         f"no usable dump for rank{'s' if len(missing) > 1 else ''} {format_ranks(missing)} of a world of "
         f"{world}{how}{unreadable}: collectives involving {'them' if len(missing) > 1 else 'it'} cannot be checked",
-        (), False, None)]
+        (), False, None, "the world has ranks no readable dump speaks for")]

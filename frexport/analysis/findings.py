@@ -46,6 +46,8 @@ class Finding:
     details: tuple[str, ...] = ()  # further report lines: each side's sizes and dtypes, where ranks wait
     root_cause: bool = False  # explains a hang (other ranks are blocked by it)
     time_ns: int | None = None  # when the collective was issued, for ordering
+    reason: str = ""  # the one line of evidence the conclusion rests on
+    certain: bool = True  # False: a suspect that only the time ranks waited would confirm (not in the dumps)
 
     def to_json(self) -> dict:
         return {
@@ -57,6 +59,8 @@ class Finding:
             "op": self.op,
             "call_site": self.call_site,
             "message": self.message,
+            "reason": self.reason,
+            "certain": self.certain,
         }
 
 
@@ -73,7 +77,7 @@ class Diagnosis:
     def verdict(self) -> str:
         if not self.ranks:
             return INCONCLUSIVE
-        if any(f.kind != MISSING_DUMP for f in self.findings):
+        if any(f.kind != MISSING_DUMP and f.certain for f in self.findings):
             return UNHEALTHY
         if self.findings:
             return INCONCLUSIVE

@@ -9,9 +9,17 @@ finished (mismatched, or stuck in the network), or a cycle (ranks that issued
 collectives in different orders across groups). Every rank that reaches a root
 is reported as blocked by it, so one fault yields one finding, not one per group.
 
-A rank only counts as "never issued" an op if it was seen alive (its dump time)
-long enough after its peers issued it: a snapshot of a healthy job catches
-ranks a few milliseconds apart, which is not a hang.
+Time is evidence only where it is a clock. A live pass polls every rank and knows
+when it saw each one, so a rank seen long after its peers issued an op, without
+it, never issued it. A post-mortem has only file times, which copies and
+checkouts move to "now" and `touch` anywhere: a file time no older than the
+rank's own newest entry, and close after the op, shows a fresh snapshot (a
+healthy job caught ranks a few milliseconds apart, not a hang), but it never
+proves that ranks waited long. Where nothing else decides, a root is reported
+uncertain (`Root.certain`), and the verdict says "inconclusive". What decides
+without a clock: a cycle of waits; a member that finished a collective that
+another member never issued, or that its peers still wait in (it failed out);
+sizes that cannot add up; a watchdog timeout the recorder wrote.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ IDLE = "idle"  # waits for nobody and is in no collective: stuck outside collect
 NO_DUMP = "no_dump"
 INSIDE = "inside"  # every member joined the collective it waits in, and it did not finish
 CYCLE = "cycle"
+LEFT = "left"  # a member finished (failed out of) the collective its peers still wait in
 
 
 @dataclass
@@ -44,6 +53,8 @@ class Wait:
     no_dump: tuple[int, ...] = ()
     not_yet: tuple[int, ...] = ()
     joined: tuple[int, ...] = ()
+    left: tuple[int, ...] = ()  # joined members that finished it while this rank still waits: they failed out
+    proven: bool = False  # a clock shows the wait lasted longer than the stall threshold
 
     @property
     def edges(self) -> tuple[int, ...]:
@@ -57,9 +68,13 @@ class Root:
     wait: Wait  # the op the root ranks failed to issue (IDLE, NO_DUMP) or are stuck in (INSIDE, CYCLE)
     blocked: tuple[int, ...] = ()
     waited_by: tuple[int, ...] = ()  # ranks that wait for the root ranks directly
+    certain: bool = True  # False: only time would tell, and the dumps hold no clock (see the module doc)
+    cycle_path: tuple[int, ...] = ()  # CYCLE: one loop of the wait-for graph through the culprit
 
 
-def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after_ns: int) -> list[Wait]:
+def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after_ns: int,
+               clock: bool = False) -> list[Wait]:
+    """`clock`: the traces' dump times are when the ranks were seen (live polls), not file times."""
     waits = []
     collective: dict[tuple[str, int], list[Wait]] = {}
     for rank, t in traces.items():
@@ -72,13 +87,15 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                 sig = t.signatures[g.sig[i]]
                 w = Wait(rank, group, g.seq[i], False, sig, g.created_ns[i], t.call_site(g.site[i]),
                          bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]))
+                w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
             for op in g.p2p:
                 if not op.flags & FINISHED:
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
-                    _classify_p2p(w, op, traces, stall_after_ns)
+                    w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
+                    _classify_p2p(w, op, traces, stall_after_ns, clock)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
     # Members are classified once per collective, not once per waiting rank: in a 4096-rank default
@@ -86,9 +103,9 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     # time is the reference: the op has been awaited at least since then.
     for ws in collective.values():
         earliest = min(w.created_ns for w in ws)
-        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns)
+        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock)
         for w in ws:
-            w.missing, w.no_dump, w.not_yet, w.joined = classes
+            w.missing, w.no_dump, w.not_yet, w.joined, w.left = classes
     return waits
 
 
@@ -106,8 +123,8 @@ def _oldest_unfinished(flags) -> int | None:
 
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
-                         stall_after_ns: int) -> tuple[tuple[int, ...], ...]:
-    missing, no_dump, not_yet, joined = [], [], [], []
+                         stall_after_ns: int, clock: bool) -> tuple[tuple[int, ...], ...]:
+    missing, no_dump, not_yet, joined, left = [], [], [], [], []
     name = group.name
     for m in group.members:
         t = traces.get(m)
@@ -115,18 +132,21 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             no_dump.append(m)
             continue
         g = t.groups.get(name)
-        if g is not None and len(g.seq) and (seq < g.seq[0] or g.position(seq) is not None):
+        i = g.position(seq) if g is not None and len(g.seq) else None
+        if i is not None or (g is not None and len(g.seq) and seq < g.seq[0]):
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
-        elif not _seen_long_after(t, created_ns, stall_after_ns):
+            if i is not None and g.flags[i] & FINISHED:
+                left.append(m)
+        elif _fresh(t, created_ns, stall_after_ns, clock):
             not_yet.append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
         else:
             missing.append(m)
-    return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined)
+    return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left)
 
 
-def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int) -> None:
+def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool) -> None:
     me_local = w.group.members.index(w.rank) if w.rank in w.group.members else None
     peer_local = op.dst if op.op == "send" else op.src
     peer = w.group.global_rank(peer_local)
@@ -143,30 +163,49 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
         if other.op == want and other_peer == me_local and not other.flags & FINISHED:
             w.joined = (w.rank, peer)
             return
-    if _seen_long_after(t, w.created_ns, stall_after_ns):
-        w.missing = (peer,)
-    else:
+    if _fresh(t, w.created_ns, stall_after_ns, clock):
         w.not_yet = (peer,)
+    else:
+        w.missing = (peer,)
 
 
-def _seen_long_after(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
-    seen = t.seen_at_ns
-    return bool(seen) and seen - created_ns >= stall_after_ns
+def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> bool:
+    """The rank was seen too soon after the op was issued to say it never will issue it.
+
+    A file time older than the rank's own newest entry is not when the dump was taken, so it says
+    nothing; without a clock a rank not seen soon after is only a suspect (see `Root.certain`)."""
+    seen = t.dumped_at_ns
+    if not clock and (not seen or (t.last_created_ns and seen < t.last_created_ns)):
+        return False
+    seen = seen or t.last_created_ns
+    return not seen or seen - created_ns < stall_after_ns
 
 
-def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int) -> list[Root]:
+def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
+                clock: bool = False) -> list[Root]:
     edges: dict[int, set[int]] = {}
     # target rank -> the op that shows best that it is the one missing: the one where the fewest
     # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
     # miss everyone blocked behind it too), then the oldest
     first_edge: dict[int, Wait] = {}
+    left_edge: dict[int, Wait] = {}  # member that failed out -> the collective its peers still wait in
+    evidence: dict[int, bool] = {}  # target -> its absence is proven (by a clock, or by peers failing out)
     for w in sorted(waits, key=lambda w: (len(w.edges), w.created_ns, w.rank)):
         for m in w.edges:
             edges.setdefault(w.rank, set()).add(m)
             first_edge.setdefault(m, w)
+            # peers finished a collective this member never issued: they failed out of it (a collective
+            # cannot complete without every member), so the member is not merely late
+            evidence[m] = evidence.get(m, False) or w.proven or bool(w.left)
+        if not w.p2p and not w.edges and not w.not_yet and w.left:
+            for m in w.left:
+                edges.setdefault(w.rank, set()).add(m)
+                left_edge.setdefault(m, w)
+                evidence[m] = evidence.get(m, False) or w.proven
     inside = {}
     for w in waits:
-        if not w.edges and not w.not_yet and w.age_ns >= stall_after_ns and w.rank in traces:
+        if (not w.edges and not w.not_yet and not w.left and w.rank in traces
+                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns, clock)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -175,18 +214,22 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
     waiting = set(edges)
     targets = {m for ms in edges.values() for m in ms}
     for m in sorted(targets - waiting):
-        w = first_edge[m]
         if m not in traces:
-            roots.append(Root(NO_DUMP, (m,), w))
+            roots.append(Root(NO_DUMP, (m,), first_edge[m]))
+        elif m in left_edge and m not in first_edge:
+            roots.append(Root(LEFT, (m,), left_edge[m], certain=evidence[m]))
         elif m in inside:
-            roots.append(Root(INSIDE, (m,), inside[m]))
+            roots.append(Root(INSIDE, (m,), inside[m], certain=inside[m].proven))
         else:
-            roots.append(Root(IDLE, (m,), w))
+            roots.append(Root(IDLE, (m,), first_edge[m], certain=evidence[m]))
     for r in sorted(set(inside) - waiting - targets):
-        roots.append(Root(INSIDE, (r,), inside[r]))
+        roots.append(Root(INSIDE, (r,), inside[r], certain=inside[r].proven))
     for cycle in _closed_cycles(edges):
+        # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
+        # is needed to know that none of them can move
         w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
-        roots.append(Root(CYCLE, tuple(sorted(cycle)), w))
+        root = Root(CYCLE, tuple(sorted(cycle)), w)
+        roots.append(root)
 
     reverse: dict[int, set[int]] = {}
     for a, bs in edges.items():
@@ -203,6 +246,26 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         root.blocked = tuple(sorted(seen - set(root.ranks)))
         root.waited_by = tuple(sorted(set().union(*(reverse.get(r, set()) for r in root.ranks)) - set(root.ranks)))
     return roots
+
+
+def cycle_path(edges_of: dict[int, set[int]], start: int) -> tuple[int, ...]:
+    """The shortest loop of the wait-for graph from `start` back to it (breadth first, lowest ranks first)."""
+    prev: dict[int, int] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for a in frontier:
+            for b in sorted(edges_of.get(a, ())):
+                if b == start:
+                    path = [a]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return (start, *reversed(path[:-1]), start) if len(path) > 1 else (start, a, start)
+                if b not in prev:
+                    prev[b] = a
+                    nxt.append(b)
+        frontier = nxt
+    return ()
 
 
 def _closed_cycles(edges: dict[int, set[int]]) -> list[set[int]]:

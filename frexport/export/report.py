@@ -52,12 +52,15 @@ def verdict_line(d: Diagnosis) -> str:
 
 def _finding(i: int, f: Finding) -> list[str]:
     where = f"group {f.pg_name} ({f.pg_desc})" if f.pg_name or f.pg_desc else "job"
-    head = f"{i}. {f.kind}" + (" [root cause]" if f.root_cause else "") + f" - {where}"
+    head = f"{i}. {f.kind}" + (" [root cause]" if f.root_cause else "") + (" [suspect]" if not f.certain else "") \
+        + f" - {where}"
     if f.collective_seq_id is not None:
         head += f", collective {f.collective_seq_id}"
     if f.op:
         head += f", {f.op}"
     out = [head, f"   {f.message}"]
+    if f.reason:
+        out.append(f"   why: {f.reason}")
     roles = []
     if f.culprit_ranks:
         roles.append(f"culprit: {format_ranks(f.culprit_ranks)}")

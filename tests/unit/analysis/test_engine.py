@@ -39,8 +39,12 @@ def test_missing_rank(tmp_path, diagnose):
     d = diagnose(write(tmp_path, {r: dump(es, world=4) for r, es in job.items()}))
     f = _one(d, "missing_rank")
     assert (f.culprit_ranks, f.blocked_ranks, f.collective_seq_id, f.op) == ((2,), (0, 1, 3), 11, "all_reduce")
-    assert f.call_site == "/job/train.py:10 step" and d.verdict == "unhealthy"
-    assert len(d.findings) == 1
+    assert f.call_site == "/job/train.py:10 step" and len(d.findings) == 1
+    # the file times do not say how long ranks 0, 1, 3 waited: rank 2 is the suspect of a possible hang
+    assert d.verdict == "inconclusive" and not f.certain and "do not say" in f.reason
+    # a clock (the sidecar's poll times) proves it
+    proven = diagnose(tmp_path, clock=True)
+    assert proven.verdict == "unhealthy" and _one(proven, "missing_rank").culprit_ranks == (2,)
 
 
 def test_extra_collective_blames_the_odd_rank(tmp_path, diagnose):
