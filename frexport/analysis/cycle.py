@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from frexport.analysis.hang import Wait
-from frexport.model.dump import Frame
+from frexport.model.call_site import Frame
 from frexport.model.rank_trace import RankTrace
 
 

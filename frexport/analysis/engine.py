@@ -478,7 +478,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
 
 def _waiting_details(w: Wait) -> tuple[str, ...]:
     waiting = sorted(set(w.joined) | {w.rank}) if not w.p2p else [w.rank]
-    line = f"ranks {format_ranks(waiting)} wait in {describe(w.sig)}"
+    line = f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe(w.sig)}"
     if w.site is not None:
         line += f" issued at {site_text(w.site)}"
     return (line,)

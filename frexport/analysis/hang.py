@@ -55,6 +55,7 @@ class Wait:
     joined: tuple[int, ...] = ()
     left: tuple[int, ...] = ()  # joined members that finished it while this rank still waits: they failed out
     proven: bool = False  # a clock shows the wait lasted longer than the stall threshold
+    completed: bool = False  # a member finished it and went on: it did complete, this rank was dumped before
 
     @property
     def edges(self) -> tuple[int, ...]:
@@ -105,7 +106,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         earliest = min(w.created_ns for w in ws)
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock)
         for w in ws:
-            w.missing, w.no_dump, w.not_yet, w.joined, w.left = classes
+            w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed = classes
     return waits
 
 
@@ -125,6 +126,7 @@ def _oldest_unfinished(flags) -> int | None:
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
                          stall_after_ns: int, clock: bool) -> tuple[tuple[int, ...], ...]:
     missing, no_dump, not_yet, joined, left = [], [], [], [], []
+    moved_on = False
     name = group.name
     for m in group.members:
         t = traces.get(m)
@@ -137,13 +139,19 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
             if i is not None and g.flags[i] & FINISHED:
                 left.append(m)
+                # it recorded ops after finishing this one: it completed, not failed (a collective
+                # completes only once every member issued it), so members that lack it or still
+                # wait in it were dumped earlier (dumps of a running job are never simultaneous)
+                moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
         elif _fresh(t, created_ns, stall_after_ns, clock):
             not_yet.append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
         else:
             missing.append(m)
-    return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left)
+    if moved_on:
+        return (), tuple(no_dump), tuple(missing + not_yet), tuple(joined), (), True
+    return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left), False
 
 
 def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool) -> None:
@@ -204,7 +212,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
                 evidence[m] = evidence.get(m, False) or w.proven
     inside = {}
     for w in waits:
-        if (not w.edges and not w.not_yet and not w.left and w.rank in traces
+        if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
                 and not _fresh(traces[w.rank], w.created_ns, stall_after_ns, clock)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:

@@ -54,7 +54,7 @@ class LiveAnalysis:
     def run(self, dumps: dict[int, RankDump]) -> LiveResult:
         stall_after = self.stall_after(dumps)
         traces = [build_rank_trace(d, tail=self.cfg.window) for d in dumps.values() if d.rank is not None]
-        diagnosis = analyze(traces, options=Options(stall_after_s=stall_after,
+        diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness))
         statuses = statuses_of(diagnosis, traces)
         roots = [f for f in diagnosis.findings if f.root_cause]

@@ -30,7 +30,16 @@ from frexport.sources.http_client import PeerError, Target, request  # noqa: E40
 from tests.support.proctree import kill_tree  # noqa: E402
 
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
-             "slow_rank", "collective_type_mismatch"]
+             "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
+             "crashed_rank", "healthy_midrun"]
+# Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
+# `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
+SETTINGS: dict[str, dict] = {
+    "cross_group_order": {"world": 8},
+    # torchrun would SIGTERM the survivors 0.1 s after rank 3 dies; they must live on to be captured
+    "crashed_rank": {"torchrun_args": ["--monitor-interval=3600"]},
+    "healthy_midrun": {"world": 8, "snapshot_after": 6.0, "buffer": 24},  # a small ring: wrapped buffers
+}
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
     "extra_allreduce": "rank 0 issues one extra all_reduce on the default group (the FR tutorial's crash.py); it "
@@ -44,6 +53,14 @@ DESCRIPTIONS = {
     "slow_rank": "rank 1 sleeps 0.3 s before each of 12 all_reduces; all complete. Straggler: rank 1.",
     "collective_type_mismatch": "rank 1 calls broadcast where its peers call all_reduce; every rank hangs. "
                                 "Culprit: rank 1.",
+    "cross_group_order": "8 ranks, tp groups {0-3} and {4-7}; each step all_reduces on the default group then on tp, "
+                         "but at step 2 rank 6 issues the tp call first: a cross-group deadlock. Culprit: rank 6.",
+    "all_to_all_split_mismatch": "uneven but consistent all_to_all_single splits; at step 3 rank 1's input disagrees "
+                                 "with its split sizes, gloo fails it at once, ranks 0, 2, 3 wait. Culprit: rank 1.",
+    "crashed_rank": "rank 3 raises an uncaught exception 3 s into step 6 (its last dump ends with step 3's "
+                    "all_reduce); its ring neighbours fail, the others wait. Culprit: rank 3.",
+    "healthy_midrun": "8 ranks computing 0.1-0.4 s per step, snapshot mid-run with some ranks waiting inside "
+                      "collectives for peers still computing. No culprit.",
 }
 
 
@@ -55,19 +72,25 @@ def _post(sock: str, handler: str, timeout: float = 5.0) -> bytes | None:
     return r.body if r.status == 200 else None
 
 
-def capture(scenario: str, out: Path, world: int = 4, stable_s: float = 7.0, limit_s: float = 120.0) -> dict:
+def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 120.0) -> dict:
     import torch
 
+    settings = SETTINGS.get(scenario, {})
+    world = settings.get("world", 4)
+    snapshot_after = settings.get("snapshot_after")
+
     sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
-    env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE="2000", OMP_NUM_THREADS="1")
+    env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE=str(settings.get("buffer", 2000)),
+               OMP_NUM_THREADS="1")
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}",
+    cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
            str(HERE / "scenarios" / f"{scenario}.py")]
     job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     last: dict[int, tuple[bytes, bytes]] = {}
     fingerprint, changed_at = None, time.monotonic()
     start = time.monotonic()
+    all_answered_at = None
     try:
         while time.monotonic() - start < limit_s:
             time.sleep(0.5)
@@ -81,6 +104,14 @@ def capture(scenario: str, out: Path, world: int = 4, stable_s: float = 7.0, lim
             fp = hashlib.sha256(b"".join(last[r][0] for r in sorted(last))).hexdigest()
             if fp != fingerprint:
                 fingerprint, changed_at = fp, time.monotonic()
+            # the snapshot clock starts once every rank has recorded a collective (a loaded machine
+            # can take many seconds to get 8 ranks through init and new_group)
+            if all_answered_at is None and len(last) == world and all(b'"entries"' in last[r][0] for r in last):
+                all_answered_at = time.monotonic()
+            if snapshot_after is not None:
+                if all_answered_at is not None and time.monotonic() - all_answered_at >= snapshot_after:
+                    break  # the previous round is the snapshot: every handler is warm, the round is quick
+                continue
             if len(last) == world and time.monotonic() - changed_at >= stable_s:
                 break
             if job.poll() is not None:
@@ -101,7 +132,7 @@ def capture(scenario: str, out: Path, world: int = 4, stable_s: float = 7.0, lim
             (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
     meta = {"scenario": scenario, "world_size": world, "torch": torch.__version__, "backend": "gloo",
             "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
-            "stable_for_s": stable_s}
+            "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 

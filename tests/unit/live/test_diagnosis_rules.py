@@ -1,0 +1,33 @@
+"""The sidecar reaches the same conclusions as `frexport analyze` (issue 19), with its poll times as
+the clock: a cross-group deadlock or a member that left a collective is one culprit, everyone else
+waits (blocked) - never every rank of the cycle 'desynced'."""
+
+import pytest
+
+from frexport.config import Analysis
+from frexport.decode.read import decode_bytes
+from frexport.live.diagnosis import BLOCKED, DESYNCED, LiveAnalysis
+from tests.support import paths
+
+
+def _polled(scenario: str, world: int, age_s: float = 120.0) -> dict:
+    """Every rank's JSON as the worker server answered it, polled `age_s` after its newest entry
+    (the hang has lasted that long when the sidecar looks)."""
+    out = {}
+    for r in range(world):
+        body = (paths.REAL_FIXTURES / scenario / "json" / f"trace_{r}.json").read_bytes()
+        d = decode_bytes(body, f"rank-{r}", rank=r)
+        newest = max(e.time_created_ns for e in d.entries)
+        out[r] = decode_bytes(body, f"rank-{r}", rank=r, dumped_at_ns=newest + int(age_s * 1e9))
+    return out
+
+
+@pytest.mark.parametrize("scenario, world, culprit, status", [
+    ("cross_group_order", 8, 6, DESYNCED),
+    ("all_to_all_split_mismatch", 4, 1, DESYNCED),
+])
+def test_live_statuses_blame_the_culprit_only(scenario, world, culprit, status):
+    result = LiveAnalysis(Analysis(stall_after=30.0)).run(_polled(scenario, world))
+    assert result.statuses == {r: (status if r == culprit else BLOCKED) for r in range(world)}
+    assert [f.culprit_ranks for f in result.new_root_causes] == [(culprit,)]
+
