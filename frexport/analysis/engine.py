@@ -369,8 +369,8 @@ def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
         t = ctx.traces.get(m)
         g = t.groups.get(w.group.name) if t else None
         i = g.position(w.seq) if g else None
-        if t is None or not t.tracks_completion or i is None:
-            return ()
+        if i is None:
+            return ()  # (gloo never marks an entry started: there `started` stays empty)
         (started if g.flags[i] & STARTED else scheduled).append(m)
     return tuple(scheduled) if started and scheduled else ()
 
