@@ -72,6 +72,22 @@ def test_uneven_but_consistent_all_to_all_is_healthy(diagnose, tmp_path):
         assert out.matched == 7 and [f.collective_seq_id for f in out.findings] == [7]
 
 
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+def test_healthy_job_caught_mid_run_is_never_a_desync(diagnose, tmp_path, fmt):
+    """Ranks 0-3 and 7 wait in all_reduce 34 while 4-6 still compute. Dumped moments after the entries
+    (the fixture's own file times) it is healthy; with file times that say nothing (2020, now) the
+    ranks still computing are suspects of a possible hang, and the verdict is inconclusive."""
+    assert diagnose(FIXTURES / "healthy_midrun" / ("" if fmt == "pickle" else "json")).verdict in (
+        "healthy", "inconclusive")
+    for d in _copies(FIXTURES / "healthy_midrun", tmp_path, fmt):
+        out = diagnose(d)
+        f = _only(out)
+        assert out.verdict == "inconclusive" and not f.certain and out.ranks == list(range(8))
+        assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.collective_seq_id) == (
+            "missing_rank", (4, 5, 6), (0, 1, 2, 3, 7), 34)
+        assert "do not say how long the others waited" in f.reason
+
 # --- the same rules on NCCL-shaped dumps (states started/completed, pg_config with members) ---
 
 def _synth_copies(tmp_path, job, world, groups=None):
