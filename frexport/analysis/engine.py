@@ -428,7 +428,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     alone = waited_by <= set(joined)
     extra = not p2p and alone and not failed and (
         (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
-    details = list(_waiting_details(w))
+    details = list(_waiting_details(w, failed))  # ranks that failed out do not wait
     for r in ranks:
         last = ctx.last_site(r)
         if last:
@@ -476,8 +476,8 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         certain or bool(failed))
 
 
-def _waiting_details(w: Wait) -> tuple[str, ...]:
-    waiting = sorted(set(w.joined) | {w.rank}) if not w.p2p else [w.rank]
+def _waiting_details(w: Wait, failed: set[int] = frozenset()) -> tuple[str, ...]:
+    waiting = sorted((set(w.joined) | {w.rank}) - failed) if not w.p2p else [w.rank]
     line = f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe(w.sig)}"
     if w.site is not None:
         line += f" issued at {site_text(w.site)}"

@@ -73,6 +73,20 @@ def test_uneven_but_consistent_all_to_all_is_healthy(diagnose, tmp_path):
 
 
 
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+def test_crashed_rank_with_an_older_dump_never_issued_the_collective(diagnose, tmp_path, fmt):
+    """Rank 3 died; its last dump ends with collective 25, its ring neighbours 0 and 2 failed out of
+    collective 26 (gloo retires failed work), rank 1 still waits in it."""
+    for d in _copies(FIXTURES / "crashed_rank", tmp_path, fmt):
+        out = diagnose(d)
+        f = _only(out)
+        assert out.verdict == "unhealthy" and f.certain
+        assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.collective_seq_id) == ("missing_rank", (3,), (0, 1, 2), 26)
+        assert f.message.endswith("ranks 0 and 2 failed in the collective, rank 1 waits in it")
+        assert "ranks 0 and 2 finished it without it" in f.reason
+        assert f.details[0].startswith("rank 1 waits in all_reduce")  # not "ranks 0-2 wait"
+
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 def test_healthy_job_caught_mid_run_is_never_a_desync(diagnose, tmp_path, fmt):
     """Ranks 0-3 and 7 wait in all_reduce 34 while 4-6 still compute. Dumped moments after the entries
