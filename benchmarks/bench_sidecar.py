@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +35,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from tests.support.ports import free_port  # noqa: E402
+from tests.support.unix_http import serve_unix  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -94,21 +93,7 @@ class ReplayRank:
             def log_message(self, *a):
                 pass
 
-        class UnixServer(ThreadingHTTPServer):
-            address_family = socket.AF_UNIX
-            daemon_threads = True
-
-            def server_bind(self):
-                self.socket.bind(self.server_address)
-
-            def get_request(self):
-                conn, _ = self.socket.accept()
-                return conn, ("local", 0)
-
-        if os.path.exists(path):
-            os.unlink(path)
-        self.server = UnixServer(path, Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_unix(path, Handler)
 
     def body(self) -> bytes:
         return replay_body(self.start, self.entries, self.groups, self.rate, base=self.base)

@@ -10,13 +10,12 @@ serves: `GET /handler/` lists handlers, `POST /handler/<name>` answers one.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from tests.support.synth import dump, entry
+from tests.support.unix_http import serve_unix
 
 HANDLERS = ["fr_trace_json", "dump_traceback", "ping"]
 
@@ -63,21 +62,7 @@ class FakeRank:
             def log_message(self, *a):
                 pass
 
-        class UnixServer(ThreadingHTTPServer):
-            address_family = socket.AF_UNIX
-            daemon_threads = True
-
-            def server_bind(self):
-                self.socket.bind(self.server_address)
-
-            def get_request(self):
-                conn, _ = self.socket.accept()
-                return conn, ("local", 0)
-
-        if os.path.exists(path):
-            os.unlink(path)
-        self.server = UnixServer(path, Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_unix(path, Handler)
 
     def body(self) -> bytes:
         now = time.time()
