@@ -6,7 +6,15 @@ Enable it with one environment variable, FREXPORT_AGENT_DIR (a directory the sid
 - or add `import frexport.agent` at the top of the training script (it enables itself when the
   variable is set), or call `frexport.agent.enable("/shared/frexport")`.
 
-In each training worker (a process with RANK set; torchrun's launcher has none) it:
+It acts only in a rank process (see `rank_process`): one started as a rank (LOCAL_RANK and RANK
+set, as torchrun and other launchers set them for their workers), or a process that holds RANK
+from its container (the Kubeflow training operator sets it) once it initializes the default
+process group itself; torchrun's launcher never does. The first rank process records its pid in
+FREXPORT_AGENT_RANK_PID, which its children (DataLoader and compile workers, subprocesses) inherit
+with the rest of the rank's environment: a process whose marker names another pid is a child.
+A socket whose rank-<N>.json names another live process is never taken.
+
+In each rank process it:
 1. sets Flight Recorder defaults unless already set: TORCH_FR_BUFFER_SIZE=2000 and the
    dump-on-timeout prefix TORCH_FR_DUMP_TEMP_FILE=<dir>/dumps/trace_ (PyTorch appends the rank);
 2. waits, in a daemon thread, until the application itself has imported torch.distributed (so
@@ -33,6 +41,7 @@ import threading
 import time
 
 ENV_DIR = "FREXPORT_AGENT_DIR"
+ENV_RANK_PID = "FREXPORT_AGENT_RANK_PID"  # the rank process's pid, inherited by its children
 PICKLE_HANDLER = "frexport_fr_pickle"
 
 _lock = threading.Lock()
@@ -41,16 +50,19 @@ _server = None  # keeps PyTorch's worker server alive
 
 
 def enable(directory: str | None = None) -> bool:
-    """Enable the agent in this process; returns whether it did (only in a rank with RANK set)."""
+    """Enable the agent in this process; returns whether it did (only in a rank process)."""
     global _enabled
     directory = directory or os.environ.get(ENV_DIR)
-    rank = os.environ.get("RANK")
-    if not directory or rank is None or not rank.isdecimal():
+    rank = rank_process()
+    if not directory or rank is None:
         return False
     with _lock:
         if _enabled:
             return True
         _enabled = True
+    started_as_rank = os.environ.get("LOCAL_RANK", "").isdecimal()
+    if started_as_rank:
+        os.environ[ENV_RANK_PID] = str(os.getpid())  # before any child starts: they inherit it
     try:
         os.makedirs(os.path.join(directory, "dumps"), exist_ok=True)
         # Only the current names: torch >= 2.8 warns about the legacy TORCH_NCCL_* ones. On older
@@ -60,9 +72,26 @@ def enable(directory: str | None = None) -> bool:
     except OSError as exc:
         _warn(f"cannot prepare {directory}: {exc}")
         return False
-    threading.Thread(target=_when_torch_is_ready, args=(directory, int(rank)), name="frexport-agent",
-                     daemon=True).start()
+    threading.Thread(target=_when_torch_is_ready, args=(directory, rank, not started_as_rank),
+                     name="frexport-agent", daemon=True).start()
     return True
+
+
+def rank_process() -> int | None:
+    """The rank this process may serve, or None where it is certainly not a rank process.
+
+    RANK alone does not make a rank: the Kubeflow training operator sets it (the pod index) on the
+    whole container, torchrun's launcher included, and every child of a rank inherits it. A process
+    with RANK but no LOCAL_RANK is served only once it initializes the default process group itself
+    (`_when_torch_is_ready`); one whose FREXPORT_AGENT_RANK_PID names another pid is a rank's child.
+    """
+    rank = os.environ.get("RANK", "")
+    if not rank.isdecimal():
+        return None
+    owner = os.environ.get(ENV_RANK_PID)
+    if owner and owner != str(os.getpid()):
+        return None
+    return int(rank)
 
 
 def _set_default(name: str, value: str) -> None:
@@ -77,14 +106,24 @@ def _warn(message: str) -> None:
         pass
 
 
-def _when_torch_is_ready(directory: str, rank: int) -> None:
+def _when_torch_is_ready(directory: str, rank: int, needs_group: bool) -> None:
     try:
         while "torch.distributed" not in sys.modules:
             time.sleep(0.2)
         time.sleep(0.2)  # let the application's own import of torch.distributed finish
+        if needs_group:
+            # RANK came with the container, not from a launcher: a launcher never initializes the
+            # default group, a plain `python train.py` rank does before its first collective.
+            while not sys.modules["torch.distributed"].is_initialized():
+                time.sleep(0.5)
+            os.environ[ENV_RANK_PID] = str(os.getpid())  # children started from now on stay out
         import torch
 
         c10d = torch._C._distributed_c10d
+        owner = socket_owner(directory, rank)
+        if owner is not None:
+            _warn(f"rank {rank}'s socket belongs to process {owner}, which is alive: not serving it")
+            return
         force_snapshots = os.environ.get("FREXPORT_AGENT_FORCE_SNAPSHOTS") == "1"  # test hook: no old torch here
         if hasattr(c10d, "_WorkerServer") and not force_snapshots:
             _serve(c10d, directory, rank, torch.__version__)
@@ -94,11 +133,51 @@ def _when_torch_is_ready(directory: str, rank: int) -> None:
         _warn(f"disabled: {type(exc).__name__}: {exc}")
 
 
+def socket_owner(directory: str, rank: int) -> int | None:
+    """The pid of another live process that serves this rank, from its rank-<N>.json, else None.
+
+    A pid alone is not enough where a restarted container shares the volume: the old rank's pid
+    may now be another process, so the process start time recorded beside it must match too.
+    """
+    try:
+        with open(os.path.join(directory, f"rank-{rank}.json"), "rb") as f:
+            meta = json.loads(f.read(65536))
+        pid = meta["pid"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    except OSError:
+        return None
+    state, started = _proc_stat(pid)
+    if state == "Z":
+        return None  # killed, not yet reaped by its launcher
+    if meta.get("pid_start") is not None and started is not None and started != meta["pid_start"]:
+        return None  # the pid was reused
+    return pid
+
+
+def _proc_stat(pid: int) -> tuple[str | None, int | None]:
+    """(state, start time in clock ticks since boot) from /proc, or Nones where there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
 def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     global _server
     path = os.path.join(directory, f"rank-{rank}.sock")
     if os.path.exists(path) or os.path.islink(path):
-        os.unlink(path)  # left by a process of an earlier attempt: the server refuses an existing path
+        os.unlink(path)  # its owner is gone (socket_owner): the server refuses an existing path
     pickle_dump = getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace
 
     def handler(req, resp):
@@ -113,12 +192,15 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         # never released keeps the handler from ever being deallocated.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
     _server = c10d._WorkerServer(path)
+    owner_pid = os.getpid()
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
     # (non-root) user sharing the pod's group (fsGroup), so let the group in; others stay out.
     os.chmod(path, 0o660)
     _write_metadata(directory, rank, torch_version, "worker_server", socket_path=path)
 
     def stop() -> None:
+        if os.getpid() != owner_pid:
+            return  # a forked child inherited this exit hook: the socket is its parent's
         try:
             if hasattr(_server, "shutdown"):
                 _server.shutdown()
@@ -152,7 +234,8 @@ def _snapshots(c10d, directory: str, rank: int, torch_version: str) -> None:
 def _write_metadata(directory: str, rank: int, torch_version: str, mode: str, socket_path: str | None = None) -> None:
     meta = {
         "rank": rank, "local_rank": _int_env("LOCAL_RANK"), "world_size": _int_env("WORLD_SIZE"),
-        "pid": os.getpid(), "hostname": socket.gethostname(), "socket": socket_path, "started_ns": time.time_ns(),
+        "pid": os.getpid(), "pid_start": _proc_stat(os.getpid())[1], "hostname": socket.gethostname(),
+        "socket": socket_path, "started_ns": time.time_ns(),
         "torch_version": torch_version, "job_id": os.environ.get("TORCHELASTIC_RUN_ID"),
         "restart_count": _int_env("TORCHELASTIC_RESTART_COUNT"), "mode": mode,
     }

@@ -3,8 +3,9 @@
     frexport-launch --dir /shared/frexport -- torchrun --nproc-per-node 8 train.py
 
 Sets FREXPORT_AGENT_DIR and puts frexport's sitecustomize hook first on PYTHONPATH, so every
-Python process the command starts loads the agent; it acts only in processes with RANK set
-(the training workers), not in torchrun's launcher. Then it execs the command.
+Python process the command starts loads the agent; it acts only in rank processes (the training
+workers), not in torchrun's launcher nor in a rank's children (frexport.agent.rank_process). Then
+it execs the command.
 """
 
 from __future__ import annotations

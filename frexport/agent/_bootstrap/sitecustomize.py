@@ -1,7 +1,7 @@
 """Loaded by Python at start-up when frexport-launch puts this directory on PYTHONPATH.
 
-Enables frexport.agent (it acts only in training workers), then runs the sitecustomize this one
-shadows, if any, so a site's or a distribution's own start-up hook still runs.
+Enables frexport.agent (it acts only in rank processes, not in launchers or a rank's children),
+then runs the sitecustomize this one shadows, if any, so a site's or a distribution's own start-up hook still runs.
 """
 
 import importlib.machinery
