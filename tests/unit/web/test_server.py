@@ -98,3 +98,18 @@ def test_bad_web_config_names_the_problem(tmp_path):
     wc.write_text("basic_auth_user: {}\n")
     with pytest.raises(ConfigError, match="unknown field basic_auth_user"):
         load_web_config(str(wc))
+
+
+def test_dual_stack_listen_serves_ipv4_and_ipv6(tmp_path):
+    # `--listen [::]:9464` (the chart's and frexport inject's default): one socket for both families.
+    d = write(tmp_path / "dumps", {r: dump(es, world=2) for r, es in healthy_job(world=2).items()})
+    cfg = Config()
+    cfg.sources.dump_dirs = [DumpDir(path=str(d))]
+    cfg.web.listen = "[::]:0"
+    sc = Sidecar(cfg)
+    web = sc.start_web()
+    try:
+        assert _get(f"http://127.0.0.1:{web.port}/healthz") == (200, "ok\n")
+        assert _get(f"http://[::1]:{web.port}/healthz") == (200, "ok\n")
+    finally:
+        sc.shutdown()
