@@ -30,7 +30,7 @@ RULES = paths.RULES
 RULES_TEST = ROOT / "tests" / "prometheus" / "frexport-rules.test.yaml"
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 SIDECAR_ARGS = ["serve", "--sockets-dir", "/shared/frexport", "--dump-dir", "/shared/frexport/dumps",
-                "--evidence-dir", "/shared/frexport/evidence", "--listen", "0.0.0.0:9464"]
+                "--evidence-dir", "/shared/frexport/evidence", "--listen", "[::]:9464"]
 SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "readOnlyRootFilesystem": True,
             "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"}}

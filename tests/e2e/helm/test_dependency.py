@@ -68,7 +68,7 @@ def test_named_templates_from_a_parent_chart(helm, tmp_path, native):
     assert is_native == native
     assert sidecar["image"] == "ghcr.io/frexport/frexport:0.1.0"  # the frexport chart's appVersion, not 9.9.9
     assert sidecar["args"][:9] == ["serve", "--sockets-dir", "/mnt/fr", "--dump-dir", "/mnt/fr/dumps",
-                                   "--evidence-dir", "/mnt/fr/evidence", "--listen", "0.0.0.0:9500"]
+                                   "--evidence-dir", "/mnt/fr/evidence", "--listen", "[::]:9500"]
     assert env_map(container(spec["containers"], "trainer"))["FREXPORT_AGENT_DIR"] == "/mnt/fr"
     assert one(docs, "Job")["spec"]["template"]["metadata"]["labels"] == {"frexport.io/sidecar": "true"}
     path = tmp_path / "parent.yaml"

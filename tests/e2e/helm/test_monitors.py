@@ -5,7 +5,10 @@ Tools: ./scripts/install-tools.sh (scripts/setup.sh runs it). A missing tool fai
 from __future__ import annotations
 
 import json
+import re
 import shutil
+
+import pytest
 
 from tests.support.helm_tools import (
     CHART,
@@ -15,17 +18,26 @@ from tests.support.helm_tools import (
     one,
 )
 
+# `job` = the first non-empty of the labels that name a training job, whatever its kind.
+JOB_RELABEL = {"sourceLabels": ["__meta_kubernetes_pod_label_frexport_io_job",
+                                "__meta_kubernetes_pod_label_training_kubeflow_org_job_name",
+                                "__meta_kubernetes_pod_label_jobset_sigs_k8s_io_jobset_name",
+                                "__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"],
+               "separator": ";", "regex": "^;*([^;]+).*$", "targetLabel": "job", "replacement": "$1",
+               "action": "replace"}
+
 
 def test_podmonitor_selects_the_sidecar_pods_and_names_the_job(rendered):
     docs = rendered["example"][1]
     pm = one(docs, "PodMonitor")
-    assert pm["spec"]["jobLabel"] == "batch.kubernetes.io/job-name"
+    assert "jobLabel" not in pm["spec"]  # one label cannot name the job of every kind: JOB_RELABEL does
     pod_labels = one(docs, "Job")["spec"]["template"]["metadata"]["labels"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     ep = pm["spec"]["podMetricsEndpoints"][0]
     assert ep["port"] == "frexport-metrics" and ep["path"] == "/metrics"
     assert ep["interval"] == "15s" and ep["scrapeTimeout"] == "10s"
-    assert ep["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
+    assert ep["relabelings"] == [JOB_RELABEL, {"sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                                               "targetLabel": "node"}]
     assert ep["metricRelabelings"][0]["action"] == "drop"
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
     assert pm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -40,9 +52,7 @@ def test_servicemonitor_and_its_service(rendered):
     pod_labels = one(docs, "Job")["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items() and svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["ports"][0]["targetPort"] == "frexport-metrics"
-    relabel = sm["spec"]["endpoints"][0]["relabelings"][0]
-    assert relabel == {"sourceLabels": ["__meta_kubernetes_pod_label_batch_kubernetes_io_job_name"],
-                       "regex": "(.+)", "targetLabel": "job", "action": "replace"}
+    assert sm["spec"]["endpoints"][0]["relabelings"][0] == JOB_RELABEL
     assert not find(docs, "PodMonitor")
 
 
@@ -81,3 +91,19 @@ def test_dashboards_found_in_the_folder(helm, tmp_path):
     assert cm["data"] == {"extra_board.json": '{"title": "extra", "panels": []}'}
     assert cm["metadata"]["labels"]["dash"] == "yes"
     assert len(docs) == len(DASHBOARDS) + 1
+
+
+@pytest.mark.parametrize("pod_labels, job", [
+    ({"training.kubeflow.org/job-name": "resnet", "frexport.io/sidecar": "true"}, "resnet"),
+    ({"jobset.sigs.k8s.io/jobset-name": "gpt", "batch.kubernetes.io/job-name": "gpt-workers-0"}, "gpt"),
+    ({"batch.kubernetes.io/job-name": "llm"}, "llm"),
+    ({"frexport.io/job": "run-7", "batch.kubernetes.io/job-name": "llm"}, "run-7"),
+    ({"app": "x"}, None),
+])
+def test_job_relabeling_names_each_kinds_job(pod_labels, job):
+    """Prometheus' relabel semantics (join with the separator, full-anchored regex, $1) applied to
+    the meta labels of a pod of each kind: JobSet pods also carry their child Job's name."""
+    metas = [pod_labels.get(k, "") for k in ("frexport.io/job", "training.kubeflow.org/job-name",
+                                                 "jobset.sigs.k8s.io/jobset-name", "batch.kubernetes.io/job-name")]
+    m = re.fullmatch(JOB_RELABEL["regex"], JOB_RELABEL["separator"].join(metas))
+    assert (m.group(1) if m else None) == job

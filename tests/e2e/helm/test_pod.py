@@ -34,8 +34,10 @@ def test_native_sidecar_by_default(rendered):
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "frexport-metrics"}
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "frexport-metrics"}
     assert sidecar["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
-    assert sidecar["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"},
-                                    "limits": {"cpu": "500m", "memory": "256Mi"}}
+    # requests == limits in every frexport container: a Guaranteed pod stays Guaranteed
+    for c in spec["initContainers"]:
+        assert c["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"},
+                                  "limits": {"cpu": "200m", "memory": "256Mi"}}, c["name"]
     trainer = container(spec["containers"], "trainer")
     assert trainer["command"][:4] == ["/opt/frexport-agent/bin/frexport-launch", "--dir", "/shared/frexport", "--"]
     assert trainer["command"][4:8] == ["torchrun", "--nnodes", "2", "--nproc-per-node"]

@@ -67,7 +67,7 @@ def test_rendered_pod_runs_a_real_torchrun_job(helm, tmp_path):
     sidecar, native = sidecar_of(spec)
     assert not native
     port = free_port()
-    args = [a.replace("0.0.0.0:9464", f"127.0.0.1:{port}") for a in sidecar["args"]]
+    args = [a.replace("[::]:9464", f"[::]:{port}") for a in sidecar["args"]]
     fields = {"metadata.name": "t-frexport-example-0-x", "metadata.namespace": "ml", "spec.nodeName": "node-a",
               "metadata.labels['batch.kubernetes.io/job-name']": "t-frexport-example"}
     side = subprocess.Popen([*sidecar["command"], *args], env={**base_env, **resolve_env(sidecar, fields)},

@@ -70,3 +70,14 @@ def test_readme_documents_every_value():
     missing = [k for k in flatten(values) if f"`{k}`" not in readme]
     assert not missing, f"values without a row in helm/frexport/README.md: {missing}"
     assert "release: kube-prometheus-stack" in readme and "Building and pushing the image" in readme
+
+
+def test_servicemonitor_with_a_native_sidecar_is_refused_before_1_32(helm):
+    """kubernetes#127958: before 1.32 an init container's named port is not in EndpointSlices, so a
+    ServiceMonitor finds no endpoint for a native sidecar. Refused with the reason, not silently empty."""
+    args = ("--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=false")
+    for version in ("1.29.0", "1.31.9"):
+        out = helm.run("template", "t", str(CHART), *args, "--kube-version", version, check=False)
+        assert out.returncode != 0 and "kubernetes#127958" in out.stderr and "podMonitor.enabled=true" in out.stderr
+    helm.template(*args, "--kube-version", "1.32.0")
+    helm.template(*args, "--set", "sidecar.native=false", "--kube-version", "1.29.0")  # a classic sidecar's port is
