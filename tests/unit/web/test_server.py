@@ -8,9 +8,11 @@ import urllib.request
 
 import bcrypt
 import pytest
+from prometheus_client import CollectorRegistry
 
 from frexport.cli.serve import build_sidecar, start_web
 from frexport.config import Config, ConfigError, DumpDir
+from frexport.web.server import WebServer
 from frexport.web.web_config import load_web_config
 from tests.support.synth import dump, healthy_job, write
 
@@ -100,16 +102,12 @@ def test_bad_web_config_names_the_problem(tmp_path):
         load_web_config(str(wc))
 
 
-def test_dual_stack_listen_serves_ipv4_and_ipv6(tmp_path):
+def test_dual_stack_listen_serves_ipv4_and_ipv6():
     # `--listen [::]:9464` (the chart's and frexport inject's default): one socket for both families.
-    d = write(tmp_path / "dumps", {r: dump(es, world=2) for r, es in healthy_job(world=2).items()})
-    cfg = Config()
-    cfg.sources.dump_dirs = [DumpDir(path=str(d))]
-    cfg.web.listen = "[::]:0"
-    sc = Sidecar(cfg)
-    web = sc.start_web()
+    web = WebServer("[::]:0", CollectorRegistry(), lambda: True)
+    web.start()
     try:
         assert _get(f"http://127.0.0.1:{web.port}/healthz") == (200, "ok\n")
         assert _get(f"http://[::1]:{web.port}/healthz") == (200, "ok\n")
     finally:
-        sc.shutdown()
+        web.stop()
