@@ -22,7 +22,7 @@ SEL_RANK = SEL + ', rank=~"$rank"'
 SEL_PG = SEL_RANK + ', pg=~"$pg"'
 RUNBOOKS = ["FrexportRankStalled", "FrexportRankBehindPeers", "FrexportCollectiveNearTimeout",
             "FrexportTimeoutDumpWritten", "FrexportDesyncDetected", "FrexportStraggler", "FrexportSourceDown",
-            "FrexportExporterAbsent"]
+            "FrexportExporterAbsent", "FrexportNoRanksSeen"]
 
 
 class Layout:

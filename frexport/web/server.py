@@ -36,6 +36,13 @@ class _Server(ThreadingHTTPServer):
 class _Server6(_Server):
     address_family = socket.AF_INET6
 
+    def server_bind(self) -> None:
+        # `[::]` means every address, IPv4 included (a dual-stack pod's scraper may come over
+        # either): clear IPV6_V6ONLY rather than trust the node's net.ipv6.bindv6only default.
+        if self.server_address[0] == "::":
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
 
 class WebServer:
     def __init__(self, listen: str, registry: CollectorRegistry, ready: Callable[[], bool],

@@ -22,7 +22,7 @@ def promtool():
 def test_rules_are_valid(promtool):
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 9 rules found" in out.stdout
 
 
 def test_rule_unit_tests(promtool):
@@ -38,7 +38,7 @@ def test_every_alert_has_severity_and_annotations():
     names = {r["alert"] for r in rules}
     assert names == {"FrexportRankStalled", "FrexportRankBehindPeers", "FrexportCollectiveNearTimeout",
                      "FrexportTimeoutDumpWritten", "FrexportDesyncDetected", "FrexportStraggler",
-                     "FrexportSourceDown", "FrexportExporterAbsent"}
+                     "FrexportSourceDown", "FrexportExporterAbsent", "FrexportNoRanksSeen"}
     tested = (ROOT / "tests" / "prometheus" / "frexport-rules.test.yaml").read_text()
     for r in rules:
         assert r["labels"]["severity"] in ("critical", "warning")

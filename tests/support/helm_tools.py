@@ -1,9 +1,10 @@
-"""Helpers for tests/e2e/test_helm.py: the real helm v3 binary, kubernetes-validate and the
+"""Helpers for the chart tests (tests/e2e/helm/): the real helm v3 binary, kubernetes-validate and the
 prometheus-operator CRD models, as scripts/install-tools.sh installs them into .tools/."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,16 @@ HADOLINT = TOOLS / "venv" / "bin" / "hadolint"
 NODE_MODULES = TOOLS / "node" / "node_modules"
 HELM_VERSION = "v3.17.3"
 INSTALL_HINT = "run ./scripts/install-tools.sh (scripts/setup.sh does)"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+VARIANTS = [p.name[: -len("-values.yaml")] for p in CI_VALUES]
+RULES = paths.RULES
+RULES_TEST = ROOT / "tests" / "prometheus" / "frexport-rules.test.yaml"
+DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
+SIDECAR_ARGS = ["serve", "--sockets-dir", "/shared/frexport", "--dump-dir", "/shared/frexport/dumps",
+                "--evidence-dir", "/shared/frexport/evidence", "--listen", "[::]:9464"]
+SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
 
 # Validates every monitoring.coreos.com object of a multi-document YAML file against the
 # prometheus-operator CRD schemas (types, patterns, enums, required fields).
@@ -145,3 +156,27 @@ def flatten(values: dict, prefix: str = "") -> dict[str, object]:
         else:
             out[path] = v
     return out
+
+
+def pod_spec(docs: list[dict]) -> dict:
+    """The pod spec of the one Job among the documents."""
+    return one(docs, "Job")["spec"]["template"]["spec"]
+
+
+def sidecar_of(spec: dict) -> tuple[dict, bool]:
+    """(the frexport sidecar container, native?)"""
+    native = [c for c in spec.get("initContainers", []) if c["name"] == "frexport"]
+    classic = [c for c in spec["containers"] if c["name"] == "frexport"]
+    assert len(native) + len(classic) == 1, "exactly one frexport sidecar"
+    return (native or classic)[0], bool(native)
+
+
+def resolve_env(c: dict, fields: dict[str, str]) -> dict[str, str]:
+    """The container's env as the kubelet would set it: fieldRefs from `fields`, $(VAR) expanded."""
+    env: dict[str, str] = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
+        else:
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env

@@ -19,6 +19,7 @@ ALLOWED = {
     "export": {"model", "analysis", "live", "sources.health", "files", "logs", "config"},
     "web": {"config"},
     "agent": {"files"},  # the trainer side: nothing of the sidecar
+    "inject": set(),  # pod-template patching for frexport inject (and a webhook): plain dicts, no sidecar code
     "cli": {"*"},
     "config": set(), "logs": set(), "files": set(), "__init__": set(), "__main__": {"cli"},
 }

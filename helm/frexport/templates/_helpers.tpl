@@ -44,3 +44,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "frexport.example.name" -}}
 {{- printf "%s-example" (include "frexport.fullname" .) | trunc 52 | trimSuffix "-" }}
 {{- end }}
+
+{{/* The relabeling that sets `job` from the first non-empty of jobLabels (+ jobLabel). */}}
+{{- define "frexport.jobRelabeling" -}}
+{{- $labels := .Values.jobLabels | default list -}}
+{{- if not (has .Values.jobLabel $labels) }}{{ $labels = append $labels .Values.jobLabel }}{{ end -}}
+- sourceLabels:
+  {{- range $labels }}
+  - {{ include "frexport.podLabelMeta" . }}
+  {{- end }}
+  separator: ";"
+  regex: "^;*([^;]+).*$"
+  targetLabel: job
+  replacement: "$1"
+  action: replace
+{{- end }}

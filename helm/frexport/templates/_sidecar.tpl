@@ -45,7 +45,7 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
 - --evidence-dir
 - {{ $v.sharedDir }}/evidence
 - --listen
-- 0.0.0.0:{{ $v.sidecar.port }}
+- "[::]:{{ $v.sidecar.port }}"
 {{- if ne $v.sidecar.logFormat "text" }}
 - --log-format
 - {{ $v.sidecar.logFormat }}

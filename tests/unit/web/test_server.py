@@ -8,9 +8,11 @@ import urllib.request
 
 import bcrypt
 import pytest
+from prometheus_client import CollectorRegistry
 
 from frexport.cli.serve import build_sidecar, start_web
 from frexport.config import Config, ConfigError, DumpDir
+from frexport.web.server import WebServer
 from frexport.web.web_config import load_web_config
 from tests.support.synth import dump, healthy_job, write
 
@@ -98,3 +100,14 @@ def test_bad_web_config_names_the_problem(tmp_path):
     wc.write_text("basic_auth_user: {}\n")
     with pytest.raises(ConfigError, match="unknown field basic_auth_user"):
         load_web_config(str(wc))
+
+
+def test_dual_stack_listen_serves_ipv4_and_ipv6():
+    # `--listen [::]:9464` (the chart's and frexport inject's default): one socket for both families.
+    web = WebServer("[::]:0", CollectorRegistry(), lambda: True)
+    web.start()
+    try:
+        assert _get(f"http://127.0.0.1:{web.port}/healthz") == (200, "ok\n")
+        assert _get(f"http://[::1]:{web.port}/healthz") == (200, "ok\n")
+    finally:
+        web.stop()

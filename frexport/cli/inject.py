@@ -1,0 +1,62 @@
+"""`frexport inject [FILE|-]`: add frexport to the workloads in Kubernetes YAML, stdin to stdout.
+
+    kubectl get job train -o yaml | frexport inject - | kubectl apply -f -
+    frexport inject manifests.yaml > with-frexport.yaml       # multi-document YAML, Lists too
+
+Every pod template of a Pod, Job, CronJob, JobSet, PyTorchJob (and the other Kubeflow kinds),
+Deployment, StatefulSet, DaemonSet or ReplicaSet gets the sidecar, the shared volume and the agent
+(frexport/inject/pod.py says what and why); other objects pass through unchanged. The trainer's
+command is not touched. Exit 0, or 2 with the reason on stderr when an object cannot be patched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from frexport.inject.pod import InjectError, Settings
+from frexport.inject.workloads import inject_object
+
+
+def add_parser(sub) -> None:
+    d = Settings()
+    p = sub.add_parser("inject", help="add the frexport sidecar and agent to Kubernetes workload YAML",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", nargs="?", default="-", help="YAML file, or - for stdin (default)")
+    p.add_argument("--image", default=d.image, help=f"frexport image (default {d.image})")
+    p.add_argument("--shared-dir", default=d.shared_dir, help=f"shared volume's mount path (default {d.shared_dir})")
+    p.add_argument("--agent-dir", default=d.agent_dir, help=f"where the trainer mounts the agent ({d.agent_dir})")
+    p.add_argument("--port", type=int, default=d.port, help=f"metrics port (default {d.port})")
+    p.add_argument("--cpu", default=d.cpu, help=f"sidecar CPU, requests = limits (default {d.cpu})")
+    p.add_argument("--memory", default=d.memory, help=f"sidecar memory, requests = limits (default {d.memory})")
+    p.add_argument("--container", action="append", default=[], metavar="NAME",
+                   help="trainer container to activate the agent in (repeatable; default: every container)")
+    p.add_argument("--drain-seconds", type=int, default=d.drain_seconds,
+                   help=f"sidecar preStop delay (default {d.drain_seconds})")
+
+
+def run_inject(args: argparse.Namespace) -> int:
+    s = Settings(image=args.image, shared_dir=args.shared_dir, agent_dir=args.agent_dir, port=args.port,
+                 cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds)
+    try:
+        text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, yaml.YAMLError) as exc:
+        print(f"frexport inject: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    patched = 0
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            print(f"frexport inject: document {i + 1} is not a Kubernetes object", file=sys.stderr)
+            return 2
+        try:
+            patched += inject_object(doc, s)
+        except InjectError as exc:
+            name = (doc.get("metadata") or {}).get("name", "?")
+            print(f"frexport inject: {doc.get('kind')} {name}: {exc}", file=sys.stderr)
+            return 2
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+    print(f"frexport inject: {patched} pod template(s) patched", file=sys.stderr)
+    return 0

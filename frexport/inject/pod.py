@@ -1,0 +1,166 @@
+"""Patch one pod template (its metadata and spec, plain dicts) so frexport watches its ranks.
+
+What it adds, and why each part is shaped so it does not harm the pod it joins:
+- a native sidecar (an init container with restartPolicy: Always, Kubernetes >= 1.29) running
+  `frexport serve`: it starts before the trainer and never blocks a Job's completion. Its requests
+  equal its limits, so a Guaranteed pod stays Guaranteed (the kubelet judges QoS over every
+  container, init containers included). It listens on `[::]:PORT`, dual-stack;
+- a preparation init container that copies the agent (stdlib only) into a volume the trainer
+  mounts read-only;
+- in each trainer container: PYTHONPATH (frexport's sitecustomize hook first) and
+  FREXPORT_AGENT_DIR, and the two mounts. Image, command and args are left as they are;
+- the pod's securityContext is kept, field by field: frexport only sets fsGroup (and its change
+  policy) where the workload sets none. The sidecar joins whatever fsGroup the pod has, which
+  owns the shared volume and so the rank sockets;
+- the service-account token is hidden from frexport's containers only (an empty volume over its
+  mount path: the ServiceAccount admission plugin skips a container that mounts that path), since
+  the trainer may need it; frexport never talks to the API server;
+- the label the monitors select (frexport.io/sidecar) and, where the workload's controller sets
+  no job label of its own, frexport.io/job; FREXPORT_JOB_ID comes from the identity label through
+  the downward API.
+Applying it twice changes nothing: a pod that already has the sidecar is left alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from frexport import __version__
+
+SIDECAR = "frexport"
+PREPARE = "frexport-init"
+SHARED_VOLUME = "frexport-shared"
+AGENT_VOLUME = "frexport-agent"
+NO_TOKEN_VOLUME = "frexport-no-token"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+SELECT_LABEL = "frexport.io/sidecar"
+JOB_LABEL = "frexport.io/job"
+INJECTED_ANNOTATION = "frexport.io/injected"
+PORT_NAME = "frexport-metrics"
+SECURITY = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@dataclass
+class Settings:
+    image: str = f"ghcr.io/frexport/frexport:{__version__}"
+    image_pull_policy: str = "IfNotPresent"
+    shared_dir: str = "/shared/frexport"
+    agent_dir: str = "/opt/frexport-agent"
+    port: int = 9464
+    # requests == limits: see the module docstring
+    cpu: str = "200m"
+    memory: str = "256Mi"
+    shared_size: str = "2Gi"
+    drain_seconds: int = 15
+    fs_group: int = 65532
+    containers: list[str] = field(default_factory=list)  # trainer containers to activate; empty: all
+    extra_args: list[str] = field(default_factory=list)
+
+
+class InjectError(ValueError):
+    """The pod template cannot be patched as asked (the message says why)."""
+
+
+def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | None]) -> bool:
+    """Patch in place; returns False where the pod already has frexport. `identity` is (label key,
+    value to set or None where the workload's controller sets that label on its pods)."""
+    if _already(spec):
+        return False
+    trainers = [c for c in spec.get("containers", []) if not s.containers or c.get("name") in s.containers]
+    missing = set(s.containers) - {c.get("name") for c in trainers}
+    if missing or not trainers:
+        raise InjectError(f"no container named {', '.join(sorted(missing)) or 'at all'} in the pod template")
+    key, value = identity
+    labels = meta.setdefault("labels", {})
+    labels[SELECT_LABEL] = "true"
+    if value is not None:
+        labels[key] = value
+    meta.setdefault("annotations", {})[INJECTED_ANNOTATION] = __version__
+    sc = spec.setdefault("securityContext", {})
+    if "fsGroup" not in sc:
+        sc["fsGroup"] = s.fs_group
+        sc.setdefault("fsGroupChangePolicy", "OnRootMismatch")
+    spec.setdefault("volumes", []).extend([
+        {"name": SHARED_VOLUME, "emptyDir": {"sizeLimit": s.shared_size}},
+        {"name": AGENT_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
+        {"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+    ])
+    spec.setdefault("initContainers", []).extend([_prepare(s), _sidecar(s, key)])
+    for c in trainers:
+        _activate(c, s)
+    return True
+
+
+def _already(spec: dict) -> bool:
+    names = {c.get("name") for c in spec.get("initContainers", []) + spec.get("containers", [])}
+    return SIDECAR in names or any(v.get("name") == SHARED_VOLUME for v in spec.get("volumes", []))
+
+
+def _resources(s: Settings) -> dict:
+    amount = {"cpu": s.cpu, "memory": s.memory}
+    return {"requests": dict(amount), "limits": dict(amount)}
+
+
+def _frexport_mounts(s: Settings) -> list[dict]:
+    return [{"name": SHARED_VOLUME, "mountPath": s.shared_dir},
+            {"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_PATH, "readOnly": True}]
+
+
+def _prepare(s: Settings) -> dict:
+    return {
+        "name": PREPARE, "image": s.image, "imagePullPolicy": s.image_pull_policy,
+        "command": ["python", "-m", "frexport.inject.prepare", "/frexport-agent", s.shared_dir],
+        "resources": _resources(s), "securityContext": copy.deepcopy(SECURITY),
+        "volumeMounts": _frexport_mounts(s) + [{"name": AGENT_VOLUME, "mountPath": "/frexport-agent"}],
+    }
+
+
+def _sidecar(s: Settings, job_label: str) -> dict:
+    d = s.shared_dir
+    field_env = [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
+                 ("NODE_NAME", "spec.nodeName"), ("FREXPORT_JOB_ID", f"metadata.labels['{job_label}']")]
+    env = [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in field_env]
+    env += [{"name": "OTEL_RESOURCE_ATTRIBUTES",
+             "value": "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.node.name=$(NODE_NAME)"},
+            {"name": "FREXPORT_EVIDENCE__PYSPY", "value": "false"}]
+    c = {
+        "name": SIDECAR, "image": s.image, "imagePullPolicy": s.image_pull_policy, "restartPolicy": "Always",
+        "command": ["frexport"],
+        "args": ["serve", "--sockets-dir", d, "--dump-dir", f"{d}/dumps", "--evidence-dir", f"{d}/evidence",
+                 "--listen", f"[::]:{s.port}", *s.extra_args],
+        "env": env,
+        "ports": [{"name": PORT_NAME, "containerPort": s.port, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": PORT_NAME}, "initialDelaySeconds": 5,
+                          "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": PORT_NAME}, "periodSeconds": 10,
+                           "timeoutSeconds": 5, "failureThreshold": 3},
+        "resources": _resources(s), "securityContext": copy.deepcopy(SECURITY),
+        "volumeMounts": _frexport_mounts(s),
+    }
+    if s.drain_seconds > 0:  # keep serving a little after the trainer ended: the last scrape sees the end
+        c["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(s.drain_seconds)]}}}
+    return c
+
+
+def _activate(c: dict, s: Settings) -> None:
+    """The agent loads in every Python process of the container through PYTHONPATH (frexport's
+    sitecustomize first) and acts only in rank processes; the container's own PYTHONPATH follows."""
+    ours = f"{s.agent_dir}/frexport/agent/_bootstrap:{s.agent_dir}"
+    env = c.setdefault("env", [])
+    existing = next((e for e in env if e.get("name") == "PYTHONPATH"), None)
+    if existing is None:
+        env.append({"name": "PYTHONPATH", "value": ours})
+    elif "value" in existing:
+        existing["value"] = ours + (":" + existing["value"] if existing["value"] else "")
+    else:
+        raise InjectError(f"container {c.get('name')}: PYTHONPATH comes from valueFrom; "
+                          "prepend the agent yourself or run the trainer under frexport-launch")
+    if not any(e.get("name") == "FREXPORT_AGENT_DIR" for e in env):
+        env.append({"name": "FREXPORT_AGENT_DIR", "value": s.shared_dir})
+    c.setdefault("volumeMounts", []).extend([
+        {"name": SHARED_VOLUME, "mountPath": s.shared_dir},
+        {"name": AGENT_VOLUME, "mountPath": s.agent_dir, "readOnly": True},
+    ])

@@ -1,0 +1,29 @@
+"""The sidecar image's Dockerfile.
+
+Tools: ./scripts/install-tools.sh (scripts/setup.sh runs it). A missing tool fails, never skips."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from tests.support.helm_tools import (
+    HADOLINT,
+    ROOT,
+    require,
+)
+
+
+def test_dockerfile_passes_hadolint_and_matches_the_chart():
+    """No Docker engine here: the Dockerfile is linted (hadolint) and checked against what the chart
+    expects; its build steps are the same pip install the venv of this repository uses."""
+    out = subprocess.run([str(require(HADOLINT, "hadolint")), str(ROOT / "Dockerfile")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11\.\d+-slim-bookworm$", text, re.M)  # an exact tag
+    assert "USER 65532:65532" in text and "--uid 65532" in text
+    assert 'ENTRYPOINT ["frexport"]' in text and 'CMD ["serve", "--help"]' in text
+    assert "pip install --no-cache-dir" in text and "EXPOSE 9464" in text
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*"):][:4] == ["*", "!pyproject.toml", "!README.md", "!frexport/"]
