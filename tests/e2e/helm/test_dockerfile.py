@@ -15,8 +15,8 @@ from tests.support.helm_tools import (
 
 
 def test_dockerfile_passes_hadolint_and_matches_the_chart():
-    """No Docker engine here: the Dockerfile is linted (hadolint) and checked against what the chart
-    expects; its build steps are the same pip install the venv of this repository uses."""
+    """The Dockerfile is linted (hadolint) and checked against what the chart expects (the image itself
+    is built and run in tests/e2e/test_image.py)."""
     out = subprocess.run([str(require(HADOLINT, "hadolint")), str(ROOT / "Dockerfile")], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
