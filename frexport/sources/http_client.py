@@ -1,18 +1,24 @@
 """A small HTTP/1.1 client for PyTorch's worker server, over a unix socket or TCP.
 
-Standard library only. Bounded in every way a misbehaving peer could abuse:
-connect and read timeouts, one overall deadline (a peer trickling bytes cannot
-hold us), and a cap on the body size.
+Standard library only, and its own response parser: `http.client` times out per
+read, so a peer trickling a header line a byte at a time, answering `100 Continue`
+forever or sending endless chunked trailers holds it without limit. Here the whole
+exchange (connect, request, status line, headers, body) shares one deadline, and
+the head (every status line, header and trailer, interim responses included) and
+the body each have a byte cap.
 """
 
 from __future__ import annotations
 
-import http.client
 import socket
 import time
 from dataclasses import dataclass
 
 from frexport.config import WorkerServers, parse_worker_address
+
+MAX_HEAD_BYTES = 64 * 1024  # status lines, headers, 1xx responses and trailers together
+MAX_LINE_BYTES = 8 * 1024  # one header or chunk-size line
+MAX_INTERIM = 8  # 1xx responses before the real one
 
 
 class PeerError(Exception):
@@ -50,58 +56,170 @@ class Response:
     body: bytes
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._unix_path = path
+class _Bad(Exception):
+    """The peer broke the protocol or a cap (reason, detail)."""
 
-    def connect(self) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            s.connect(self._unix_path)
-        except BaseException:
-            s.close()
-            raise
-        self.sock = s
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class _Reader:
+    """Buffered reads from a socket, every one bounded by the exchange's deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.buf = bytearray()
+        self.eof = False
+        self.head_bytes = 0
+
+    def _fill(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self.sock.settimeout(left)
+        data = self.sock.recv(1 << 16)
+        if not data:
+            self.eof = True
+        self.buf += data
+
+    def head_line(self) -> bytes:
+        """One line of the head (CRLF stripped), counted against the head cap."""
+        start = 0
+        while True:
+            i = self.buf.find(b"\n", start)
+            if i >= 0:
+                line = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
+                break
+            if len(self.buf) > MAX_LINE_BYTES:
+                raise _Bad("bad_response", f"a header line over {MAX_LINE_BYTES} bytes")
+            if self.eof:
+                raise _Bad("bad_response", "connection closed in the middle of the headers")
+            start = len(self.buf)
+            self._fill()
+        if len(line) > MAX_LINE_BYTES:
+            raise _Bad("bad_response", f"a header line over {MAX_LINE_BYTES} bytes")
+        self.head_bytes += len(line)
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise _Bad("bad_response", f"headers over {MAX_HEAD_BYTES} bytes")
+        return line.rstrip(b"\r\n")
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if self.eof:
+                raise _Bad("bad_response", "connection closed in the middle of the body")
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def some(self) -> bytes:
+        """What is buffered, or the next read; b'' at the end of the stream."""
+        if not self.buf and not self.eof:
+            self._fill()
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
 
 
 def request(target: Target, method: str, path: str, timeout: float = 5.0,
             max_body: int = WorkerServers.max_body_bytes) -> Response:
+    """One exchange; `timeout` is its total deadline. Raises PeerError."""
     deadline = time.monotonic() + timeout
-    conn = (_UnixConnection(target.unix_path, timeout) if target.unix_path
-            else http.client.HTTPConnection(target.host, target.port, timeout=timeout))
+    sock = None
     try:
         try:
-            conn.request(method, path, headers={"Connection": "close", "Content-Length": "0"})
-            resp = conn.getresponse()
+            sock = _connect(target, timeout)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                         "Content-Length: 0\r\n\r\n".encode("latin-1"))
         except (ConnectionRefusedError, FileNotFoundError) as exc:
             raise PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True) from None
-        except socket.timeout:
-            raise PeerError("timeout", f"{target}: no answer within {timeout:g} s") from None
-        except (ConnectionError, http.client.HTTPException, OSError) as exc:
-            raise PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}") from None
-        length = resp.getheader("Content-Length")
-        if length is not None and length.isdecimal() and int(length) > max_body:
-            raise PeerError("too_large", f"{target}: body of {length} bytes is over the {max_body}-byte limit")
-        chunks, total = [], 0
-        while True:
-            if time.monotonic() > deadline:
-                raise PeerError("timeout", f"{target}: body not complete within {timeout:g} s")
-            try:
-                chunk = resp.read1(1 << 16)
-            except socket.timeout:
-                raise PeerError("timeout", f"{target}: body stalled for {timeout:g} s") from None
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                raise PeerError("bad_response", f"{target}: connection broke mid-body: {exc}") from None
-            if not chunk:
-                break
+        try:
+            return _exchange(_Reader(sock, deadline), max_body)
+        except _Bad as exc:
+            reason = exc.reason
+            raise PeerError(reason, f"{target}: {exc}") from None
+    except socket.timeout:
+        raise PeerError("timeout", f"{target}: no complete answer within {timeout:g} s") from None
+    except (ConnectionError, OSError) as exc:
+        raise PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}") from None
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _connect(target: Target, timeout: float) -> socket.socket:
+    if not target.unix_path:
+        return socket.create_connection((target.host, target.port), timeout=timeout)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(target.unix_path)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def _exchange(r: _Reader, max_body: int) -> Response:
+    for _ in range(MAX_INTERIM + 1):
+        status, headers = _head(r)
+        if not 100 <= status < 200:
+            break
+    else:
+        raise _Bad("bad_response", f"more than {MAX_INTERIM} interim (1xx) responses")
+    length_text = headers.get("content-length")
+    length = int(length_text) if length_text is not None and length_text.isascii() and length_text.isdigit() \
+        else None
+    if length is not None and length > max_body:
+        raise _Bad("too_large", f"body of {length} bytes is over the {max_body}-byte limit")
+    if status in (204, 304):
+        body = b""
+    elif "chunked" in headers.get("transfer-encoding", "").lower():
+        body = _chunked(r, max_body)
+    elif length is not None:
+        body = r.exactly(length)
+    else:  # no length: the body ends with the connection
+        parts, total = [], 0
+        while chunk := r.some():
             total += len(chunk)
             if total > max_body:
-                raise PeerError("too_large", f"{target}: body over the {max_body}-byte limit")
-            chunks.append(chunk)
-        if length is not None and length.isdecimal() and total != int(length):
-            raise PeerError("bad_response", f"{target}: body ended after {total} of {length} bytes")
-        return Response(resp.status, resp.getheader("Content-Type", "") or "", b"".join(chunks))
-    finally:
-        conn.close()
+                raise _Bad("too_large", f"body over the {max_body}-byte limit")
+            parts.append(chunk)
+        body = b"".join(parts)
+    return Response(status, headers.get("content-type", ""), body)
+
+
+def _head(r: _Reader) -> tuple[int, dict[str, str]]:
+    line = r.head_line()
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+        raise _Bad("bad_response", f"not an HTTP status line: {line[:60]!r}")
+    headers: dict[str, str] = {}
+    while line := r.head_line():
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise _Bad("bad_response", f"not a header line: {line[:60]!r}")
+        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
+    return int(parts[1]), headers
+
+
+def _chunked(r: _Reader, max_body: int) -> bytes:
+    parts, total = [], 0
+    while True:
+        size_text = r.head_line().split(b";", 1)[0].strip()
+        if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
+            raise _Bad("bad_response", f"bad chunk size {size_text[:20]!r}")
+        size = int(size_text, 16)
+        if size == 0:
+            while r.head_line():  # trailers, counted against the head cap
+                pass
+            return b"".join(parts)
+        total += size
+        if total > max_body:
+            raise _Bad("too_large", f"body over the {max_body}-byte limit")
+        parts.append(r.exactly(size))
+        r.exactly(2)  # the CRLF after each chunk

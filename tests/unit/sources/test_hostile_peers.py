@@ -8,7 +8,6 @@ where frexport's poller finds it like a real rank's socket.
 import json
 import os
 import socket
-import threading
 import time
 
 import pytest
@@ -19,42 +18,9 @@ from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
 from frexport.sources.worker_server import WorkerServerSource
 from tests.support.live import pump
+from tests.support.peers import FakePeer
 
 GOOD_BODY = json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}).encode()
-
-
-class FakePeer:
-    """A unix-socket server whose reply to every request is produced by `behave(conn)`."""
-
-    def __init__(self, path, behave):
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(8)
-        self.behave = behave
-        self.stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while not self.stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            conn.recv(65536)
-            self.behave(conn)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop = True
-        self.sock.close()
 
 
 def _reply(status=200, body=GOOD_BODY, ctype="application/json", length=None):
@@ -168,4 +134,63 @@ def test_ranks_are_polled_at_the_poll_interval_however_often_the_loop_asks(tmp_p
         assert sum(got) == 3  # at 0, 0.5 and 1.0 s
     finally:
         src.stop()
+        peer.close()
+
+
+# --- peers that hold a per-read timeout forever: every one must end at the exchange's deadline ---
+
+def trickle_headers(conn):  # a header line one byte every 0.2 s: no read ever times out
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(200):
+        conn.sendall(b"X")
+        time.sleep(0.2)
+
+
+def trickle_chunk_size(conn):  # a chunked body whose chunk-size line never ends
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for _ in range(200):
+        conn.sendall(b"0")
+        time.sleep(0.2)
+
+
+def endless_continue(conn):  # interim responses forever, as fast as the socket takes them
+    for _ in range(1_000_000):
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 64)
+
+
+def endless_trailers(conn):  # an empty chunked body, then trailer lines forever
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n")
+    for _ in range(1_000_000):
+        conn.sendall(b"X-Trailer: y\r\n" * 256)
+
+
+def chunked_ok(conn):
+    half = len(GOOD_BODY) // 2
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + f"{half:x}\r\n".encode() + GOOD_BODY[:half] + b"\r\n"
+                 + f"{len(GOOD_BODY) - half:x};ext=1\r\n".encode() + GOOD_BODY[half:] + b"\r\n0\r\nX-T: 1\r\n\r\n")
+
+
+@pytest.mark.parametrize("behave,reasons", [
+    (trickle_headers, {"timeout"}), (trickle_chunk_size, {"timeout"}),
+    (endless_continue, {"bad_response", "timeout"}), (endless_trailers, {"bad_response", "timeout"}),
+])
+def test_no_peer_holds_an_exchange_past_its_deadline(tmp_path, behave, reasons):
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), behave)
+    try:
+        start = time.monotonic()
+        with pytest.raises(PeerError) as info:
+            request(Target(unix_path=str(tmp_path / "rank-0.sock")), "POST", "/handler/fr_trace_json", timeout=1.0)
+        assert time.monotonic() - start < 2.0
+        assert info.value.reason in reasons, info.value.detail
+    finally:
+        peer.close()
+
+
+def test_chunked_body_is_read_whole(tmp_path):
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), chunked_ok)
+    try:
+        resp = request(Target(unix_path=str(tmp_path / "rank-0.sock")), "POST", "/handler/fr_trace_json", timeout=2)
+        assert resp.status == 200 and resp.body == GOOD_BODY and resp.content_type == "application/json"
+    finally:
         peer.close()
