@@ -12,7 +12,7 @@ import stat
 
 from frexport.decode.errors import DecodeError
 from frexport.decode.normalize import MAX_ENTRIES, normalize
-from frexport.decode.safe_pickle import load_plain, loads_plain
+from frexport.decode.safe_pickle import loads_plain
 from frexport.model.dump import RankDump
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -45,13 +45,26 @@ def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX
 
 
 def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True) -> tuple:
-    """(plain data as decoded, "pickle" | "json", os.stat_result) of a dump file, before normalizing."""
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
+    """(plain data as decoded, "pickle" | "json", os.stat_result) of a dump file, before normalizing.
+    Unpickles: call it only inside a sandbox worker (see sandbox.py)."""
+    data, st = read_checked(path, max_bytes, follow_symlinks)
+    fmt = sniff_format(data[:64])
+    raw = _json(data, path) if fmt == "json" else loads_plain(data, path)
+    return raw, fmt, st
+
+
+def read_checked(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True) \
+        -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file, read once: open (never blocking, never through a final symlink
+    unless asked), fstat the descriptor, check, read at most `max_bytes`. Whatever replaces the
+    path meanwhile (a FIFO, another file) cannot change what was checked: decode these bytes."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | (0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
     try:
-        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0))  # O_NONBLOCK: a FIFO must not hang us
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not hang us
     except OSError as exc:
         raise DecodeError(path, "unreadable", f"cannot open: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb", buffering=1 << 16) as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise DecodeError(path, "not_a_file", "not a regular file")
@@ -60,16 +73,23 @@ def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: boo
                               "empty file (0 bytes): the dump was never written or is still being written")
         if st.st_size > max_bytes:
             raise DecodeError(path, "too_large", f"{st.st_size} bytes is over the {max_bytes}-byte limit")
-        try:
-            head = f.peek(64)[:64]
-            fmt = sniff_format(head)
-            if fmt == "json":
-                raw = _json(f.read(max_bytes + 1), path)
-            else:
-                raw = load_plain(f, path)
-        except OSError as exc:
-            raise DecodeError(path, "unreadable", f"read failed: {exc.strerror or exc}") from None
-    return raw, fmt, st
+        parts, total = [], 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:  # grew while being read
+            raise DecodeError(path, "too_large", f"over the {max_bytes}-byte limit (the file grew while read)")
+        data = b"".join(parts)
+    except OSError as exc:
+        raise DecodeError(path, "unreadable", f"read failed: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if not data:
+        raise DecodeError(path, "empty", "empty file (0 bytes): the dump was never written or is still being written")
+    return data, st
 
 
 def _json(data: bytes, source: str) -> object:

@@ -5,7 +5,13 @@ the memo index a pickle declares, so a few bytes can make it allocate
 gigabytes. Each worker therefore runs under RLIMIT_AS (an allocation past the
 limit becomes a MemoryError, i.e. a DecodeError) and a per-item deadline; a
 worker that dies or overruns is killed and replaced, and only its item fails.
-The pool also gives `frexport analyze` its parallelism.
+The pool also gives `frexport analyze` its parallelism; `DecoderPool` keeps workers
+alive between items for the sidecar, which decodes one file or body at a time.
+
+Each worker reports at start whether its memory limit is in force. Where it is
+not (no RLIMIT_AS on the platform, setrlimit refused), `SandboxUnavailable` is
+raised unless `Limits.require_memory_limit` is off: frexport refuses to decode
+untrusted input without a bound unless told to go on.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ R = TypeVar("R")
 class Limits:
     memory_bytes: int = 2 << 30  # address space a worker may add on top of what it starts with
     seconds_per_item: float = 120.0
+    require_memory_limit: bool = True  # False: decode even where the limit cannot be set (warned)
+
+
+class SandboxUnavailable(Exception):
+    """The decoder processes cannot be given a memory limit here (the reason is the message)."""
 
 
 def _address_space_now() -> int:
@@ -42,16 +53,36 @@ def _address_space_now() -> int:
     return 0
 
 
-def _worker_main(conn: Connection, fn: Callable, memory_bytes: int) -> None:
+def _set_memory_limit(memory_bytes: int) -> str | None:
+    """Limit this process's address space; None when a limit is in force, else why not."""
     try:
         import resource
-
-        limit = _address_space_now() + memory_bytes
+    except ImportError:
+        return "this platform has no resource limits (RLIMIT_AS)"
+    try:
+        now = _address_space_now()
+        if not now:
+            return "the process's address space cannot be measured (no /proc/self/status)"
+        limit = now + memory_bytes
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard == resource.RLIM_INFINITY or limit < hard:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, ValueError, OSError):
-        pass  # no rlimit on this platform: the deadline still applies
+        if hard != resource.RLIM_INFINITY and hard <= limit:
+            return None  # a harder limit is already in force
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        if resource.getrlimit(resource.RLIMIT_AS)[0] != limit:
+            return "setrlimit(RLIMIT_AS) was accepted but not applied"
+    except (ValueError, OSError) as exc:
+        return f"setrlimit(RLIMIT_AS) failed: {exc}"
+    return None
+
+
+def call(job: Callable[[], R]) -> R:
+    """The generic worker function: a job is a picklable callable object (see DecoderPool)."""
+    return job()
+
+
+def _worker_main(conn: Connection, fn: Callable, memory_bytes: int) -> None:
+    # First message: whether the limit is in force (the parent refuses to go on without one).
+    conn.send(("limit", _set_memory_limit(memory_bytes)))
     gc.disable()  # decoded dumps are acyclic; collection passes only cost time
     while True:
         try:
@@ -90,11 +121,32 @@ class _Worker:
         child.close()
         self.batch: list[int] = []
         self.deadline = 0.0
+        self.items = 0  # handled so far (long-lived workers are recycled after a number)
+
+    def hello(self, limits: Limits) -> str | None:
+        """Wait for the worker's report on its memory limit; raise SandboxUnavailable if required and
+        missing. Returns the problem when the limit is not required."""
+        problem: str | None = "the decoder process did not start"
+        if self.conn.poll(60):
+            try:
+                _, problem = self.conn.recv()
+            except (EOFError, OSError, ValueError, TypeError):
+                pass
+        if problem is not None and limits.require_memory_limit:
+            self.kill()
+            raise SandboxUnavailable(problem)
+        return problem
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+
+
+def _context() -> mp.context.BaseContext:
+    # fork is cheap and safe while single-threaded; a threaded daemon must not fork.
+    method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
+    return mp.get_context(method)
 
 
 class SandboxPool(Generic[T, R]):
@@ -103,13 +155,12 @@ class SandboxPool(Generic[T, R]):
     def __init__(self, workers: int | None = None, limits: Limits = Limits()) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.limits = limits
+        self.limit_problem: str | None = None  # set when a worker runs without its memory limit
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R | DecodeError]:
         if not items:
             return []
-        # fork is cheap and safe while single-threaded; a threaded daemon must not fork.
-        method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
-        ctx = mp.get_context(method)
+        ctx = _context()
         results: list[R | DecodeError | None] = [None] * len(items)
         chunk = max(1, min(16, len(items) // (self.workers * 4)))
         queue: list[list[int]] = [list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk)]
@@ -118,6 +169,8 @@ class SandboxPool(Generic[T, R]):
         idle = [_Worker(ctx, fn, self.limits) for _ in range(n_workers)]
         busy: dict[Connection, _Worker] = {}
         try:
+            for w in idle:
+                self.limit_problem = w.hello(self.limits) or self.limit_problem
             while queue or busy:
                 while queue and idle:
                     w = idle.pop()
@@ -136,7 +189,7 @@ class SandboxPool(Generic[T, R]):
                     if out is None or len(out) != len(w.batch):
                         self._failed(w, items, results, queue, "decoder process died (out of memory or crashed)")
                         w.kill()
-                        idle.append(_Worker(ctx, fn, self.limits))
+                        idle.append(self._fresh(ctx, fn))
                         continue
                     for i, r in zip(w.batch, out):
                         results[i] = r
@@ -147,7 +200,7 @@ class SandboxPool(Generic[T, R]):
                         del busy[conn]
                         self._failed(w, items, results, queue, f"timed out after {self.limits.seconds_per_item:.0f} s")
                         w.kill()
-                        idle.append(_Worker(ctx, fn, self.limits))
+                        idle.append(self._fresh(ctx, fn))
         finally:
             for w in idle + list(busy.values()):
                 try:
@@ -160,6 +213,11 @@ class SandboxPool(Generic[T, R]):
                     w.kill()
         return results  # type: ignore[return-value]
 
+    def _fresh(self, ctx: mp.context.BaseContext, fn: Callable) -> _Worker:
+        w = _Worker(ctx, fn, self.limits)
+        w.hello(self.limits)
+        return w
+
     @staticmethod
     def _failed(w: _Worker, items: Sequence, results: list, queue: list[list[int]], why: str) -> None:
         if len(w.batch) > 1:  # retry one by one so only the guilty item fails
@@ -167,3 +225,100 @@ class SandboxPool(Generic[T, R]):
         else:
             i = w.batch[0]
             results[i] = DecodeError(_describe(items[i]), "decoder_failed", why)
+
+
+class DecoderPool:
+    """Long-lived limited workers for the sidecar: `run(job)` calls `job()` in one of them.
+
+    A fresh interpreter per file costs a fifth of a CPU-second; these stay alive between items and
+    are replaced when one dies, overruns its deadline, or has handled `recycle_after` items (the
+    allocator keeps what a large decode grew). Thread-safe: the loop and the poller's threads share
+    it; at most `workers` jobs run at once, the others wait their turn.
+    """
+
+    def __init__(self, workers: int = 2, limits: Limits = Limits(), recycle_after: int = 500) -> None:
+        self.workers = max(1, workers)
+        self.limits = limits
+        self.recycle_after = recycle_after
+        self.limit_problem: str | None = None
+        self._idle: list[_Worker] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self._ctx: mp.context.BaseContext | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Start one worker now: raises SandboxUnavailable where no memory limit can be set."""
+        w = self._new()
+        with self._cond:
+            self._idle.append(w)
+
+    def _new(self) -> _Worker:
+        if self._ctx is None:
+            self._ctx = _context()
+        with self._cond:
+            self._count += 1
+        try:
+            w = _Worker(self._ctx, call, self.limits)
+            self.limit_problem = w.hello(self.limits) or self.limit_problem
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+        return w
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while not self._idle and self._count >= self.workers:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+        return self._new()
+
+    def _release(self, w: _Worker | None) -> None:
+        with self._cond:
+            if w is not None and not self._closed:
+                self._idle.append(w)
+            else:
+                self._count -= 1
+            self._cond.notify()
+        if w is not None and self._closed:
+            w.kill()
+
+    def run(self, job: Callable[[], R]) -> R | DecodeError:
+        w = self._acquire()
+        why = None
+        try:
+            w.conn.send([job])
+            if w.conn.poll(self.limits.seconds_per_item):
+                out = w.conn.recv()
+                if isinstance(out, list) and len(out) == 1:
+                    w.items += 1
+                    result = out[0]
+                    if w.items >= self.recycle_after:
+                        w.kill()
+                        w = None
+                    self._release(w)
+                    return result
+                why = "decoder process sent no result"
+            else:
+                why = f"timed out after {self.limits.seconds_per_item:.0f} s"
+        except (EOFError, OSError):
+            why = "decoder process died (out of memory or crashed)"
+        w.kill()
+        self._release(None)
+        return DecodeError(_describe(job), "decoder_failed", why or "decoder failed")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for w in idle:
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+            w.proc.join(1)
+            if w.proc.is_alive():
+                w.kill()

@@ -8,7 +8,11 @@ writes made on other hosts), once its size and mtime stayed the same for
 so PyTorch overwriting a rank's dump is picked up and an unchanged file never
 costs a second decode. A periodic rescan covers what events can miss (an inotify
 queue overflow, the directory deleted and recreated). Pickles are decoded in a
-sandboxed worker process; JSON in-process. `collect()` returns the new snapshots.
+`collect()` returns the new snapshots. A file is read once (open without following a
+final symlink and without blocking, fstat the descriptor, check, read within the
+size cap) and exactly those bytes are decoded, pickle or JSON, in a long-lived
+sandboxed worker (decode/sandbox.DecoderPool) under its memory limit and deadline:
+what replaces the path after the check (a FIFO, a pickle bomb) cannot matter.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from watchdog.observers.polling import PollingObserver
 from frexport.config import DumpDir
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
-from frexport.decode.read import decode_file, sniff_format
-from frexport.decode.sandbox import Limits, SandboxPool
+from frexport.decode.read import decode_bytes, read_checked
+from frexport.decode.sandbox import DecoderPool, Limits
 from frexport.model.dump import RankDump
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
@@ -41,26 +45,27 @@ class _Pending:
 
 
 @dataclass(frozen=True)
-class _DecodeTask:
+class DecodeJob:
+    """Runs in a decoder worker: the bytes that were checked, never the path again."""
+
+    data: bytes
     path: str
     rank: int
-    max_bytes: int
+    mtime_ns: int
 
-    def __str__(self) -> str:
-        return self.path
-
-
-def _decode_task(task: _DecodeTask) -> RankDump:
-    return decode_file(task.path, task.rank, max_bytes=task.max_bytes)
+    def __call__(self) -> RankDump:
+        return decode_bytes(self.data, self.path, rank=self.rank, dumped_at_ns=self.mtime_ns)
 
 
 class DumpDirSource:
-    def __init__(self, health: HealthRegistry, cfg: DumpDir, limits: Limits | None = None) -> None:
+    def __init__(self, health: HealthRegistry, cfg: DumpDir, limits: Limits | None = None,
+                 pool: DecoderPool | None = None) -> None:
         self.health = health
         self.cfg = cfg
         self.path = cfg.path
         self.prefix = cfg.prefix
-        self.limits = limits or Limits()
+        self._own_pool = pool is None
+        self.pool = pool or DecoderPool(1, limits or Limits())
         self._pending: dict[str, _Pending] = {}
         self._decoded: dict[str, tuple] = {}  # path -> stat key last decoded
         self._lock = threading.Lock()
@@ -79,13 +84,18 @@ class DumpDirSource:
         self._rescan()
 
     def stop(self) -> None:
+        self._unwatch()
+        if self._own_pool:
+            self.pool.close()
+
+    def _unwatch(self) -> None:
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(5)
             self._observer = None
 
     def _watch(self) -> None:
-        self.stop()
+        self._unwatch()
         try:
             st = os.stat(self.path)
         except OSError:
@@ -144,23 +154,16 @@ class DumpDirSource:
         start = time.monotonic()
         now_ns = time.time_ns()
         try:
-            with open(path, "rb") as f:
-                head = f.read(64)
-            task = _DecodeTask(path, rank, self.cfg.max_file_bytes)
-            if sniff_format(head) == "json":
-                dump = _decode_task(task)
-            else:  # pickles only ever in a limited worker process
-                result = SandboxPool(1, self.limits).map(_decode_task, [task])[0]
-                if isinstance(result, DecodeError):
-                    raise result
-                dump = result
+            data, st = read_checked(path, self.cfg.max_file_bytes, self.cfg.follow_symlinks)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # what was read, not what was listed
+            dump = self.pool.run(DecodeJob(data, path, rank, st.st_mtime_ns))
+            del data
+            if isinstance(dump, DecodeError):
+                raise dump
         except DecodeError as exc:
             self._decoded[path] = key  # do not retry an unchanged bad file
             self.health.count_decode_error(exc.reason)
             self.health.record(self.name, False, time.monotonic() - start, now_ns, exc.reason, exc.detail)
-            return None
-        except OSError as exc:
-            self.health.record(self.name, False, time.monotonic() - start, now_ns, "unreadable", str(exc))
             return None
         self._decoded[path] = key
         self.health.record(self.name, True, time.monotonic() - start, now_ns)
