@@ -55,6 +55,17 @@ class Sources:
 
 
 @dataclass
+class Decode:
+    """The sandboxed decoder processes every untrusted file and large body goes through."""
+
+    workers: int = 2
+    memory_limit: int = 2 * 1024 * 1024 * 1024  # address space a decoder may add (RLIMIT_AS)
+    timeout: float = 60.0  # per item
+    allow_no_memory_limit: bool = False  # decode even where RLIMIT_AS cannot be set (said at start)
+    in_process_max_bytes: int = 1024 * 1024  # worker-server bodies up to this are parsed in the sidecar
+
+
+@dataclass
 class Analysis:
     interval: float = 5.0
     window: int = 256  # newest entries per rank the live analysis looks at (plus all unfinished ones)
@@ -99,6 +110,7 @@ class Config:
     world_size: int | None = None
     max_ranks: int = 4096
     sources: Sources = field(default_factory=Sources)
+    decode: Decode = field(default_factory=Decode)
     analysis: Analysis = field(default_factory=Analysis)
     evidence: Evidence = field(default_factory=Evidence)
     web: Web = field(default_factory=Web)
@@ -113,7 +125,8 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
                     "min_stall_after", "straggler_lateness", "rank_expiry", "deadline"}
-_SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes"}  # max_entries is a count
+# max_entries is a count
+_SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
 
 def load_config(path: str | None = None, env: dict[str, str] | None = None,
@@ -297,6 +310,8 @@ def validate(cfg: Config) -> list[str]:
         problems.append("world_size: must be at least 1")
     if ws.poll_interval <= 0:
         problems.append("sources.worker_servers.poll_interval: must be positive")
+    if cfg.decode.workers < 1:
+        problems.append("decode.workers: must be at least 1")
     if ws.concurrency < 1:
         problems.append("sources.worker_servers.concurrency: must be at least 1")
     if cfg.evidence.deadline <= 0:

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--workers", type=int, default=None, help="decode processes (default: CPU count)")
     a.add_argument("--max-file-bytes", type=int, default=None, help="larger files are refused (default 512 MiB)")
     a.add_argument("--follow-symlinks", action="store_true", help="follow symbolic links inside directories")
+    a.add_argument("--allow-no-memory-limit", action="store_true",
+                   help="decode even where the decoders' memory limit (RLIMIT_AS) cannot be set")
     a.add_argument("--timeline", metavar="OUT.json",
                    help="also write a Chrome/Perfetto trace-event timeline (one track per rank and group)")
 
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--evidence-dir", help="where to write evidence bundles when a stall is seen")
     s.add_argument("--log-format", choices=("text", "json"))
     s.add_argument("--job-id", help="job identifier (trace ids, bundle names)")
+    s.add_argument("--allow-no-memory-limit", action="store_true", default=None,
+                   help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
 
     n = sub.add_parser("snapshot", help="fetch every rank's Flight Recorder now and write a dump directory",
                        description="Fetch all ranks' recorders now (like an on-demand dump) into a directory "

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from frexport import logs
 from frexport.config import Config, ConfigError, load_config, validate
+from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
 from frexport.export.prometheus import sidecar_registry
 from frexport.live.sidecar import Sidecar
@@ -42,6 +43,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "evidence.dir": args.evidence_dir,
             "log.format": args.log_format,
             "job_id": args.job_id,
+            "decode.allow_no_memory_limit": getattr(args, "allow_no_memory_limit", None),
         }
         if args.url:
             overrides["sources.worker_servers.urls"] = parse_urls(args.url)
@@ -66,6 +68,16 @@ def run_serve(args: argparse.Namespace) -> int:
     log = logs.setup(cfg.log.format, cfg.log.level)
     sidecar, registry = build_sidecar(cfg)
     try:
+        sidecar.decoder.start()  # says now, not at the first hostile file, whether memory is bounded
+    except SandboxUnavailable as exc:
+        print(f"frexport serve: cannot bound the decoders' memory: {exc}; refusing to decode untrusted input "
+              "without it (set decode.allow_no_memory_limit or pass --allow-no-memory-limit to go on)",
+              file=sys.stderr)
+        return 2
+    if sidecar.decoder.limit_problem:
+        log.warning("decoding WITHOUT a memory limit (allowed by decode.allow_no_memory_limit): %s",
+                    sidecar.decoder.limit_problem)
+    try:
         web = start_web(cfg, registry, sidecar.ready_event.is_set)
     except ConfigError as exc:
         print(f"frexport serve: config error: {exc}", file=sys.stderr)
@@ -87,9 +99,12 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     registry that reads them."""
     health = HealthRegistry()
     state = LiveState(max_ranks=cfg.max_ranks)
+    dc = cfg.decode
+    decoder = DecoderPool(dc.workers, Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit))
     ws = cfg.sources.worker_servers
-    poller = WorkerServerSource(health, ws) if ws.sockets_dir or ws.urls else None
-    sources: list[Source] = [DumpDirSource(health, d) for d in cfg.sources.dump_dirs]
+    poller = WorkerServerSource(health, ws, decoder, dc.in_process_max_bytes, cfg.max_ranks) \
+        if ws.sockets_dir or ws.urls else None
+    sources: list[Source] = [DumpDirSource(health, d, pool=decoder) for d in cfg.sources.dump_dirs]
     if poller is not None:
         sources.append(poller)
     sinks: list[Sink] = []
@@ -102,7 +117,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
 
         sinks.append(OtlpSink(make_exporter(), cfg.job_id or "", cfg.traces.queue_size, cfg.traces.checkpoint_file,
                               world_size=cfg.world_size))
-    sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None)
+    sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None,
+                      decoder)
     # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours
     return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks)
 

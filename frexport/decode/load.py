@@ -64,7 +64,8 @@ def load(paths: list[str], prefix: str | None = None, workers: int | None = None
     traces: list[RankTrace] = []
     errors: list[InputError] = []
     notes: list[str] = []
-    for task, result in zip(tasks, SandboxPool(workers, limits or Limits()).map(_load_rank, tasks)):
+    pool = SandboxPool(workers, limits or Limits())
+    for task, result in zip(tasks, pool.map(_load_rank, tasks)):
         if isinstance(result, DecodeError):
             errors.append(InputError(task.path, result.detail))
             continue
@@ -74,4 +75,6 @@ def load(paths: list[str], prefix: str | None = None, workers: int | None = None
             traces.append(trace)
             if failed:
                 notes.append(f"rank {task.rank}: used {trace.source} because {failed[0].source} is unreadable")
+    if pool.limit_problem:
+        notes.append(f"decoded WITHOUT a memory limit (--allow-no-memory-limit): {pool.limit_problem}")
     return Loaded(traces, errors, found, notes)

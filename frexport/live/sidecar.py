@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from frexport import logs
 from frexport.config import Analysis
+from frexport.decode.sandbox import DecoderPool
 from frexport.live.diagnosis import LiveAnalysis, LiveResult
 from frexport.live.sink import Pass, Sink
 from frexport.live.state import EntryEvent, LiveState
@@ -26,7 +27,8 @@ from frexport.sources.health import HealthRegistry
 
 class Sidecar:
     def __init__(self, cfg: Analysis, state: LiveState, health: HealthRegistry, sources: list[Source],
-                 sinks: list[Sink], down_ranks: Callable[[], set[int]] | None = None) -> None:
+                 sinks: list[Sink], down_ranks: Callable[[], set[int]] | None = None,
+                 decoder: DecoderPool | None = None) -> None:
         self.cfg = cfg
         self.state = state
         self.health = health
@@ -34,6 +36,7 @@ class Sidecar:
         self.sinks = sinks
         self.analysis = LiveAnalysis(cfg)
         self.down_ranks = down_ranks  # ranks whose process is known gone (refused connections)
+        self.decoder = decoder or DecoderPool()  # the sources' sandboxed decoders, closed at shutdown
         self.stop_event = threading.Event()
         self.ready_event = threading.Event()
         self._was_down: set[int] = set()
@@ -65,6 +68,7 @@ class Sidecar:
     def shutdown(self) -> None:
         for part in [*self.sinks, *self.sources]:
             self._guarded(lambda p=part: p.stop(2.0) if p in self.sinks else p.stop(), f"stopping {part.name}")
+        self._guarded(self.decoder.close, "stopping the decoders")
 
     # --- one pass ------------------------------------------------------------------------------
 

@@ -5,6 +5,10 @@ creates them; any name carrying a rank works) and configured TCP URLs. Each poll
 POSTs the JSON handler the server lists: `dump_nccl_trace_json` on CUDA builds
 (the NCCL recorder), else `fr_trace_json`. A refused connection means the rank
 is down: counted, backed off, never a crash. Polls run with bounded concurrency.
+Only socket files are targets (symlinks in the directory are not followed), at most
+`max_ranks` of them; a name that is not UTF-8 is labeled with its bytes escaped.
+Bodies over `in_process_max_bytes` are decoded in the sandboxed decoder pool, under
+its memory limit; smaller ones in-process (incrementally, see `_decode`).
 The source remembers each rank's last snapshot (its own memory, not the sidecar's
 state) so the next poll decodes only the entries that are new or still unfinished.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -24,6 +29,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.json_tail import parse_tail
 from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
+from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import RankDump
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
@@ -53,9 +59,14 @@ class _Backoff:
 class WorkerServerSource:
     name = "worker_servers"
 
-    def __init__(self, health: HealthRegistry, cfg: WorkerServers) -> None:
+    def __init__(self, health: HealthRegistry, cfg: WorkerServers, decoder: DecoderPool | None = None,
+                 in_process_max_bytes: int = 1 << 20, max_ranks: int = 4096) -> None:
         self.health = health
         self.cfg = cfg
+        self.decoder = decoder
+        self.in_process_max_bytes = in_process_max_bytes
+        self.max_ranks = max_ranks
+        self.skipped_targets = 0  # socket files over max_ranks at the last listing
         self._backoff: dict[str, _Backoff] = {}
         self._last: dict[int, RankDump] = {}  # rank -> its last snapshot (incremental decode)
         self._pool: ThreadPoolExecutor | None = None
@@ -72,12 +83,24 @@ class WorkerServerSource:
                 if not name.endswith(".sock"):
                     continue
                 parsed = parse_name(name[: -len(".sock")])
-                if parsed is not None:
-                    path = os.path.join(self.cfg.sockets_dir, name)
-                    found[parsed[0]] = RankTarget(parsed[0], Target(unix_path=path), f"socket:{name[:-5]}")
+                if parsed is None:
+                    continue
+                path = os.path.join(self.cfg.sockets_dir, name)
+                try:
+                    if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                        continue  # a symlink (not followed: it could lead anywhere) or not a socket
+                except OSError:
+                    continue
+                found[parsed[0]] = RankTarget(parsed[0], Target(unix_path=path), f"socket:{_label(name[:-5])}")
         for rank, url in self.cfg.urls.items():
             found[rank] = RankTarget(rank, Target.parse(url), f"url:{url}")
-        return [found[r] for r in sorted(found)]
+        ranks = sorted(found)
+        skipped = max(0, len(ranks) - self.max_ranks)
+        if skipped and skipped != self.skipped_targets:
+            logs.get().warning("%d worker-server targets over max_ranks (%d) are not polled", skipped,
+                               self.max_ranks)
+        self.skipped_targets = skipped
+        return [found[r] for r in ranks[: self.max_ranks]]
 
     def start(self) -> None:
         pass  # nothing to watch: targets are listed at every poll
@@ -148,6 +171,12 @@ class WorkerServerSource:
 
     def _decode(self, t: RankTarget, body: bytes, now_ns: int) -> RankDump:
         """Parse only what is new since the last snapshot when that can be done safely, else all."""
+        if self.decoder is not None and len(body) > self.in_process_max_bytes:
+            # large: parsed under the decoders' memory limit, all of it (no incremental reuse)
+            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries))
+            if isinstance(dump, DecodeError):
+                raise dump
+            return dump
         last = self._last.get(t.rank)
         if last is not None and last.entries:
             since = _resume_record(last)
@@ -227,6 +256,26 @@ class WorkerServerSource:
         b.handler = None
         b.next_try = time.monotonic() + min(self.cfg.backoff_max, 0.5 * 2 ** min(b.failures, 16))
         self.health.record(t.name, False, time.monotonic() - start, now_ns, reason, detail)
+
+
+@dataclass(frozen=True)
+class BodyJob:
+    """A worker-server body decoded in a sandboxed decoder (see DecoderPool)."""
+
+    body: bytes
+    path: str  # the target, for errors
+    rank: int
+    now_ns: int
+    max_entries: int
+
+    def __call__(self) -> RankDump:
+        return decode_bytes(self.body, self.path, rank=self.rank, dumped_at_ns=self.now_ns, keep_frames=False,
+                            only="json", max_entries=self.max_entries)
+
+
+def _label(name: str) -> str:
+    """A file name as text a label can hold: undecodable bytes (surrogate escapes) shown as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _resume_record(last: RankDump) -> int:

@@ -12,7 +12,7 @@ class FakePeer:
 
     def __init__(self, path, behave):
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # path: str or bytes
         self.sock.bind(path)
         self.sock.listen(8)
         self.behave = behave
