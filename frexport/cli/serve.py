@@ -131,5 +131,6 @@ def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:
         wc = load_web_config(cfg.web.config_file)
         wrap, authorize = wc.wrap_socket, wc.authorize
     web = WebServer(cfg.web.listen, registry, ready, wrap, authorize)
+    registry.register(web)  # its dropped connections
     web.start()
     return web

@@ -1,36 +1,118 @@
-"""The sidecar's HTTP endpoints: /metrics, /healthz, /readyz and a landing page. Nothing else is served."""
+"""The sidecar's HTTP endpoints: /metrics, /healthz, /readyz and a landing page. Nothing else is served.
+
+No client can hold the server: a connection's request (TLS handshake and head) must arrive within
+`head_deadline_s` in total, not per read (a client trickling a byte every few seconds is cut off),
+the whole exchange ends within `deadline_s`, and at most `max_connections` are open at once (more
+are closed at once, long before the descriptor limit would make the accept loop spin). What was
+dropped is counted in frexport_http_connections_dropped_total{reason}.
+"""
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 _CLIENT_TIMEOUT_S = 10.0
+HEAD_DEADLINE_S = 10.0  # TLS handshake and request head, in total
+DEADLINE_S = 60.0  # the whole exchange, response included
+MAX_CONNECTIONS = 64
 
 _LANDING = b"""<html><head><title>frexport</title></head><body><h1>frexport</h1>
 <p>PyTorch Flight Recorder exporter.</p><ul><li><a href="/metrics">/metrics</a></li>
 <li><a href="/healthz">/healthz</a></li><li><a href="/readyz">/readyz</a></li></ul></body></html>"""
 
 
+class _Cutoff:
+    """Shuts a connection down at a deadline, whatever its thread is blocked in."""
+
+    def __init__(self, sock: socket.socket, seconds: float, dropped: Counter, reason: str) -> None:
+        self.sock, self.dropped, self.reason = sock, dropped, reason
+        self.timer = threading.Timer(seconds, self._cut)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _cut(self) -> None:
+        self.dropped[self.reason] += 1
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # the blocked recv/send returns; the thread ends
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     wrap_connection: Callable | None = None
+    head_deadline_s = HEAD_DEADLINE_S
+    deadline_s = DEADLINE_S
+    max_connections = MAX_CONNECTIONS
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.dropped: Counter[str] = Counter()
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._local = threading.local()  # the head cutoff of the connection this thread serves
+
+    def head_arrived(self) -> None:
+        head = getattr(self._local, "head", None)
+        if head is not None:
+            head.cancel()  # the head arrived in time; the whole deadline still applies
+
+    def get_request(self):
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # out of descriptors: do not spin on accept
+                self.dropped["descriptors"] += 1
+                time.sleep(0.1)
+            raise
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.dropped["max_connections"] += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def finish_request(self, request, client_address) -> None:
         # In the connection's own thread: a client that never completes its TLS handshake (or never
-        # sends a request) holds only this thread, for at most the timeout, never the accept loop.
+        # sends a request) holds only this thread, until the head deadline, never the accept loop.
         request.settimeout(_CLIENT_TIMEOUT_S)
-        if self.wrap_connection is not None:
-            try:
-                request = self.wrap_connection(request)
-            except (OSError, ValueError):
-                return
-        super().finish_request(request, client_address)
+        whole = _Cutoff(request, self.deadline_s, self.dropped, "deadline")
+        head = self._local.head = _Cutoff(request, self.head_deadline_s, self.dropped, "head_deadline")
+        try:
+            if self.wrap_connection is not None:
+                try:
+                    request = self.wrap_connection(request)
+                except (OSError, ValueError):
+                    return
+            super().finish_request(request, client_address)
+        finally:
+            whole.cancel()
+            head.cancel()
+            self._local.head = None
 
 
 class _Server6(_Server):
@@ -46,7 +128,9 @@ class _Server6(_Server):
 
 class WebServer:
     def __init__(self, listen: str, registry: CollectorRegistry, ready: Callable[[], bool],
-                 wrap_socket: Callable | None = None, authorize: Callable[[str | None], bool] | None = None) -> None:
+                 wrap_socket: Callable | None = None, authorize: Callable[[str | None], bool] | None = None,
+                 head_deadline_s: float = HEAD_DEADLINE_S, deadline_s: float = DEADLINE_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
         server = self
@@ -54,6 +138,11 @@ class WebServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = "frexport"
             sys_version = ""
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()  # the request line and every header
+                self.server.head_arrived()  # type: ignore[attr-defined]
+                return ok
 
             def do_GET(self) -> None:  # noqa: N802
                 if server.authorize is not None and not server.authorize(self.headers.get("Authorization")):
@@ -92,7 +181,9 @@ class WebServer:
         self.registry = registry
         self.ready = ready
         self.authorize = authorize
-        self.httpd = (_Server6 if ":" in host else _Server)((host, int(port)), Handler)
+        cls = _Server6 if ":" in host else _Server
+        limits = {"head_deadline_s": head_deadline_s, "deadline_s": deadline_s, "max_connections": max_connections}
+        self.httpd = type(cls.__name__, (cls,), limits)((host, int(port)), Handler)
         self.httpd.wrap_connection = wrap_socket
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="frexport-web", daemon=True)
 
@@ -102,6 +193,14 @@ class WebServer:
 
     def start(self) -> None:
         self._thread.start()
+
+    def collect(self) -> Iterator[Metric]:
+        """Its own self-metrics: connections it dropped, by why."""
+        c = CounterMetricFamily("frexport_http_connections_dropped", "Connections to the metrics server dropped "
+                                "(head_deadline, deadline, max_connections, descriptors)", labels=["reason"])
+        for reason in ("head_deadline", "deadline", "max_connections", "descriptors"):
+            c.add_metric([reason], self.httpd.dropped[reason])
+        yield c
 
     def stop(self) -> None:
         self.httpd.shutdown()

@@ -69,8 +69,16 @@ def load_web_config(path: str) -> WebConfig:
             raise ConfigError("web.config_file: basic_auth_users needs the bcrypt package "
                               "(pip install 'frexport[auth]')") from None
         out.users = {u: h.encode() for u, h in users.items()}
-        out.authorize = _BasicAuth(out.users, bcrypt.checkpw)
+        out.authorize = _BasicAuth(out.users, bcrypt.checkpw, _dummy_hash(out.users, bcrypt))
     return out
+
+
+def _dummy_hash(users: dict[str, bytes], bcrypt) -> bytes:
+    """A hash of the same cost as the users' (the highest), checked when the user is unknown: an unknown
+    name then costs what a wrong password costs, so user names cannot be found by timing."""
+    costs = [int(h[4:6]) for h in users.values() if h[:1] == b"$" and h[4:6].isdigit() and h[6:7] == b"$"]
+    rounds = min(max(costs, default=10), 31)
+    return bcrypt.hashpw(b"frexport-dummy", bcrypt.gensalt(rounds=max(4, rounds)))
 
 
 def _tls(cfg: dict) -> Callable:
@@ -92,9 +100,10 @@ def _tls(cfg: dict) -> Callable:
 
 
 class _BasicAuth:
-    def __init__(self, users: dict[str, bytes], checkpw: Callable[[bytes, bytes], bool]) -> None:
+    def __init__(self, users: dict[str, bytes], checkpw: Callable[[bytes, bytes], bool], dummy: bytes) -> None:
         self.users = users
         self.checkpw = checkpw
+        self.dummy = dummy
         self._ok: set[bytes] = set()  # digests of verified "user:password" pairs
         self._lock = threading.Lock()
 
@@ -107,6 +116,10 @@ class _BasicAuth:
             return False
         hashed = self.users.get(user)
         if hashed is None:
+            try:
+                self.checkpw(password.encode(), self.dummy)  # same cost as a wrong password
+            except ValueError:
+                pass
             return False
         digest = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
         with self._lock:

@@ -1,0 +1,93 @@
+"""Clients that try to hold the metrics server: slowloris, too many connections; user names by timing.
+Real sockets against the real server."""
+
+import base64
+import socket
+import time
+import urllib.request
+
+import bcrypt
+from prometheus_client import CollectorRegistry
+
+from frexport.web.server import WebServer
+from frexport.web.web_config import load_web_config
+
+
+def _web(**limits):
+    registry = CollectorRegistry(auto_describe=False)
+    web = WebServer("127.0.0.1:0", registry, lambda: True, **limits)
+    registry.register(web)
+    web.start()
+    return web
+
+
+def _closed_within(sock, seconds):
+    """Whether the server closed the connection within `seconds` while we trickle a byte at a time."""
+    end = time.monotonic() + seconds
+    sock.settimeout(0.2)
+    while time.monotonic() < end:
+        try:
+            sock.sendall(b"G")
+            if sock.recv(1024) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def _dropped(web, reason):
+    with urllib.request.urlopen(f"http://127.0.0.1:{web.port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f'frexport_http_connections_dropped_total{{reason="{reason}"}}'):
+                return float(line.split()[-1])
+    return None
+
+
+def test_a_trickling_client_is_cut_off_at_the_head_deadline():
+    web = _web(head_deadline_s=1.0)
+    try:
+        s = socket.create_connection(("127.0.0.1", web.port))
+        start = time.monotonic()
+        assert _closed_within(s, 6.0)  # each byte arrives well within any per-read timeout
+        assert time.monotonic() - start < 2.5
+        s.close()
+        assert _dropped(web, "head_deadline") == 1
+    finally:
+        web.stop()
+
+
+def test_connections_over_the_cap_are_closed_and_scrapes_resume():
+    web = _web(head_deadline_s=1.5, max_connections=4)
+    idle = [socket.create_connection(("127.0.0.1", web.port)) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", web.port))
+        extra.settimeout(2)
+        assert extra.recv(10) == b""  # closed at once, not queued
+        extra.close()
+        time.sleep(1.6)  # the idle ones reach the head deadline
+        assert _dropped(web, "max_connections") == 1
+        assert _dropped(web, "head_deadline") == 4
+    finally:
+        for s in idle:
+            s.close()
+        web.stop()
+
+
+def test_unknown_user_costs_what_a_wrong_password_costs(tmp_path):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=10)).decode()
+    wc = tmp_path / "web.yml"
+    wc.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    authorize = load_web_config(str(wc)).authorize
+
+    def cost(user):
+        header = "Basic " + base64.b64encode(f"{user}:wrong".encode()).decode()
+        start = time.perf_counter()
+        assert authorize(header) is False
+        return time.perf_counter() - start
+
+    known = min(cost("prometheus") for _ in range(3))
+    unknown = min(cost("nobody") for _ in range(3))
+    assert unknown > known / 3, (unknown, known)  # was 100x faster: the name was findable
