@@ -7,8 +7,11 @@ re-encoded from the last snapshot), the stuck ranks' Python stacks
 (`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the worker
 server lists are asked for), the analysis (`report.txt`,
 `report.json`) and `manifest.json`. It is written to a hidden temp directory and
-renamed, so a half-written bundle is never seen. Retention keeps at most
-`max_bundles` bundles and `max_bytes` bytes, oldest removed first.
+renamed, so a half-written bundle is never seen; its name is unpredictable (mkdtemp) and files
+are created exclusively, so nothing planted in the evidence directory redirects a write. A bundle
+holds each rank's raw data only while it stays within `max_bytes` (the manifest lists the ranks
+left out). Retention keeps at most `max_bundles` bundles and `max_bytes` bytes, oldest removed
+first, counting only bundles frexport wrote (a marker in manifest.json), never the one just written.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -52,56 +57,118 @@ class EvidenceWriter:
     def write(self, bundle: Bundle) -> str | None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         name = f"{stamp}-{_slug(bundle.reason)}"
-        final = os.path.join(self.directory, name)
-        n = 1
-        while os.path.exists(final):
-            n += 1
-            final = os.path.join(self.directory, f"{name}-{n}")
-        tmp = os.path.join(self.directory, "." + os.path.basename(final) + ".tmp")
+        tmp = final = ""
         try:
-            os.makedirs(os.path.join(tmp, "stacks"), exist_ok=True)
-            files = []
-            for rank, dump in sorted(bundle.dumps.items()):
-                data = bundle.raw_pickles.get(rank) or to_pickle(dump)
-                _write(os.path.join(tmp, f"trace_{rank}"), data)
-                files.append(f"trace_{rank}")
-            for rank, kinds in sorted(bundle.stacks.items()):
-                for kind, text in sorted(kinds.items()):
-                    rel = f"stacks/rank_{rank}.{kind}.txt"
-                    _write(os.path.join(tmp, rel), text.encode(errors="replace"))
-                    files.append(rel)
-            _write(os.path.join(tmp, "report.txt"), bundle.report_text.encode())
-            _write(os.path.join(tmp, "report.json"), json.dumps(bundle.report_json, indent=2).encode())
-            manifest = {"reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
-                        "with_frames": sorted(bundle.raw_pickles), "files": files + ["report.txt", "report.json"]}
-            _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
+            os.makedirs(self.directory, exist_ok=True)
+            # an unpredictable name made fresh (mkdtemp: O_EXCL, mode 0700): nothing planted in the
+            # directory (a symlink under a guessable temp name) can redirect what is written
+            tmp = tempfile.mkdtemp(prefix=".bundle-", dir=self.directory)
+            os.chmod(tmp, 0o755)  # readable like bundles always were; created 0700 until it is ours
+            os.mkdir(os.path.join(tmp, "stacks"))
+            manifest = self._fill(tmp, bundle, stamp)
+            n, final = 1, os.path.join(self.directory, name)
+            while os.path.lexists(final):
+                n += 1
+                final = os.path.join(self.directory, f"{name}-{n}")
             os.rename(tmp, final)
         except OSError as exc:
             self.failed += 1
-            shutil.rmtree(tmp, ignore_errors=True)
-            logs.get().error("could not write evidence bundle %s: %s", final, exc, extra={"error": str(exc)})
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            logs.get().error("could not write evidence bundle %s: %s", final or name, exc, extra={"error": str(exc)})
             return None
         self.written += 1
-        self._retain()
-        logs.get().warning("evidence bundle written: %s", final, extra={"path": final})
+        removed = self._retain(os.path.basename(final))
+        omitted = manifest["omitted_over_max_bytes"]
+        logs.get().warning("evidence bundle written: %s%s%s", final,
+                           f" (raw data of ranks {_ranks_text(omitted)} left out: over evidence.max_bytes)"
+                           if omitted else "",
+                           f"; retention removed {len(removed)} older bundles" if removed else "",
+                           extra={"path": final})
         return final
 
-    def _retain(self) -> None:
+    def _fill(self, tmp: str, bundle: Bundle, stamp: str) -> dict:
+        """Write the bundle's files; each rank's raw data only while the bundle stays within max_bytes."""
+        report_text = bundle.report_text.encode(errors="replace")
+        report_json = json.dumps(bundle.report_json, indent=2).encode()
+        budget = self.max_bytes - len(report_text) - len(report_json) - 64 * 1024  # room for the manifest
+        files, omitted, used = [], [], 0
+        for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
+            for kind, text in sorted(kinds.items()):
+                data = text.encode(errors="replace")
+                if used + len(data) > budget:
+                    continue
+                rel = f"stacks/rank_{rank}.{kind}.txt"
+                used += _write(os.path.join(tmp, rel), data)
+                files.append(rel)
+        for rank, dump in sorted(bundle.dumps.items()):
+            data = bundle.raw_pickles.get(rank) or to_pickle(dump)
+            if used + len(data) > budget:
+                omitted.append(rank)
+                continue
+            used += _write(os.path.join(tmp, f"trace_{rank}"), data)
+            files.append(f"trace_{rank}")
+        _write(os.path.join(tmp, "report.txt"), report_text)
+        _write(os.path.join(tmp, "report.json"), report_json)
+        manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
+                    "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
+                    "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"]}
+        _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
+        return manifest
+
+    def _retain(self, just_written: str) -> list[str]:
+        """Oldest first, only bundles frexport wrote (a real directory with the marker in its manifest),
+        never the one just written. Returns what was removed."""
         try:
-            names = sorted(n for n in os.listdir(self.directory) if not n.startswith(".")
-                           and os.path.isfile(os.path.join(self.directory, n, "manifest.json")))
+            names = sorted(n for n in os.listdir(self.directory)
+                           if n != just_written and _is_bundle(os.path.join(self.directory, n)))
         except OSError:
-            return
+            return []
         sizes = {n: _tree_size(os.path.join(self.directory, n)) for n in names}
-        while names and (len(names) > self.max_bundles or sum(sizes[n] for n in names) > self.max_bytes):
-            if len(names) == 1:
-                break  # never delete the bundle just written
-            shutil.rmtree(os.path.join(self.directory, names.pop(0)), ignore_errors=True)
+        total = sum(sizes.values()) + _tree_size(os.path.join(self.directory, just_written))
+        removed = []
+        while names and (len(names) + 1 > self.max_bundles or total > self.max_bytes):
+            n = names.pop(0)
+            shutil.rmtree(os.path.join(self.directory, n), ignore_errors=True)
+            total -= sizes[n]
+            removed.append(n)
+        return removed
 
 
-def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
+BUNDLE_MARKER = "frexport_evidence_bundle"
+
+
+def _is_bundle(path: str) -> bool:
+    if os.path.basename(path).startswith(".") or not stat.S_ISDIR(_lstat_mode(path)):
+        return False
+    manifest = os.path.join(path, "manifest.json")
+    if not stat.S_ISREG(_lstat_mode(manifest)):
+        return False
+    try:
+        with open(manifest, "rb") as f:
+            doc = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get(BUNDLE_MARKER) == 1
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:20])) + (f" and {len(ranks) - 20} more" if len(ranks) > 20 else "")
+
+
+def _write(path: str, data: bytes) -> int:
+    # O_EXCL|O_NOFOLLOW: a file that is already there (planted) is an error, never written through
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
+    return len(data)
 
 
 def _tree_size(path: str) -> int:
@@ -109,7 +176,7 @@ def _tree_size(path: str) -> int:
     for dirpath, _, filenames in os.walk(path):
         for n in filenames:
             try:
-                total += os.path.getsize(os.path.join(dirpath, n))
+                total += os.lstat(os.path.join(dirpath, n)).st_size
             except OSError:
                 pass
     return total

@@ -1,0 +1,60 @@
+"""Evidence bundles in a directory others can write to, and bundles larger than max_bytes. Real files."""
+
+import json
+import logging
+import os
+import time
+
+from frexport.decode.read import decode_bytes
+from frexport.export.evidence import Bundle, EvidenceWriter
+from tests.support.synth import dump, entry
+
+
+def _bundle(raw_bytes=0, ranks=4):
+    data = json.dumps(dump([entry(1, 1)], world=ranks)).encode()
+    dumps = {r: decode_bytes(data, f"trace_{r}", rank=r) for r in range(ranks)}
+    raw = {r: bytes([r]) * raw_bytes for r in range(ranks)} if raw_bytes else {}
+    return Bundle("missing_rank", "report\n", {"verdict": "unhealthy"}, dumps, raw,
+                  {0: {"traceback": "Thread 1:\n  File x.py"}})
+
+
+def _size(path):
+    return sum(os.lstat(os.path.join(d, n)).st_size for d, _, ns in os.walk(path) for n in ns)
+
+
+def test_a_bundle_keeps_within_max_bytes_and_says_what_it_left_out(tmp_path, caplog):
+    w = EvidenceWriter(str(tmp_path / "ev"), max_bytes=1 << 20)
+    with caplog.at_level(logging.WARNING, logger="frexport"):
+        path = w.write(_bundle(raw_bytes=400_000))
+    assert path and _size(path) <= 1 << 20
+    manifest = json.loads(open(os.path.join(path, "manifest.json")).read())
+    assert manifest["omitted_over_max_bytes"] == [2, 3] and "trace_0" in manifest["files"]
+    assert "ranks 2, 3 left out" in caplog.text
+
+
+def test_planted_symlinks_do_not_redirect_a_bundle(tmp_path):
+    ev, outside = tmp_path / "ev", tmp_path / "outside"
+    ev.mkdir()
+    outside.mkdir()
+    now = time.time()
+    for dt in range(-1, 4):  # every temp name the old scheme could have used in the next seconds
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + dt))
+        os.symlink(outside, ev / f".{stamp}-missing_rank.tmp")
+    os.symlink(outside, ev / "stacks")
+    path = EvidenceWriter(str(ev)).write(_bundle())
+    assert path and os.path.realpath(path).startswith(str(ev))
+    assert list(outside.iterdir()) == []
+
+
+def test_fake_bundles_never_make_a_fresh_one_be_deleted(tmp_path):
+    ev = tmp_path / "ev"
+    for i in range(20):  # names that sort after any real bundle, each with a manifest
+        d = ev / f"99999999T{i:06d}Z-fake"
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text("{}")
+    w = EvidenceWriter(str(ev), max_bundles=2)
+    first = w.write(_bundle())
+    second = w.write(_bundle())
+    third = w.write(_bundle())
+    assert os.path.isdir(third) and os.path.isdir(second) and not os.path.exists(first)
+    assert len([p for p in ev.iterdir() if p.name.startswith("9999")]) == 20  # not ours: left alone
