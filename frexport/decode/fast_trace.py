@@ -12,6 +12,8 @@ property test checks that both paths give identical traces.
 from __future__ import annotations
 
 from frexport.decode.fields import (
+    INT64_MAX,
+    INT64_MIN,
     MAX_ENTRIES,
     MAX_FRAMES,
     BadEntry,
@@ -62,6 +64,9 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
     return trace
 
 
+_LO, _HI = INT64_MIN, INT64_MAX
+_INF = float("inf")
+
 # Rows as rank_trace.add_rows takes them.
 def _rows(entries_raw: list) -> tuple[list, bool]:
     c = Caches()
@@ -85,11 +90,14 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
             raise _Unusual
         if timeout is not None and type(timeout) is not int:
             raise _Unusual
+        if not (_LO <= seq <= _HI and _LO <= created <= _HI and _LO <= record_id <= _HI and _LO <= p2p_seq <= _HI
+                and _LO <= pg_id <= _HI and _LO <= op_id <= _HI and (timeout is None or _LO <= timeout <= _HI)):
+            raise _Unusual  # out of 64 bits: the general path's field rules make it absent
         # the caches' lookups inlined: the rule runs on a miss only
         parsed = names.get(pname) or c.profiling_name(pname)
         pg = (pgs.get(pg_raw) if type(pg_raw) is tuple or type(pg_raw) is str else None) or c.process_group(pg_raw)
         duration = e.get("duration_ms")
-        if duration is not None and (type(duration) is not float or not duration >= 0):
+        if duration is not None and (type(duration) is not float or not 0 <= duration < _INF):
             duration = duration_ms(duration)
         frames_raw = e.get("frames")
         site = None

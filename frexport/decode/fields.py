@@ -82,15 +82,26 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
     return ranks if all(r >= 0 for r in ranks) else None
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INF = float("inf")
+
+
+def in_int64(v: int) -> bool:
+    """PyTorch's counters and timestamps are 64-bit: anything outside cannot be real, and would overflow
+    the analysis' arrays, floats and metrics (a 400-digit sequence number)."""
+    return INT64_MIN <= v <= INT64_MAX
+
+
 def opt_int(v: Any) -> int | None:
-    """An int, or an int written as a string; anything else is absent."""
+    """An int, or an int written as a string; anything else, or outside 64 bits, is absent."""
     if type(v) is int:
-        return v
+        return v if in_int64(v) else None
     if isinstance(v, str) and len(v) <= 32:  # the bound keeps int() linear and within its digit limit
         try:
-            return int(v)
+            parsed = int(v)
         except ValueError:  # '--1', '¹', 'x': a hostile or corrupt value is simply absent
             return None
+        return parsed if in_int64(parsed) else None
     return None
 
 
@@ -98,7 +109,7 @@ def int_field(e: dict, key: str, default: int | None) -> int | None:
     """A required-shape int field: missing -> default, a string -> its value, another type -> BadEntry."""
     v = e.get(key)
     if type(v) is int:
-        return v
+        return v if in_int64(v) else default
     if v is None:
         return default
     if type(v) is str:
@@ -109,14 +120,14 @@ def int_field(e: dict, key: str, default: int | None) -> int | None:
 
 def discovered_ns(v: Any) -> int | None:
     """time_discovered_*_ns: PyTorch writes None in pickles and 0 in JSON for "not yet"."""
-    return v if type(v) is int and v > 0 else None
+    return v if type(v) is int and 0 < v <= INT64_MAX else None
 
 
 def duration_ms(v: Any) -> float | None:
     """Only NCCL with timing writes it; an int is accepted, a negative or NaN value is absent."""
     if v is not None and type(v) is not float:
-        v = float(v) if type(v) is int else None
-    return v if v is not None and v >= 0 else None  # `>= 0` is also False for NaN
+        v = float(v) if type(v) is int and in_int64(v) else None  # float(10**400) would raise
+    return v if v is not None and 0 <= v < _INF else None  # NaN fails both; Infinity is absent too
 
 
 def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None]:

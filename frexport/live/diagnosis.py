@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
+from frexport import logs
 from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
@@ -50,10 +51,23 @@ class LiveAnalysis:
         self.cfg = cfg
         self.latest: LiveResult | None = None
         self._reported: set[tuple] = set()
+        self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
 
     def run(self, dumps: dict[int, RankDump]) -> LiveResult:
         stall_after = self.stall_after(dumps)
-        traces = [build_rank_trace(d, tail=self.cfg.window) for d in dumps.values() if d.rank is not None]
+        traces = []
+        for d in dumps.values():
+            if d.rank is None:
+                continue
+            try:  # one rank's data must never disable the analysis of all
+                traces.append(build_rank_trace(d, tail=self.cfg.window))
+            except Exception as exc:  # noqa: BLE001
+                if d.rank not in self.failed_ranks:
+                    logs.get().error("rank %s left out of the analysis: %s: %s", d.rank, type(exc).__name__, exc,
+                                     extra={"rank": d.rank})
+                self.failed_ranks.add(d.rank)
+            else:
+                self.failed_ranks.discard(d.rank)
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness))
         statuses = statuses_of(diagnosis, traces)

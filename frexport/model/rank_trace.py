@@ -190,7 +190,8 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
             k = len(gseq) - 1
-            g.sig[k] = _intern(signatures[g.sig[k]] + sig, sig_index, signatures)
+            if len(signatures[g.sig[k]]) < MAX_COALESCED_OPS:  # beyond: each merge would copy the whole group
+                g.sig[k] = _intern(signatures[g.sig[k]] + sig, sig_index, signatures)
             g.flags[k] = _merge_flags(g.flags[k], flags)
             if g.site[k] < 0:
                 g.site[k] = site
@@ -205,6 +206,12 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
         if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
             _sort_group(g)
         g.p2p = _recent_p2p(g.p2p)
+
+
+# Ops of one coalesced group (entries sharing a collective_seq_id) whose signatures are compared;
+# more are merged into its state only. A real group has a few dozen; thousands would make building
+# the signature quadratic (a hostile dump with 12,000 unfinished entries of one seq).
+MAX_COALESCED_OPS = 256
 
 
 def _recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
