@@ -22,11 +22,18 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+# Control characters in a message come from input (group names, file names, peers' errors): shown
+# escaped, so one record is one line and a name cannot forge the lines after it.
+_ESCAPES = {c: f"\\x{c:02x}" for c in range(32) if c != 9} | {10: "\\n", 13: "\\r", 0x7f: "\\x7f",
+                                                                0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         rank = getattr(record, "rank", None)
         prefix = f"rank {rank}: " if rank is not None else ""
-        line = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():7} {prefix}{record.getMessage()}"
+        msg = record.getMessage().translate(_ESCAPES)
+        line = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():7} {prefix}{msg}"
         if record.exc_info:  # "analysis failed" is useless without its cause
             line += "\n" + self.formatException(record.exc_info)
         return line
