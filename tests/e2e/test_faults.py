@@ -43,19 +43,20 @@ def test_dump_rewritten_while_being_read_is_read_again(tmp_path, monkeypatch):
     path.write_bytes(_pickle(5))
     import frexport.sources.dump_dir as dd
 
-    real = dd._decode_task
+    real = dd.read_checked
     calls = []
 
-    def torn(task):  # a fake for the race itself (it cannot be timed reliably): the file is replaced
+    def torn(*args):  # a fake for the race itself (it cannot be timed reliably): the file is replaced
         if not calls:  # while the first read is in progress
             calls.append(1)
-            path.write_bytes(_pickle(8)[:40])  # ...with a half-written version
+            path.write_bytes(_pickle(8)[:40])  # ...with a half-written version, read torn
+            out = real(*args)
             time.sleep(0.05)
             path.write_bytes(_pickle(8))
-        return real(task)
+            return out
+        return real(*args)
 
-    monkeypatch.setattr(dd, "_decode_task", torn)
-    monkeypatch.setattr(dd, "sniff_format", lambda head: "json")  # keep the decode in-process for the fake
+    monkeypatch.setattr(dd, "read_checked", torn)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         pump(src, state)
