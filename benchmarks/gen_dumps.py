@@ -632,6 +632,8 @@ class Job:
 
 _JOB: Job | None = None
 _SIM: dict | None = None
+# the shape of the files (not of the job): see --frames, --extra-frames, --unshared, --format
+_SHAPE: dict = {"frames": True, "extra_frames": 0, "unshared": False, "format": "pickle"}
 _FRAMES: dict[str, list[dict]] = {}
 _FRAME_DICTS: dict[tuple, dict] = {}
 _STR: dict[str, str] = {}
@@ -642,11 +644,25 @@ def _s(x: str) -> str:
     return _STR.setdefault(x, x)
 
 
+def _fresh(x: str) -> str:
+    """An equal str that is a new object: pickle writes it again instead of a BINGET."""
+    return (x + ".")[:-1]
+
+
 def _frames(site: str) -> list[dict]:
+    if _SHAPE["unshared"]:  # every frame and string written out in full, as a non-memoizing writer does
+        return [{"name": _fresh(f["name"]), "filename": _fresh(f["filename"]), "line": f["line"]}
+                for f in _shared_frames(site)]
+    return _shared_frames(site)
+
+
+def _shared_frames(site: str) -> list[dict]:
     if site not in _FRAMES:
         shared = _FRAME_DICTS
         stack = []
-        for name, filename, line in SITES[site]:
+        extra = [(f"wrapper_{i}", f"/workspace/launcher/layer_{i % 7}.py", 20 + i)
+                 for i in range(_SHAPE["extra_frames"])]
+        for name, filename, line in SITES[site][:-1] + extra + SITES[site][-1:]:
             key = (name, filename, line)
             if key not in shared:
                 shared[key] = {"name": _s(name), "filename": _s(filename), "line": line}
@@ -738,8 +754,8 @@ def rank_dump(r: int) -> tuple[dict, int]:
                     unit_done = not bad
                 else:
                     unit_done = j not in bad
-                frames = list(_frames(op.site))
-                e = {"frames": frames, "record_id": record, "pg_id": PG_ID[pg], "process_group": tuple(pg_tuple[pg]),
+                e = {"frames": list(_frames(op.site)), "record_id": record, "pg_id": PG_ID[pg],
+                     "process_group": tuple(pg_tuple[pg]),
                      "thread_name": thread_name, "thread_id": thread_id, "collective_seq_id": coll[pg],
                      "p2p_seq_id": p2p[pg], "op_id": opid[pg], "profiling_name": _profiling_name(op, groups, r, topo),
                      "time_created_ns": created}
@@ -768,6 +784,12 @@ def rank_dump(r: int) -> tuple[dict, int]:
                 e["retired"] = retired
                 e["timeout_ms"] = TIMEOUT_MS
                 e["is_p2p"] = u.kind != "coll"
+                if not _SHAPE["frames"]:
+                    del e["frames"]
+                if _SHAPE["unshared"]:
+                    for k in ("profiling_name", "state", "thread_name", "thread_id"):
+                        e[k] = _fresh(e[k])
+                    e["process_group"] = (_fresh(e["process_group"][0]), _fresh(e["process_group"][1]))
                 entries.append(e)
                 record += 1
                 if not in_batch:  # works (collectives, single p2p, coalesced ends) update pg_status
@@ -812,7 +834,17 @@ def rank_dump(r: int) -> tuple[dict, int]:
 def _write(args: tuple) -> int:
     r, out, prefix = args
     dump, dump_ns = rank_dump(r)
-    data = pickle.dumps(dump, protocol=2)
+    if _SHAPE["format"] == "json":  # what the JSON handlers write: no frames, lists, 0 for "not yet", str counters
+        for e in dump["entries"]:
+            e.pop("frames", None)
+            e["process_group"] = list(e["process_group"])
+            for k in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+                e[k] = e[k] or 0
+        dump["pg_status"] = {k: {n: str(v) for n, v in st.items()} for k, st in dump["pg_status"].items()}
+        dump["nccl_comm_state"] = {}
+        data = json.dumps(dump).encode()
+    else:
+        data = pickle.dumps(dump, protocol=2)
     path = os.path.join(out, f"{prefix}{r}")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -825,9 +857,13 @@ def _write(args: tuple) -> int:
 def generate(ranks: int, entries: int, out: str, tp: int = 8, pp: int = 4, fault: str = "none",
              prefix: str = DEFAULT_PREFIX, workers: int | None = None, seed: int = 0, culprit: int | None = None,
              micro_batches: int = 8, layers: int = 2, p2p: str = "batched", step: int = 50_123,
-             record_jitter: int = 12, quiet: bool = True) -> dict:
+             record_jitter: int = 12, quiet: bool = True, frames: bool = True, extra_frames: int = 0,
+             unshared: bool = False, fmt: str = "pickle") -> dict:
     """Write the dump directory; returns a description: {"bytes", "seconds", "culprit", ...}."""
     global _JOB, _SIM
+    _SHAPE.update(frames=frames, extra_frames=extra_frames, unshared=unshared, format=fmt)
+    _FRAMES.clear()
+    _FRAME_DICTS.clear()
     if fault not in FAULTS:
         raise SystemExit(f"--fault must be one of {FAULTS}")
     t0 = time.monotonic()
@@ -857,7 +893,8 @@ def generate(ranks: int, entries: int, out: str, tp: int = 8, pp: int = 4, fault
                 total += size
     meta = dict(job.meta)
     meta.update(bytes=total, seconds=round(time.monotonic() - t0, 2), ranks=ranks, entries=entries, seed=seed,
-                prefix=prefix, p2p=p2p, micro_batches=micro_batches, layers_per_stage=layers)
+                prefix=prefix, p2p=p2p, micro_batches=micro_batches, layers_per_stage=layers, frames=frames,
+                extra_frames=extra_frames, unshared=unshared, format=fmt)
     if fault == "none":
         meta["culprit"] = None
     return meta
@@ -883,10 +920,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-jitter", type=int, default=12,
                     help="max per-rank extra record_id offset (0: same offsets on every rank of a stage)")
     ap.add_argument("--meta-out", default=None, help="also write the fault description (JSON) to this file")
+    ap.add_argument("--no-frames", action="store_true", help="no stack traces (includeStackTraces=False)")
+    ap.add_argument("--extra-frames", type=int, default=0,
+                    help="N more frames per stack, between the job's frames and <module> (deeper launchers)")
+    ap.add_argument("--unshared", action="store_true",
+                    help="no shared strings or frame dicts: the pickle writes every one in full (no BINGET)")
+    ap.add_argument("--format", choices=("pickle", "json"), default="pickle",
+                    help="json: what the JSON handlers write (no frames, str pg_status counters)")
     args = ap.parse_args(argv)
     meta = generate(args.ranks, args.entries, args.out, args.tp, args.pp, args.fault, args.prefix, args.workers,
                     args.seed, args.culprit, args.micro_batches, args.layers_per_stage, args.p2p, args.step,
-                    args.record_jitter)
+                    args.record_jitter, frames=not args.no_frames, extra_frames=args.extra_frames,
+                    unshared=args.unshared, fmt=args.format)
     print(f"{args.ranks} ranks x {args.entries} entries ({args.fault}) -> {args.out}: "
           f"{meta['bytes'] / 1e6:.1f} MB total, {meta['bytes'] / args.ranks / 1e6:.2f} MB per rank, "
           f"{meta['seconds']:.1f} s")
