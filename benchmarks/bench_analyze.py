@@ -8,7 +8,7 @@ fingerprint of the generator and its parameters - a dump directory made by gen_d
 one after the other, each as its own process tree:
   frexport    <python> -m frexport analyze DIR --format json
   reference   <python> -m torch.distributed.flight_recorder.fr_trace DIR --prefix nccl_trace_rank_
-  unpickle    <python> -c '<pickle.load every file>' DIR   (one process: the floor of a serial reader)
+  floors      <python> -c "<pickle.loads (json.loads) of every file>" in 1 and in 2 processes
 For each it reports wall time, the peak resident memory of the WHOLE process tree (VmRSS of the
 process and all its descendants, summed, sampled every 50 ms from /proc; the max of the sums) and
 ru_maxrss from wait4 (the largest single process, for reference). A run past --timeout is killed
@@ -45,18 +45,33 @@ import gen_dumps  # noqa: E402
 PREFIX = gen_dumps.DEFAULT_PREFIX
 SAMPLE_S = 0.05
 
-_PICKLE_ONLY = r"""
-import os, pickle, sys
-d, prefix = sys.argv[1], sys.argv[2]
-n = entries = 0
-for name in sorted(os.listdir(d)):
-    if not name.startswith(prefix):
-        continue
-    with open(os.path.join(d, name), "rb") as f:
-        dump = pickle.load(f)
-    n += 1
-    entries += len(dump.get("entries", ()))
-print(f"{n} files, {entries} entries")
+# The floor: only decode every file with the standard library (pickle.loads or json.loads of its
+# bytes), in PROCS processes (forked; each takes every PROCS-th file). No analysis at all.
+_LOADS_ONLY = r"""
+import json, os, pickle, sys
+d, prefix, procs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+loads = json.loads if sys.argv[4] == "json" else pickle.loads
+names = sorted(n for n in os.listdir(d) if n.startswith(prefix))
+def run(part):
+    n = entries = 0
+    for name in part:
+        with open(os.path.join(d, name), "rb") as f:
+            dump = loads(f.read())
+        n += 1
+        entries += len(dump.get("entries", ()))
+    return n, entries
+pids = []
+for i in range(1, procs):
+    pid = os.fork()
+    if pid == 0:
+        run(names[i::procs])
+        os._exit(0)
+    pids.append(pid)
+n, entries = run(names[0::procs])
+for pid in pids:
+    os.waitpid(pid, 0)
+print(f"{len(names)} files ({procs} processes), {entries * procs} entries (approx.)" if procs > 1
+      else f"{n} files, {entries} entries")
 """
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +188,8 @@ def measure(cmd: list[str], timeout: float, cwd: str | None = None, env: dict | 
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
-    return {"cmd": cmd, "wall_s": wall, "peak_tree_mb": peak_kb / 1024, "samples": samples,
+    cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
+    return {"cmd": cmd, "wall_s": wall, "cpu_s": cpu, "peak_tree_mb": peak_kb / 1024, "samples": samples,
             "ru_maxrss_mb": (rusage.ru_maxrss / 1024) if rusage else 0.0, "rc": proc.returncode,
             "timed_out": timed_out, "stdout_path": out_path, "stderr_path": err_path, "tmp": tmp}
 
@@ -205,8 +221,18 @@ def _fingerprint(params: dict) -> str:
 
 def dump_dir(out_root: Path, ranks: int, entries: int, fault: str, args: argparse.Namespace) -> tuple[Path, dict]:
     params = {"ranks": ranks, "entries": entries, "fault": fault, "tp": args.tp, "pp": args.pp, "seed": args.seed,
-              "p2p": args.p2p, "record_jitter": args.record_jitter, "culprit": args.culprit}
+              "p2p": args.p2p, "record_jitter": args.record_jitter, "culprit": args.culprit,
+              "no_frames": args.no_frames, "extra_frames": args.extra_frames, "unshared": args.unshared,
+              "format": args.format}
     tag = f"d{ranks}x{entries}-{fault}-tp{args.tp}pp{args.pp}-s{args.seed}"
+    if args.format != "pickle":
+        tag += f"-{args.format}"
+    if args.no_frames:
+        tag += "-noframes"
+    if args.extra_frames:
+        tag += f"-xf{args.extra_frames}"
+    if args.unshared:
+        tag += "-unshared"
     if args.p2p != "batched":
         tag += f"-{args.p2p}"
     if args.record_jitter != 12:
@@ -238,6 +264,9 @@ def dump_dir(out_root: Path, ranks: int, entries: int, fault: str, args: argpars
         cmd += ["--workers", str(args.workers)]
     if args.culprit is not None:
         cmd += ["--culprit", str(args.culprit)]
+    cmd += ["--format", args.format, "--extra-frames", str(args.extra_frames)]
+    cmd += ["--no-frames"] if args.no_frames else []
+    cmd += ["--unshared"] if args.unshared else []
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     meta = json.loads(meta_path.read_text())
     meta["fingerprint"] = fp
@@ -331,6 +360,28 @@ def reference_verdict(run: dict, meta: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _ratios(results: dict) -> list[str]:
+    """frexport against each floor and the reference against frexport, wall and CPU, from this run."""
+    frx = results.get("frexport")
+    if not frx or frx["timed_out"] or frx["rc"] not in (0, 1):
+        return []
+    out = []
+    for tool, r in results.items():
+        if tool == "frexport" or r["timed_out"] or r["rc"] != 0 and tool != "reference":
+            continue
+        if tool == "reference":
+            out.append(f"ratio reference/frexport: {r['wall_s'] / max(frx['wall_s'], 1e-9):.2f}x wall, "
+                       f"{r['cpu_s'] / max(frx['cpu_s'], 1e-9):.2f}x cpu")
+        else:
+            out.append(f"ratio frexport/{tool}: {frx['wall_s'] / max(r['wall_s'], 1e-9):.2f}x wall, "
+                       f"{frx['cpu_s'] / max(r['cpu_s'], 1e-9):.2f}x cpu")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="64x2000,1024x2000", help="RANKSxENTRIES, comma separated")
@@ -342,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="interpreter running the three tools (default: the repo's .venv)")
     ap.add_argument("--skip-reference", action="store_true")
     ap.add_argument("--skip-frexport", action="store_true")
-    ap.add_argument("--skip-unpickle", action="store_true")
+    ap.add_argument("--skip-unpickle", action="store_true", help="skip the floors (plain pickle/json.loads)")
     ap.add_argument("--frexport-args", default="", help="extra arguments for frexport analyze, e.g. '--workers 2'")
     ap.add_argument("--out", default=str(HERE / "out"), help="dump cache (git-ignored)")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
@@ -354,7 +405,14 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--p2p", choices=("batched", "single"), default="batched")
     g.add_argument("--record-jitter", type=int, default=12)
     g.add_argument("--workers", type=int, default=None, help="generator processes (default: all cores)")
+    g.add_argument("--format", choices=("pickle", "json"), default="pickle",
+                   help="json: JSON dumps; the floor is json.loads, the reference is skipped (it reads pickles)")
+    g.add_argument("--no-frames", action="store_true")
+    g.add_argument("--extra-frames", type=int, default=0)
+    g.add_argument("--unshared", action="store_true", help="no memoized strings or frames in the pickles")
     args = ap.parse_args(argv)
+    if args.format == "json":
+        args.skip_reference = True
 
     faults = [f.strip() for f in args.fault.split(",") if f.strip()]
     for f in faults:
@@ -372,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 
-    print(f"python: {args.python}; {os.cpu_count()} cores; timeout {args.timeout:.0f} s per run", flush=True)
+    print(f"python: {args.python}; {os.cpu_count()} cores; timeout {args.timeout:.0f} s per run; "
+          f"load average {_load()}", flush=True)
     rows = []
     for ranks, entries in sizes:
         for fault in faults:
@@ -386,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs["reference"] = [args.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(d),
                                      "--prefix", PREFIX]
             if not args.skip_unpickle:
-                runs["unpickle"] = [args.python, "-c", _PICKLE_ONLY, str(d), PREFIX]
+                floor = "json.loads" if args.format == "json" else "unpickle"
+                runs[f"{floor} 1p"] = [args.python, "-c", _LOADS_ONLY, str(d), PREFIX, "1", args.format]
+                runs[f"{floor} 2p"] = [args.python, "-c", _LOADS_ONLY, str(d), PREFIX, "2", args.format]
             results = {}
             for tool, cmd in runs.items():
                 r = results[tool] = measure(cmd, args.timeout, cwd=str(REPO), env=env)
@@ -394,17 +455,21 @@ def main(argv: list[str] | None = None) -> int:
                 r["crashed"] = "Traceback (most recent call last)" in err
                 r["aborted"] = tool == "reference" and "Too many mismatches for process_group" in err
                 state = f"not done after {args.timeout:.0f} s" if r["timed_out"] else f"rc {r['rc']}"
-                print(f"{size:>10} {fault:<13} {tool:<10} {r['wall_s']:8.1f} s  {r['peak_tree_mb']:8.0f} MB tree  "
+                print(f"{size:>10} {fault:<13} {tool:<14} {r['wall_s']:8.1f} s  {r['cpu_s']:8.1f} s cpu  "
+                      f"{r['peak_tree_mb']:8.0f} MB tree  "
                       f"{r['ru_maxrss_mb']:8.0f} MB ru_maxrss  ({state})", flush=True)
             verdicts = []
             if "frexport" in results:
                 verdicts.append(frexport_verdict(results["frexport"], meta))
             if "reference" in results:
                 verdicts.append(reference_verdict(results["reference"], meta))
-            if "unpickle" in results and results["unpickle"]["rc"] == 0:
-                verdicts.append("unpickle: " + _read(results["unpickle"]["stdout_path"]).strip())
+            for tool, r in results.items():
+                if tool.endswith(" 1p") and r["rc"] == 0:
+                    verdicts.append(f"{tool}: " + _read(r["stdout_path"]).strip())
+            verdicts.extend(_ratios(results))
             for v in verdicts:
                 print(f"{'':>10} {v}", flush=True)
+            verdicts.append(f"load average after: {_load()}")
             rows.append({"size": size, "fault": fault, "dir": str(d), "dump_mb": meta["bytes"] / 1e6,
                          "culprit": meta.get("culprit"), "verdicts": verdicts,
                          "results": {t: {k: v for k, v in r.items() if k not in ("tmp",)} for t, r in results.items()}})
@@ -412,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(r["tmp"], ignore_errors=True)
 
     print()
-    print(f"{'size':>10} | {'fault':<13} | {'tool':<10} | {'wall s':>8} | {'peak RSS MB (tree)':>18} | "
+    print(f"{'size':>10} | {'fault':<13} | {'tool':<14} | {'wall s':>8} | {'cpu s':>7} | {'peak RSS MB (tree)':>18} | "
           f"{'ru_maxrss MB':>12} | {'status':<20} | ratio reference/frexport")
     print("-" * 120)
     for row in rows:
@@ -431,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                 m = f"{r['peak_tree_mb'] / max(frx['peak_tree_mb'], 1e-9):.1f}x memory"
                 unfinished = r.get("crashed") or r.get("aborted") or (r["rc"] != 0 and not r["timed_out"])
                 ratio = f"{t}, {m}" + (" (reference did not finish its analysis)" if unfinished else "")
-            print(f"{row['size']:>10} | {row['fault']:<13} | {tool:<10} | {wall:>8} | {r['peak_tree_mb']:>18.0f} | "
+            print(f"{row['size']:>10} | {row['fault']:<13} | {tool:<14} | {wall:>8} | {r['cpu_s']:>7.1f} | "
+                  f"{r['peak_tree_mb']:>18.0f} | "
                   f"{r['ru_maxrss_mb']:>12.0f} | {status:<20} | {ratio}")
         for v in row["verdicts"]:
             print(f"{'':>10}   {v}")
