@@ -53,6 +53,11 @@ watchdog times out (file mtime = stall + 600 s).
                 other frames) where its tp peers run _all_gather_base; the tp group hangs there.
   size_mismatch same place, the culprit's all-gather has a shorter sequence (input [496, 1, 8192]
                 instead of [512, 1, 8192]); the tp group hangs there.
+  not_completed every member of the culprit's group issues the collective (same op, sizes, dtypes)
+                and it never finishes (a network or communicator hang below PyTorch).
+--fault-group dp moves missing_rank and not_completed to the culprit's data-parallel group (its
+first gradient reduce-scatter of the step), a group that spans pods when tp fills a pod: its dp
+peers hang there, then everyone else behind them.
 The culprit is --culprit (default: drawn from --seed, never rank 0). generate() returns a dict
 describing the fault (culprit, process group, sequence id); the CLI prints it as JSON.
 """
@@ -80,7 +85,8 @@ LOG_INTERVAL = 10
 SEQ_LEN, HIDDEN, MICRO_BATCH = 4096, 8192, 1
 VOCAB = 128256
 INIT_OPS = 37  # FR records of init_process_group/checkpoint load before step 1 (same on every rank)
-FAULTS = ("none", "missing_rank", "desync", "size_mismatch")
+FAULTS = ("none", "missing_rank", "desync", "size_mismatch", "not_completed")
+FAULT_GROUPS = ("tp", "dp")
 
 # ---------------------------------------------------------------------------------------------
 # stack frames (innermost first), torch 2.13 line numbers, Megatron-core-like paths
@@ -491,8 +497,12 @@ def _is_log(step: int) -> bool:
 
 
 class Job:
-    def __init__(self, world, tp, pp, micro, layers, p2p_mode, fault, culprit, final_step, seed, record_jitter):
+    def __init__(self, world, tp, pp, micro, layers, p2p_mode, fault, culprit, final_step, seed, record_jitter,
+                 fault_group="tp"):
         self.topo = Topology(world, tp, pp)
+        if fault_group not in FAULT_GROUPS or (fault_group != "tp" and fault in ("desync", "size_mismatch")):
+            raise SystemExit(f"--fault-group {fault_group} is not available for --fault {fault}")
+        self.fault_group = fault_group
         self.model = Model(self.topo, micro, layers, p2p_mode)
         self.fault, self.seed, self.final_step, self.record_jitter = fault, seed, final_step, record_jitter
         if _is_log(final_step):
@@ -514,27 +524,30 @@ class Job:
             return None
         stage = self.topo.coords(self.culprit)[0]
         units = self.model.step(stage, False)
-        tp_colls = [i for i, u in enumerate(units) if u.kind == "coll" and u.ops[0].pg == "tp"]
-        if self.fault == "missing_rank":
-            idx = [i for i in tp_colls if units[i].ops[0].name == "all_reduce"][-1]
+        kind = self.fault_group
+        colls = [i for i, u in enumerate(units) if u.kind == "coll" and u.ops[0].pg == kind]
+        if kind == "dp":
+            idx = colls[0]  # the first gradient reduce-scatter of finalize_model_grads
+        elif self.fault in ("missing_rank", "not_completed"):
+            idx = [i for i in colls if units[i].ops[0].name == "all_reduce"][-1]
         else:  # mid-step, a steady-state forward: attention output reduce-scatter / qkv all-gather
             site = "att_rs_" if self.fault == "desync" else "att_ag_"
-            cands = [i for i in tp_colls if units[i].ops[0].site.startswith(site)]
+            cands = [i for i in colls if units[i].ops[0].site.startswith(site)]
             idx = cands[len(cands) // 2]
         op = units[idx].ops[0]
-        seq_before = sum(1 for u in units[:idx] if u.kind == "coll" and u.ops[0].pg == "tp")
-        name, members = self.topo.groups(self.culprit)["tp"]
+        seq_before = sum(1 for u in units[:idx] if u.kind == "coll" and u.ops[0].pg == kind)
+        name, members = self.topo.groups(self.culprit)[kind]
         before = self.final_step - 1
         n_log = before // LOG_INTERVAL
         reg, log = self.model.counts(stage, False), self.model.counts(stage, True)
-        seq = (before - n_log) * reg["coll"]["tp"] + n_log * log["coll"]["tp"] + seq_before + 1
-        self.meta.update(culprit=self.culprit, pg_name=name, pg_desc="tp", group_ranks=members,
+        seq = (before - n_log) * reg["coll"][kind] + n_log * log["coll"][kind] + seq_before + 1
+        self.meta.update(culprit=self.culprit, pg_name=name, pg_desc=kind, group_ranks=members,
                          op="nccl:" + op.name, site=op.site, collective_seq_id=seq)
         return idx
 
     def final_units(self, r: int) -> list[Unit]:
         units = list(self.model.step(self.topo.coords(r)[0], False))
-        if self.fault == "none" or r != self.culprit:
+        if self.fault in ("none", "not_completed") or r != self.culprit:
             return units
         i = self._fault_unit
         if self.fault == "missing_rank":
@@ -584,7 +597,8 @@ class Job:
                         k = ("p", src, dst, op.tag, p2p_count[(src, dst, op.tag)])
                         need[k] = 2
                         ks.append(k)
-                if self.fault in ("desync", "size_mismatch") and r == self.culprit and i == self._fault_unit:
+                if self.fault in ("desync", "size_mismatch", "not_completed") and r == self.culprit \
+                        and i == self._fault_unit:
                     hung_key = ks[0]
                 per_unit.append(ks)
             keys[r] = per_unit
@@ -858,7 +872,7 @@ def generate(ranks: int, entries: int, out: str, tp: int = 8, pp: int = 4, fault
              prefix: str = DEFAULT_PREFIX, workers: int | None = None, seed: int = 0, culprit: int | None = None,
              micro_batches: int = 8, layers: int = 2, p2p: str = "batched", step: int = 50_123,
              record_jitter: int = 12, quiet: bool = True, frames: bool = True, extra_frames: int = 0,
-             unshared: bool = False, fmt: str = "pickle") -> dict:
+             unshared: bool = False, fmt: str = "pickle", fault_group: str = "tp") -> dict:
     """Write the dump directory; returns a description: {"bytes", "seconds", "culprit", ...}."""
     global _JOB, _SIM
     _SHAPE.update(frames=frames, extra_frames=extra_frames, unshared=unshared, format=fmt)
@@ -867,7 +881,7 @@ def generate(ranks: int, entries: int, out: str, tp: int = 8, pp: int = 4, fault
     if fault not in FAULTS:
         raise SystemExit(f"--fault must be one of {FAULTS}")
     t0 = time.monotonic()
-    job = Job(ranks, tp, pp, micro_batches, layers, p2p, fault, culprit, step, seed, record_jitter)
+    job = Job(ranks, tp, pp, micro_batches, layers, p2p, fault, culprit, step, seed, record_jitter, fault_group)
     job.n_entries = entries
     sim = job.simulate()
     stuck = sum(1 for s in sim.values() if s["incomplete"])
@@ -909,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="dump directory (created; files of other ranks removed)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fault", choices=FAULTS, default="none")
+    ap.add_argument("--fault-group", choices=FAULT_GROUPS, default="tp",
+                    help="group of missing_rank / not_completed: tp (inside a pod) or dp (across pods)")
     ap.add_argument("--culprit", type=int, default=None, help="rank the fault is injected on (default: from seed)")
     ap.add_argument("--workers", type=int, default=None, help="processes writing ranks (default: all cores)")
     ap.add_argument("--prefix", default=DEFAULT_PREFIX)
@@ -931,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = generate(args.ranks, args.entries, args.out, args.tp, args.pp, args.fault, args.prefix, args.workers,
                     args.seed, args.culprit, args.micro_batches, args.layers_per_stage, args.p2p, args.step,
                     args.record_jitter, frames=not args.no_frames, extra_frames=args.extra_frames,
-                    unshared=args.unshared, fmt=args.format)
+                    unshared=args.unshared, fmt=args.format, fault_group=args.fault_group)
     print(f"{args.ranks} ranks x {args.entries} entries ({args.fault}) -> {args.out}: "
           f"{meta['bytes'] / 1e6:.1f} MB total, {meta['bytes'] / args.ranks / 1e6:.2f} MB per rank, "
           f"{meta['seconds']:.1f} s")
