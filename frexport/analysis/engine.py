@@ -22,7 +22,7 @@ from frexport.analysis import findings as F
 from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding
-from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, Root, Wait, cycle_path, find_waits, root_causes
+from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers
@@ -41,6 +41,9 @@ class Options:
     clock: bool = False
     straggler_lateness_s: float = 0.05
     max_findings: int = 100
+    # the ranks this analysis may blame (a sidecar's own ranks); None: every rank the world size implies.
+    # Ranks outside it are remote: never a culprit nor "missing their dump", their waiters are blocked.
+    scope: frozenset[int] | None = None
 
 
 def format_ranks(ranks) -> str:
@@ -120,8 +123,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             for s in seqs:
                 mismatch_findings[(key, s)] = f
 
-    waits = find_waits(by_rank, membership, stall_after_ns, options.clock)
-    roots = root_causes(waits, by_rank, stall_after_ns, options.clock)
+    waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
+    roots = root_causes(waits, by_rank, stall_after_ns, options.clock, options.scope)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
@@ -133,7 +136,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
     findings.extend(_straggler_findings(ctx, all_cols, hang_culprits, options))
-    findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or []))
+    findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], options.scope))
 
     notes = list(membership.notes)
     for t in by_rank.values():
@@ -146,7 +149,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
         findings = findings[: options.max_findings]
     return Diagnosis(ranks=sorted(by_rank), findings=findings, input_errors=list(input_errors or []),
-                     notes=notes, matched=matched, groups=len(membership.groups))
+                     notes=notes, matched=matched, groups=len(membership.groups), waits=waits)
 
 
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):
@@ -257,6 +260,8 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                 f"{op_name(w.sig)} (collective {seq} of group {w.group.label}): the likely culprit, but the "
                 f"dump that would show why is missing", _waiting_details(w), True, w.created_ns,
                 f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"))
+        elif kind == REMOTE:
+            findings.append(_remote_wait(w, ranks, blocked, p2p))
         elif kind == CYCLE:
             findings.extend(_cycle_root(ctx, r, waits) for r in rs)
         else:
@@ -264,6 +269,20 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             findings.append(_idle_root(ctx, w, ranks, blocked, waited_by, p2p, certain,
                                        {m for root in rs for m in root.wait.left}))
     return findings, used
+
+
+def _remote_wait(w: Wait, remote: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:
+    """Ranks in scope wait for ranks outside it: they are blocked; who is at fault is decided where
+    the remote ranks are watched (their own pod's sidecar, the job-wide rules, the job-level view)."""
+    waiting = sorted(blocked)
+    where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
+    return Finding(
+        F.REMOTE_WAIT, w.group.name, w.group.desc, None if p2p else w.seq, (), tuple(waiting), op_name(w.sig),
+        site_text(w.site),
+        f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} {'are' if len(waiting) > 1 else 'is'} "
+        f"blocked: {where} waits for rank{'s' if len(remote) > 1 else ''} {format_ranks(remote)} of other pods, "
+        f"for {w.age_ns / 1e9:.1f} s", _waiting_details(w), False, w.created_ns,
+        f"{_ranks(waiting)} wait for {_ranks(remote)}, watched by other pods")
 
 
 def _ranks(ranks) -> str:
@@ -525,10 +544,11 @@ def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Opt
     return out
 
 
-def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError]) -> list[Finding]:
+def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],
+                           scope: frozenset[int] | None = None) -> list[Finding]:
     named = {r for f in roots if f.kind == F.MISSING_DUMP for r in f.culprit_ranks}
     world = ctx.membership.world_size
-    missing = sorted(set(range(world)) - set(ctx.traces) - named)
+    missing = sorted(set(range(world) if scope is None else scope) - set(ctx.traces) - named)
     if not missing:
         return []
     how = "" if not ctx.membership.world_size_inferred else " (world size inferred from the highest rank seen)"

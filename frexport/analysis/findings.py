@@ -17,6 +17,7 @@ NOT_COMPLETED = "not_completed"  # every member joined, it did not finish
 TIMEOUT = "timeout"  # the watchdog gave up on it
 STRAGGLER = "straggler"
 UNMATCHED_P2P = "unmatched_p2p"  # a send or recv whose peer never posted the other side
+REMOTE_WAIT = "remote_wait"  # scoped (live) analysis: ranks wait for ranks of other pods; no culprit here
 
 # Kind groups.
 # Ranks disagree on what they run, in PyTorch's order of checks: op type, then sizes, then dtypes.
@@ -72,12 +73,13 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     matched: int = 0  # collectives that every visible member recorded identically
     groups: int = 0
+    waits: list = field(default_factory=list)  # hang.Wait: where each rank waits (the live metrics show them)
 
     @property
     def verdict(self) -> str:
         if not self.ranks:
             return INCONCLUSIVE
-        if any(f.kind != MISSING_DUMP and f.certain for f in self.findings):
+        if any(f.kind not in (MISSING_DUMP, REMOTE_WAIT) and f.certain for f in self.findings):
             return UNHEALTHY
         if self.findings:
             return INCONCLUSIVE

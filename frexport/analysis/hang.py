@@ -9,6 +9,11 @@ finished (mismatched, or stuck in the network), or a cycle (ranks that issued
 collectives in different orders across groups). Every rank that reaches a root
 is reported as blocked by it, so one fault yields one finding, not one per group.
 
+A scoped analysis (a sidecar that watches only its pod's ranks) knows which ranks
+it may judge. A member outside that scope is not "without a dump": it is remote,
+an edge to it means "waits for another pod" once the wait has lasted the stall
+threshold, and it is never a root cause here; the ranks behind it are blocked.
+
 Time is evidence only where it is a clock. A live pass polls every rank and knows
 when it saw each one, so a rank seen long after its peers issued an op, without
 it, never issued it. A post-mortem has only file times, which copies and
@@ -35,6 +40,7 @@ IDLE = "idle"  # waits for nobody and is in no collective: stuck outside collect
 NO_DUMP = "no_dump"
 INSIDE = "inside"  # every member joined the collective it waits in, and it did not finish
 CYCLE = "cycle"
+REMOTE = "remote"  # a rank outside the analysis' scope (another pod's): the waiters are blocked, blame is elsewhere
 LEFT = "left"  # a member finished (failed out of) the collective its peers still wait in
 
 
@@ -56,6 +62,7 @@ class Wait:
     left: tuple[int, ...] = ()  # joined members that finished it while this rank still waits: they failed out
     proven: bool = False  # a clock shows the wait lasted longer than the stall threshold
     completed: bool = False  # a member finished it and went on: it did complete, this rank was dumped before
+    peer: int | None = None  # p2p: the global rank it sends to or receives from
 
     @property
     def edges(self) -> tuple[int, ...]:
@@ -74,8 +81,9 @@ class Root:
 
 
 def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after_ns: int,
-               clock: bool = False) -> list[Wait]:
-    """`clock`: the traces' dump times are when the ranks were seen (live polls), not file times."""
+               clock: bool = False, scope: frozenset[int] | None = None) -> list[Wait]:
+    """`clock`: the traces' dump times are when the ranks were seen (live polls), not file times.
+    `scope`: the ranks this analysis may judge (None: all); others are remote."""
     waits = []
     collective: dict[tuple[str, int], list[Wait]] = {}
     for rank, t in traces.items():
@@ -96,7 +104,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
                     w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
-                    _classify_p2p(w, op, traces, stall_after_ns, clock)
+                    _classify_p2p(w, op, traces, stall_after_ns, clock, scope)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
     # Members are classified once per collective, not once per waiting rank: in a 4096-rank default
@@ -104,7 +112,9 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     # time is the reference: the op has been awaited at least since then.
     for ws in collective.values():
         earliest = min(w.created_ns for w in ws)
-        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock)
+        stalled = max(w.age_ns for w in ws) >= stall_after_ns
+        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock, scope,
+                                       stalled)
         for w in ws:
             w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed = classes
     return waits
@@ -124,14 +134,17 @@ def _oldest_unfinished(flags) -> int | None:
 
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
-                         stall_after_ns: int, clock: bool) -> tuple[tuple[int, ...], ...]:
+                         stall_after_ns: int, clock: bool, scope: frozenset[int] | None = None,
+                         stalled: bool = True) -> tuple[tuple[int, ...], ...]:
     missing, no_dump, not_yet, joined, left = [], [], [], [], []
     moved_on = False
     name = group.name
     for m in group.members:
         t = traces.get(m)
         if t is None:
-            no_dump.append(m)
+            # a remote member is only waited for once the wait is a stall: in a healthy job every
+            # collective spanning pods has members this sidecar cannot see
+            (no_dump if stalled or scope is None or m in scope else not_yet).append(m)
             continue
         g = t.groups.get(name)
         i = g.position(seq) if g is not None and len(g.seq) else None
@@ -154,15 +167,20 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
     return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left), False
 
 
-def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool) -> None:
+def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool,
+                  scope: frozenset[int] | None = None) -> None:
     me_local = w.group.members.index(w.rank) if w.rank in w.group.members else None
     peer_local = op.dst if op.op == "send" else op.src
     peer = w.group.global_rank(peer_local)
     if peer is None or peer == w.rank:
         return
+    w.peer = peer
     t = traces.get(peer)
     if t is None:
-        w.no_dump = (peer,)
+        if scope is None or peer in scope or w.age_ns >= stall_after_ns:
+            w.no_dump = (peer,)
+        else:
+            w.not_yet = (peer,)
         return
     want = "recv" if op.op == "send" else "send"
     g = t.groups.get(w.group.name)
@@ -190,7 +208,7 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> b
 
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
-                clock: bool = False) -> list[Root]:
+                clock: bool = False, scope: frozenset[int] | None = None) -> list[Root]:
     edges: dict[int, set[int]] = {}
     # target rank -> the op that shows best that it is the one missing: the one where the fewest
     # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
@@ -223,7 +241,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
     targets = {m for ms in edges.values() for m in ms}
     for m in sorted(targets - waiting):
         if m not in traces:
-            roots.append(Root(NO_DUMP, (m,), first_edge[m]))
+            roots.append(Root(NO_DUMP if scope is None or m in scope else REMOTE, (m,), first_edge[m]))
         elif m in left_edge and m not in first_edge:
             roots.append(Root(LEFT, (m,), left_edge[m], certain=evidence[m]))
         elif m in inside:

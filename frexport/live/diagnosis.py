@@ -15,6 +15,12 @@ kills the job). Rank statuses:
 - straggling: completes, but reaches collectives consistently after its peers;
 - ok.
 A slow rank that keeps progressing is never stalled: its peers' waits end.
+
+The analysis is scoped to the ranks this sidecar watches (its sockets, URLs and dump
+files: the ranks it has snapshots of, plus those whose worker server is down). A rank
+of another pod is never named a culprit, never "missing its dump", and never given a
+status here; local ranks that wait for one are blocked (finding `remote_wait`), and the
+job-wide rules join every pod's wait series to find the culprit (docs/multi-node.md).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class LiveResult:
     statuses: dict[int, str]
     stall_after_s: float
     new_root_causes: list[F.Finding] = field(default_factory=list)
+    scope: frozenset[int] = frozenset()  # the ranks this sidecar watches: the only ones it may judge
 
 
 class LiveAnalysis:
@@ -53,7 +60,8 @@ class LiveAnalysis:
         self._reported: set[tuple] = set()
         self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
 
-    def run(self, dumps: dict[int, RankDump]) -> LiveResult:
+    def run(self, dumps: dict[int, RankDump], watched: set[int] | frozenset[int] = frozenset()) -> LiveResult:
+        """`watched`: local ranks beyond those with a snapshot (targets that are down)."""
         stall_after = self.stall_after(dumps)
         traces = []
         for d in dumps.values():
@@ -68,14 +76,16 @@ class LiveAnalysis:
                 self.failed_ranks.add(d.rank)
             else:
                 self.failed_ranks.discard(d.rank)
+        # a rank whose trace failed is still one this sidecar watches: in scope, never "remote"
+        scope = frozenset(d.rank for d in dumps.values() if d.rank is not None) | frozenset(watched)
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
-                                                    straggler_lateness_s=self.cfg.straggler_lateness))
-        statuses = statuses_of(diagnosis, traces)
+                                                    straggler_lateness_s=self.cfg.straggler_lateness, scope=scope))
+        statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope}
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
         new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]
         self._reported = keys  # a root cause that clears and returns is new again
-        self.latest = LiveResult(diagnosis, statuses, stall_after, new)
+        self.latest = LiveResult(diagnosis, statuses, stall_after, new, scope)
         return self.latest
 
     def stall_after(self, dumps: dict[int, RankDump]) -> float:
@@ -119,7 +129,7 @@ def statuses_of(d: Diagnosis, traces: list[RankTrace]) -> dict[int, str]:
         elif f.kind in DESYNC_KINDS:
             mark(f.culprit_ranks, DESYNCED, (OK, BLOCKED, STRAGGLING))
     for f in d.findings:
-        if f.root_cause:
+        if f.root_cause or f.kind == F.REMOTE_WAIT:
             mark(f.blocked_ranks, BLOCKED, (OK, STRAGGLING))
         elif f.kind == F.STRAGGLER:
             mark(f.culprit_ranks, STRAGGLING)

@@ -56,7 +56,8 @@ class Sidecar:
                 events = self._collect()
                 result = None
                 if time.monotonic() >= next_analysis:
-                    result = self._guarded(lambda: self.analysis.run(self.state.latest_dumps()), "analysis")
+                    down = set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()
+                    result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
                     self.ready_event.set()
                 self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")

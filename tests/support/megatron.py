@@ -1,0 +1,51 @@
+"""Megatron-like 64-rank dumps from benchmarks/gen_dumps.py, split into pods the way the chart deploys
+frexport: 8 pods of 8 ranks, tensor-parallel groups inside a pod, data- and pipeline-parallel groups
+across pods (rank = stage * 16 + d * 8 + t with tp=8, pp=4, dp=2)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from frexport.decode.read import decode_file
+from frexport.model.dump import RankDump
+from tests.support.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gen_dumps  # noqa: E402
+
+WORLD, TP, PP, PODS = 64, 8, 4, 8
+PREFIX = gen_dumps.DEFAULT_PREFIX
+
+
+def pod_of(rank: int) -> int:
+    return rank // (WORLD // PODS)
+
+
+def pod_ranks(pod: int) -> range:
+    per = WORLD // PODS
+    return range(pod * per, (pod + 1) * per)
+
+
+def generate(out: Path, fault: str = "none", group: str = "tp", culprit: int | None = None,
+             entries: int = 120) -> dict:
+    """Write one dump per rank into `out`; returns gen_dumps' description of the fault."""
+    # 4 micro-batches of 1 layer per stage: a short step keeps generation fast; the schedule is still 1F1B
+    return gen_dumps.generate(WORLD, entries, str(out), TP, PP, fault, workers=1, culprit=culprit,
+                              fault_group=group, micro_batches=4, layers=1)
+
+
+def split(out: Path, dest: Path) -> list[Path]:
+    """Move each pod's dumps into its own directory (dest/pod-<k>): what each sidecar can see."""
+    dirs = []
+    for pod in range(PODS):
+        d = dest / f"pod-{pod}"
+        d.mkdir(parents=True, exist_ok=True)
+        for r in pod_ranks(pod):
+            (out / f"{PREFIX}{r}").rename(d / f"{PREFIX}{r}")
+        dirs.append(d)
+    return dirs
+
+
+def load(out: Path) -> dict[int, RankDump]:
+    return {r: decode_file(str(out / f"{PREFIX}{r}"), rank=r) for r in range(WORLD)}

@@ -1,0 +1,81 @@
+"""A sidecar blames only ranks it watches: 8 pods' worth of live analysis on one 64-rank Megatron-like hang."""
+
+import pytest
+
+from frexport.analysis import findings as F
+from frexport.config import Analysis
+from frexport.live.diagnosis import BLOCKED, STALLED, LiveAnalysis
+from tests.support import megatron
+
+
+@pytest.fixture(scope="module")
+def stuck_in_tp(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp")
+    meta = megatron.generate(out, "missing_rank", "tp", culprit=45)
+    return meta, megatron.load(out)
+
+
+@pytest.fixture(scope="module")
+def stuck_in_dp(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp")
+    meta = megatron.generate(out, "missing_rank", "dp", culprit=45)
+    return meta, megatron.load(out)
+
+
+def _pods(dumps, **kw):
+    """Each pod's live analysis, on its own ranks' dumps only."""
+    out = {}
+    for pod in range(megatron.PODS):
+        local = {r: dumps[r] for r in megatron.pod_ranks(pod)}
+        out[pod] = LiveAnalysis(Analysis(stall_after=30.0)).run(local, **kw)
+    return out
+
+
+def _blamed(result) -> set[int]:
+    ranks = {r for f in result.diagnosis.findings for r in f.culprit_ranks}
+    ranks |= {r for f in result.diagnosis.findings if f.root_cause and f.kind in (F.NOT_COMPLETED, F.TIMEOUT)
+              for r in f.blocked_ranks}
+    return ranks | {r for r, s in result.statuses.items() if s == STALLED}
+
+
+def test_only_the_pod_holding_the_culprit_names_it(stuck_in_tp):
+    meta, dumps = stuck_in_tp
+    assert meta["culprit"] == 45 and meta["pg_desc"] == "tp"
+    results = _pods(dumps)
+    home = megatron.pod_of(45)
+    assert _blamed(results[home]) == {45}
+    roots = [f for f in results[home].diagnosis.findings if f.root_cause and f.culprit_ranks]
+    assert [(f.kind, f.culprit_ranks, f.pg_desc) for f in roots] == [(F.MISSING_RANK, (45,), "tp")]
+    for pod, result in results.items():
+        local = set(megatron.pod_ranks(pod))
+        assert set(result.statuses) == local, pod  # statuses only for the ranks it watches
+        if pod == home:
+            continue
+        assert _blamed(result) == set(), (pod, [f.message for f in result.diagnosis.findings])
+        assert not [f for f in result.diagnosis.findings if f.kind == F.MISSING_DUMP], pod
+        assert set(result.statuses.values()) == {BLOCKED}, (pod, result.statuses)
+
+
+def test_a_culprit_missing_from_a_group_across_pods(stuck_in_dp):
+    """Rank 45 never issued a data-parallel collective; its peer there (rank 37) is in another pod. That
+    pod cannot tell who is at fault: its ranks are blocked. Rank 45's own pod names it, because its
+    tensor-parallel peers then wait for it in their next collective."""
+    meta, dumps = stuck_in_dp
+    assert meta["pg_desc"] == "dp" and meta["group_ranks"] == [37, 45]
+    results = _pods(dumps)
+    for pod, result in results.items():
+        assert _blamed(result) == ({45} if pod == megatron.pod_of(45) else set()), \
+            (pod, [f.message for f in result.diagnosis.findings])
+        assert not [f for f in result.diagnosis.findings if f.kind == F.MISSING_DUMP], pod
+    peer_pod = results[megatron.pod_of(37)]
+    assert peer_pod.statuses[37] == BLOCKED
+    waits = [f for f in peer_pod.diagnosis.findings if f.kind == F.REMOTE_WAIT and 37 in f.blocked_ranks]
+    assert waits and waits[0].pg_desc == "dp" and waits[0].culprit_ranks == ()
+    assert "rank 45 of other pods" in waits[0].message
+
+
+def test_one_sidecar_that_sees_the_whole_job_still_names_the_culprit(stuck_in_dp):
+    _, dumps = stuck_in_dp
+    result = LiveAnalysis(Analysis(stall_after=30.0)).run(dumps)
+    assert _blamed(result) == {45}
+    assert sum(1 for s in result.statuses.values() if s == BLOCKED) == 63
