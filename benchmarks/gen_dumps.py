@@ -57,7 +57,9 @@ watchdog times out (file mtime = stall + 600 s).
                 and it never finishes (a network or communicator hang below PyTorch).
 --fault-group dp moves missing_rank and not_completed to the culprit's data-parallel group (its
 first gradient reduce-scatter of the step), a group that spans pods when tp fills a pod: its dp
-peers hang there, then everyone else behind them.
+peers hang there, then everyone else behind them. --fault-group tp_mid puts missing_rank and
+not_completed in the middle of the step's forward pass (a tp all-gather): the pipeline neighbours
+then wait in recv, so the hang spreads through pp and dp groups across pods.
 The culprit is --culprit (default: drawn from --seed, never rank 0). generate() returns a dict
 describing the fault (culprit, process group, sequence id); the CLI prints it as JSON.
 """
@@ -86,7 +88,7 @@ SEQ_LEN, HIDDEN, MICRO_BATCH = 4096, 8192, 1
 VOCAB = 128256
 INIT_OPS = 37  # FR records of init_process_group/checkpoint load before step 1 (same on every rank)
 FAULTS = ("none", "missing_rank", "desync", "size_mismatch", "not_completed")
-FAULT_GROUPS = ("tp", "dp")
+FAULT_GROUPS = ("tp", "dp", "tp_mid")
 
 # ---------------------------------------------------------------------------------------------
 # stack frames (innermost first), torch 2.13 line numbers, Megatron-core-like paths
@@ -500,7 +502,7 @@ class Job:
     def __init__(self, world, tp, pp, micro, layers, p2p_mode, fault, culprit, final_step, seed, record_jitter,
                  fault_group="tp"):
         self.topo = Topology(world, tp, pp)
-        if fault_group not in FAULT_GROUPS or (fault_group != "tp" and fault in ("desync", "size_mismatch")):
+        if fault_group not in FAULT_GROUPS or (fault_group == "dp" and fault in ("desync", "size_mismatch")):
             raise SystemExit(f"--fault-group {fault_group} is not available for --fault {fault}")
         self.fault_group = fault_group
         self.model = Model(self.topo, micro, layers, p2p_mode)
@@ -524,11 +526,11 @@ class Job:
             return None
         stage = self.topo.coords(self.culprit)[0]
         units = self.model.step(stage, False)
-        kind = self.fault_group
+        kind = "tp" if self.fault_group == "tp_mid" else self.fault_group
         colls = [i for i, u in enumerate(units) if u.kind == "coll" and u.ops[0].pg == kind]
         if kind == "dp":
             idx = colls[0]  # the first gradient reduce-scatter of finalize_model_grads
-        elif self.fault in ("missing_rank", "not_completed"):
+        elif self.fault in ("missing_rank", "not_completed") and self.fault_group == "tp":
             idx = [i for i in colls if units[i].ops[0].name == "all_reduce"][-1]
         else:  # mid-step, a steady-state forward: attention output reduce-scatter / qkv all-gather
             site = "att_rs_" if self.fault == "desync" else "att_ag_"

@@ -48,6 +48,7 @@ class LiveResult:
     stall_after_s: float
     new_root_causes: list[F.Finding] = field(default_factory=list)
     scope: frozenset[int] = frozenset()  # the ranks this sidecar watches: the only ones it may judge
+    down: frozenset[int] = frozenset()  # watched ranks whose worker server refuses: gone, not waiting
 
 
 class LiveAnalysis:
@@ -60,8 +61,8 @@ class LiveAnalysis:
         self._reported: set[tuple] = set()
         self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
 
-    def run(self, dumps: dict[int, RankDump], watched: set[int] | frozenset[int] = frozenset()) -> LiveResult:
-        """`watched`: local ranks beyond those with a snapshot (targets that are down)."""
+    def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset()) -> LiveResult:
+        """`down`: watched ranks whose worker server refuses connections (local, maybe without a snapshot)."""
         stall_after = self.stall_after(dumps)
         traces = []
         for d in dumps.values():
@@ -77,7 +78,7 @@ class LiveAnalysis:
             else:
                 self.failed_ranks.discard(d.rank)
         # a rank whose trace failed is still one this sidecar watches: in scope, never "remote"
-        scope = frozenset(d.rank for d in dumps.values() if d.rank is not None) | frozenset(watched)
+        scope = frozenset(d.rank for d in dumps.values() if d.rank is not None) | frozenset(down)
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness, scope=scope))
         statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope}
@@ -85,7 +86,7 @@ class LiveAnalysis:
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
         new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]
         self._reported = keys  # a root cause that clears and returns is new again
-        self.latest = LiveResult(diagnosis, statuses, stall_after, new, scope)
+        self.latest = LiveResult(diagnosis, statuses, stall_after, new, scope, frozenset(down))
         return self.latest
 
     def stall_after(self, dumps: dict[int, RankDump]) -> float:

@@ -27,7 +27,7 @@ def pod_ranks(pod: int) -> range:
     return range(pod * per, (pod + 1) * per)
 
 
-def generate(out: Path, fault: str = "none", group: str = "tp", culprit: int | None = None,
+def generate(out: Path, fault: str = "none", group: str = "tp_mid", culprit: int | None = None,
              entries: int = 120) -> dict:
     """Write one dump per rank into `out`; returns gen_dumps' description of the fault."""
     # 4 micro-batches of 1 layer per stage: a short step keeps generation fast; the schedule is still 1F1B

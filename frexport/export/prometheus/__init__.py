@@ -2,7 +2,7 @@
 
 One collector per concept, each in the module named after it, each with `describe()` and a sample
 of its exposition in its docstring: rank_progress (per rank and group), collectives (counts and
-durations), findings (the live analysis), sources (where snapshots come from), build_info. The
+durations), findings (the live analysis), waits (where each rank waits, for the job-wide rules), sources (where snapshots come from), build_info. The
 sinks' self-metrics (evidence bundles, OTLP spans) join them. `ScrapeCollector` (scrape.py) runs
 them all, timing each and isolating its failures, as node_exporter does.
 
@@ -26,13 +26,14 @@ from frexport.export.prometheus.findings import FindingsCollector
 from frexport.export.prometheus.rank_progress import RankProgressCollector
 from frexport.export.prometheus.scrape import ScrapeCollector
 from frexport.export.prometheus.sources import SourcesCollector
+from frexport.export.prometheus.waits import WaitsCollector
 from frexport.live.diagnosis import LiveAnalysis
 from frexport.live.sink import Sink
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 
 __all__ = ["BuildInfoCollector", "CollectivesCollector", "FindingsCollector", "RankProgressCollector",
-           "ScrapeCollector", "SourcesCollector", "collectors", "scrape_collector", "sidecar_registry"]
+           "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors", "scrape_collector", "sidecar_registry"]
 
 
 def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
@@ -42,6 +43,7 @@ def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
         "rank_progress": RankProgressCollector(state, analysis, clock),
         "collectives": CollectivesCollector(state),
         "findings": FindingsCollector(analysis, clock),
+        "waits": WaitsCollector(state, analysis),
         "sources": SourcesCollector(health, state),
         "build_info": BuildInfoCollector(),
     }

@@ -1,17 +1,21 @@
 """A sidecar blames only ranks it watches: 8 pods' worth of live analysis on one 64-rank Megatron-like hang."""
 
+import time
+
 import pytest
 
 from frexport.analysis import findings as F
 from frexport.config import Analysis
+from frexport.export.prometheus.waits import WaitsCollector
 from frexport.live.diagnosis import BLOCKED, STALLED, LiveAnalysis
+from frexport.live.state import LiveState
 from tests.support import megatron
 
 
 @pytest.fixture(scope="module")
 def stuck_in_tp(tmp_path_factory):
     out = tmp_path_factory.mktemp("tp")
-    meta = megatron.generate(out, "missing_rank", "tp", culprit=45)
+    meta = megatron.generate(out, "missing_rank", "tp_mid", culprit=45)
     return meta, megatron.load(out)
 
 
@@ -79,3 +83,38 @@ def test_one_sidecar_that_sees_the_whole_job_still_names_the_culprit(stuck_in_dp
     result = LiveAnalysis(Analysis(stall_after=30.0)).run(dumps)
     assert _blamed(result) == {45}
     assert sum(1 for s in result.statuses.values() if s == BLOCKED) == 63
+
+
+def _wait_samples(dumps, pod: int, read_ns: int) -> list:
+    state = LiveState()
+    for r in megatron.pod_ranks(pod):
+        state.ingest(dumps[r], "dumps:x", read_ns)
+    analysis = LiveAnalysis(Analysis(stall_after=30.0))
+    analysis.run(state.latest_dumps())
+    return [s for m in WaitsCollector(state, analysis).collect() for s in m.samples]
+
+
+def test_wait_series_say_where_each_local_rank_waits_and_since_when(stuck_in_dp):
+    """The series the job-wide rules join: rank 37 (another pod than the culprit) waits in the dp
+    collective rank 45 never issued; its age is the dump's, however late the file is read."""
+    meta, dumps = stuck_in_dp
+    pod = megatron.pod_of(37)
+    read_ns = time.time_ns()
+    samples = _wait_samples(dumps, pod, read_ns)
+    coll = [s for s in samples if s.name == "frexport_rank_waiting_collective"]
+    assert {s.labels["rank"] for s in coll} == {str(r) for r in megatron.pod_ranks(pod)}
+    mine = [s for s in coll if s.labels["rank"] == "37" and s.labels["pg_desc"] == "dp"]
+    assert [(s.labels["op"], s.value) for s in mine] == [("_reduce_scatter_base", meta["collective_seq_id"])]
+    since = [s for s in samples if s.name == "frexport_rank_waiting_since_timestamp_seconds"
+             and s.labels["rank"] == "37" and s.labels["pg_desc"] == "dp"]
+    age = read_ns / 1e9 - since[0].value
+    assert 590 < age < 620  # gen_dumps writes a hang's dumps when the 600 s watchdog fires
+
+
+def test_a_pipeline_neighbour_waits_in_recv_from_the_culprit(stuck_in_tp):
+    """Rank 45 (stage 2) stopped mid-forward: rank 61 (stage 3, another pod) waits in the batched p2p with it."""
+    _, dumps = stuck_in_tp
+    samples = _wait_samples(dumps, megatron.pod_of(61), time.time_ns())
+    p2p = [s for s in samples if s.name == "frexport_rank_waiting_p2p"]
+    assert all(s.labels["op"] in ("send", "recv") and s.labels["pg_desc"] == "pp" for s in p2p)
+    assert [s.labels["peer"] for s in p2p if s.labels["rank"] == "61"] == ["45"]
