@@ -22,13 +22,15 @@ class Sidecar:
         self.log = log
         out = open(log, "wb") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # slow on a loaded 2-core machine
         while time.monotonic() < deadline:
             try:
                 self.get("/healthz")
                 return
             except OSError:
                 time.sleep(0.1)
+        self.proc.kill()  # nobody holds this object to stop it
+        self.proc.wait(10)
         raise AssertionError("frexport serve did not start")
 
     def get(self, path: str) -> str:
