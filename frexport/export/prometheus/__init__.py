@@ -2,9 +2,10 @@
 
 One collector per concept, each in the module named after it, each with `describe()` and a sample
 of its exposition in its docstring: rank_progress (per rank and group), collectives (counts and
-durations), findings (the live analysis), waits (where each rank waits, for the job-wide rules), sources (where snapshots come from), build_info. The
-sinks' self-metrics (evidence bundles, OTLP spans) join them. `ScrapeCollector` (scrape.py) runs
-them all, timing each and isolating its failures, as node_exporter does.
+durations), findings (the live analysis), waits (where each rank waits, for the job-wide rules),
+sources (where snapshots come from), build_info. The sinks' self-metrics (evidence bundles, OTLP
+spans) join them. `ScrapeCollector` (scrape.py) runs them all, timing each and isolating its
+failures, as node_exporter does.
 
 Nothing is a long-lived gauge: a rank or process group that is gone (expired from the state) is
 simply not in the next scrape, so no stale series lingers. Every label is bounded (ranks of one pod,
@@ -33,7 +34,8 @@ from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 
 __all__ = ["BuildInfoCollector", "CollectivesCollector", "FindingsCollector", "RankProgressCollector",
-           "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors", "scrape_collector", "sidecar_registry"]
+           "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors", "scrape_collector",
+           "sidecar_registry"]
 
 
 def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,

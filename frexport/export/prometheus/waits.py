@@ -65,7 +65,7 @@ class WaitsCollector:
             ranks = self.state.view().ranks
             for w in sorted(latest.diagnosis.waits, key=lambda w: (w.rank, w.group.name, w.p2p)):
                 rs = ranks.get(w.rank)
-                if rs is None or rs.dump is None or w.rank in latest.down or w.rank not in latest.scope:
+                if rs is None or rs.dump is None or w.rank in latest.down:
                     continue
                 labels = [str(w.rank), w.group.name, w.group.desc, op_name(w.sig)]
                 if w.p2p:

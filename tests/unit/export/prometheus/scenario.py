@@ -80,7 +80,8 @@ def build(evidence_dir: str) -> Scenario:
     health.record("socket:rank-2", False, 5.0, SECOND, reason="timeout")
     health.count_decode_error("truncated")
     analysis = LiveAnalysis(Analysis())
-    analysis.latest = LiveResult(Diagnosis([0, 1, 2, 3], [STALL, STRAGGLER]),
+    waits = LiveAnalysis(Analysis(stall_after=30.0)).run(state.latest_dumps()).diagnosis.waits  # where ranks wait
+    analysis.latest = LiveResult(Diagnosis([0, 1, 2, 3], [STALL, STRAGGLER], waits=waits),
                                  {0: BLOCKED, 1: BLOCKED, 2: STALLED, 3: BLOCKED}, stall_after_s=30.0)
     evidence = EvidenceSink(EvidenceWriter(evidence_dir))
     return Scenario(state, health, analysis, [evidence], lambda: NOW_NS / S)
