@@ -22,7 +22,7 @@ def promtool():
 def test_rules_are_valid(promtool):
     out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 19 rules found" in out.stdout
+    assert "SUCCESS: 20 rules found" in out.stdout
 
 
 def test_rule_unit_tests(promtool):

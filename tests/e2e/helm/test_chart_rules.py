@@ -44,7 +44,7 @@ def test_rendered_rules_pass_promtool_check_and_the_same_unit_tests(rendered, tm
     test_file.parent.mkdir(parents=True)
     shutil.copy(RULES_TEST, test_file)
     out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
-    assert out.returncode == 0 and "SUCCESS: 9 rules found" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "SUCCESS: 20 rules found" in out.stdout, out.stdout + out.stderr
     out = subprocess.run([promtool, "test", "rules", str(test_file)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout + out.stderr
