@@ -33,7 +33,7 @@ def test_eight_pods_name_the_culprit_and_only_it(tmp_path):
         job, pod = item
         # a short stall threshold and analysis interval: the rules' `for: 1m` is the long part
         return Sidecar("--dump-dir", str(dirs[job][pod]), "--stall-after", "3s",
-                       env={"FREXPORT_ANALYSIS__INTERVAL": "1s"}, log=tmp_path / f"{job}-{pod}.log")
+                       env={"FREXPORT_ANALYSIS__INTERVAL": "2s"}, log=tmp_path / f"{job}-{pod}.log")
 
     items = [(job, pod) for job in SCENARIOS for pod in range(megatron.PODS)]
     sidecars = {}
@@ -49,7 +49,8 @@ def test_eight_pods_name_the_culprit_and_only_it(tmp_path):
         assert not errors, errors[0]
         targets = [(f"127.0.0.1:{sc.port}", {"job": job, "namespace": "ml", "pod": f"{job}-{pod}"})
                    for (job, pod), sc in sidecars.items()]
-        with PromServer(targets=targets, rule_files=[str(paths.RULES)]) as prom:
+        # 32 targets on a loaded 2-core machine: a 1 s scrape interval (and timeout) drops scrapes
+        with PromServer(targets=targets, rule_files=[str(paths.RULES)], interval="3s") as prom:
             def alerts(job, state=None):
                 # FrexportCollectiveNearTimeout rightly fires for every rank of a hang dumped by the
                 # watchdog (pending 600 s of a 600 s timeout): it is about time left, not about blame
@@ -63,7 +64,10 @@ def test_eight_pods_name_the_culprit_and_only_it(tmp_path):
             def all_fired():
                 return all(alerts(job, "firing") for job in ("stuck-dp", "stuck-tp", "hung-dp"))
 
-            prom.wait_for(all_fired, timeout=240, what="the three hangs' alerts to fire")  # rules wait 1 minute
+            try:
+                prom.wait_for(all_fired, timeout=240, what="the three hangs' alerts to fire")  # rules wait 1 minute
+            except AssertionError:
+                raise AssertionError({job: alerts(job) for job in SCENARIOS}) from None
 
             # no sidecar names, or gives a status to, a rank of another pod; none is "missing its dump"
             for series in ("frexport_rank_status", "frexport_rank_stall_seconds", "frexport_rank_waiting_since"

@@ -52,8 +52,10 @@ def test_rendered_rules_pass_promtool_check_and_the_same_unit_tests(rendered, tm
 
 def test_rule_overrides_runbook_base_and_extra_labels(rendered, tmp_path):
     spec = one(rendered["example"][1], "PrometheusRule")["spec"]
-    rules = [r for g in spec["groups"] for r in g["rules"]]
-    assert len(rules) == 9
+    rules = [r for g in spec["groups"] for r in g["rules"] if "alert" in r]
+    assert len(rules) == 12
+    records = [r for g in spec["groups"] for r in g["rules"] if "record" in r]
+    assert len(records) == 8 and not any("labels" in r for r in records)  # recorded series keep their labels
     for r in rules:
         assert r["annotations"]["runbook_url"] == "https://wiki.example.com/frexport/runbooks#" + r["alert"].lower()
         assert r["labels"]["team"] == "ml-infra" and r["labels"]["severity"] in ("critical", "warning")
