@@ -6,6 +6,10 @@ a given record id and decodes from there to the end of the "entries" array with 
 decoder (one entry at a time), plus the small rest of the document (pg_config, pg_status,
 version). Every assumption is checked; when one does not hold (the entry is gone, the layout is
 unexpected, a string looks like JSON syntax) it returns None and the caller parses the whole body.
+
+An ASCII body (what PyTorch writes: its JSON escapes everything else) is searched as bytes and
+only the parts decoded are turned into text, so the cost and the memory follow the tail, not the
+buffer; any other body is searched as text, with the same patterns, to the same result.
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from dataclasses import dataclass
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"\s*")
-_RECORD_ID = re.compile(r'"record_id"\s*:\s*(\d+)')
+# The same patterns over bytes: `\s` of a str pattern restricted to ASCII (str.isspace), `\d` is ASCII in both.
+_SPACE_B = rb"[\t\n\x0b\x0c\r\x1c-\x1f ]"
+_PATTERNS = {
+    str: (_WS, re.compile(r'"record_id"\s*:\s*(\d+)'), r'"record_id"\s*:\s*%d(?!\d)', '"entries"', ":", "[", "{"),
+    bytes: (re.compile(_SPACE_B + rb"*"), re.compile(rb'"record_id"' + _SPACE_B + rb"*:" + _SPACE_B + rb"*(\d+)"),
+            rb'"record_id"' + _SPACE_B + rb"*:" + _SPACE_B + rb"*%d(?!\d)", b'"entries"', b":", b"[", b"{"),
+}
 
 
 @dataclass
@@ -26,32 +36,46 @@ class Tail:
     entries: list[dict]  # the entries from `since` on, in order (at least the one at `since`)
 
 
-def parse_tail(body: bytes, since: int) -> Tail | None:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    key = text.find('"entries"')
-    if key < 0 or text.find('"entries"', key + 1) >= 0:
+def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | None:
+    """`max_bytes`: the most bytes this may decode (from the entry at `since` to the end, plus what
+    precedes "entries"); None also when it would need more."""
+    if body.isascii():
+        h: bytes | str = body
+    else:
+        try:
+            h = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    ws, record_id, since_pattern, entries_key, colon, bracket, brace = _PATTERNS[type(h)]
+    key = h.find(entries_key)
+    if key < 0 or h.find(entries_key, key + 1) >= 0:
         return None  # absent (parse it all: cheap) or ambiguous
-    i = _WS.match(text, key + 9).end()
-    if text[i:i + 1] != ":":
+    i = ws.match(h, key + 9).end()
+    if h[i:i + 1] != colon:
         return None
-    i = _WS.match(text, i + 1).end()
-    if text[i:i + 1] != "[":
+    i = ws.match(h, i + 1).end()
+    if h[i:i + 1] != bracket:
         return None
     open_bracket = i
-    first = _RECORD_ID.search(text, open_bracket)
+    first = record_id.search(h, open_bracket)
     first_record = int(first.group(1)) if first else None
-    at = re.compile(r'"record_id"\s*:\s*%d(?!\d)' % since).search(text, open_bracket)
+    at = re.compile(since_pattern % since).search(h, open_bracket)
     if at is None:
         return None  # it left the buffer, or the rank restarted: parse it all
-    entries = _decode_entries(text, text.rfind("{", open_bracket, at.start()), since)
+    start = h.rfind(brace, open_bracket, at.start())
+    if start < 0:
+        return None
+    if max_bytes is not None and len(h) - start + open_bracket > max_bytes:
+        return None
+    tail, head = h[start:], h[:open_bracket]
+    if type(h) is bytes:
+        tail, head = tail.decode("ascii"), head.decode("ascii")
+    entries = _decode_entries(tail, 0, since)
     if entries is None:
         return None
     close_bracket, rows = entries
     try:
-        meta = json.loads(text[:open_bracket] + "[]" + text[close_bracket + 1:])
+        meta = json.loads(head + "[]" + tail[close_bracket + 1:])
     except ValueError:
         return None
     if not isinstance(meta, dict):

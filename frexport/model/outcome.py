@@ -85,3 +85,12 @@ def outcome_of(entry: Entry, tracks_completion: bool) -> Outcome:
 def settled(state: str, retired: bool | None) -> bool:
     """Completed or retired: `classify(...).settled`, which does not depend on the backend."""
     return state == COMPLETED or bool(retired)
+
+
+def first_unsettled(entries: Sequence) -> int | None:
+    """Index of the first entry not `settled` (the rule above, inlined: pollers call this on every
+    snapshot of thousands of entries), None when all are."""
+    for i, e in enumerate(entries):
+        if e.state != COMPLETED and not e.retired:
+            return i
+    return None

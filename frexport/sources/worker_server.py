@@ -19,8 +19,10 @@ import json
 import os
 import stat
 import time
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from operator import attrgetter
 
 from frexport import logs
 from frexport.config import WorkerServers
@@ -31,9 +33,12 @@ from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import RankDump
+from frexport.model.outcome import first_unsettled
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
+
+_record_id = attrgetter("record_id")
 
 JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
 
@@ -170,31 +175,49 @@ class WorkerServerSource:
         return Snapshot(dump, t.name, now_ns)
 
     def _decode(self, t: RankTarget, body: bytes, now_ns: int) -> RankDump:
-        """Parse only what is new since the last snapshot when that can be done safely, else all."""
+        """Parse only what is new since the last snapshot when that can be done safely (and the part
+        to decode is at most `in_process_max_bytes`), else all: in the sandbox when it is large."""
+        last = self._last.get(t.rank)
+        if last is not None and last.entries:
+            dump = self._decode_tail(t, body, now_ns, last)
+            if dump is not None:
+                return dump
         if self.decoder is not None and len(body) > self.in_process_max_bytes:
             # large: parsed under the decoders' memory limit, all of it (no incremental reuse)
             dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries))
             if isinstance(dump, DecodeError):
                 raise dump
             return dump
-        last = self._last.get(t.rank)
-        if last is not None and last.entries:
-            since = _resume_record(last)
-            tail = parse_tail(body, since)
-            anchor = next((e for e in last.entries if e.record_id == since), None)
-            if tail is not None and anchor is not None and tail.entries[0].get("time_created_ns") == \
-                    anchor.time_created_ns and (tail.first_record is None
-                                                or tail.first_record >= last.entries[0].record_id):
-                # the same process, further along: keep its older entries, decode the rest
-                first = tail.first_record if tail.first_record is not None else since
-                carry = tuple(e for e in last.entries if first <= e.record_id < since)
-                raw = dict(tail.meta)
-                raw["entries"] = tail.entries
-                return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                                 keep_frames=False, carry=carry, max_entries=self.cfg.max_entries)
         return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
                             previous={e.record_id: e for e in last.entries} if last is not None else None,
                             max_entries=self.cfg.max_entries)
+
+    def _decode_tail(self, t: RankTarget, body: bytes, now_ns: int, last: RankDump) -> RankDump | None:
+        """The same process, further along: keep the older entries of `last`, decode the rest; None
+        where that cannot be done (the caller parses it all)."""
+        entries = last.entries
+        rids = list(map(_record_id, entries))
+        ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
+        at = first_unsettled(entries)
+        resume = at if at is not None else len(entries) - 1
+        since = rids[resume]
+        # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
+        tail = parse_tail(body, since, self.in_process_max_bytes)
+        if tail is None:
+            return None
+        anchor = entries[resume] if ordered else next((e for e in entries if e.record_id == since), None)
+        if anchor is None or tail.entries[0].get("time_created_ns") != anchor.time_created_ns \
+                or (tail.first_record is not None and tail.first_record < rids[0]):
+            return None
+        first = tail.first_record if tail.first_record is not None else since
+        if ordered:  # the entries in [first, since): a slice
+            carry = entries[bisect_left(rids, first):resume]
+        else:
+            carry = tuple(e for e in entries if first <= e.record_id < since)
+        raw = dict(tail.meta)
+        raw["entries"] = tail.entries
+        return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
+                         keep_frames=False, carry=carry, max_entries=self.cfg.max_entries)
 
     def down_ranks(self) -> set[int]:
         """Ranks that answered before and now refuse: their process is gone (killed or crashed). A rank
@@ -276,12 +299,6 @@ class BodyJob:
 def _label(name: str) -> str:
     """A file name as text a label can hold: undecodable bytes (surrogate escapes) shown as \\xNN."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _resume_record(last: RankDump) -> int:
-    """Where to parse the next snapshot from: the oldest entry still unfinished in the last one (it
-    may have finished since), else the newest (parsed again to check it is the same process)."""
-    return next((e.record_id for e in last.entries if not e.finished), last.entries[-1].record_id)
 
 
 def _agent_world_size(socket_path: str, b: _Backoff) -> int | None:
