@@ -59,10 +59,13 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
     open_bracket = i
     first = record_id.search(h, open_bracket)
     first_record = int(first.group(1)) if first else None
-    at = re.compile(since_pattern % since).search(h, open_bracket)
-    if at is None:
+    at = _find_record(h, since, open_bracket)
+    if at == -2:  # too many look-alikes to check one by one
+        found = re.compile(since_pattern % since).search(h, open_bracket)
+        at = found.start() if found else -1
+    if at < 0:
         return None  # it left the buffer, or the rank restarted: parse it all
-    start = h.rfind(brace, open_bracket, at.start())
+    start = h.rfind(brace, open_bracket, at)
     if start < 0:
         return None
     if max_bytes is not None and len(h) - start + open_bracket > max_bytes:
@@ -81,6 +84,41 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
     if not isinstance(meta, dict):
         return None
     return Tail(meta, first_record, rows)
+
+
+def _find_record(h: bytes | str, since: int, lo: int, tries: int = 64) -> int:
+    """Where the first match of `"record_id"\\s*:\\s*<since>(?!\\d)` at or after `lo` starts, -1 if
+    none, -2 after `tries` occurrences of the digits that are not it (the caller then runs that
+    regex, compiled for this `since`: the compilation costs more than this search)."""
+    if type(h) is bytes:
+        digits, key, colon = b"%d" % since, b'"record_id"', 58
+        is_space, is_digit = _ASCII_SPACE.__contains__, _ASCII_DIGITS.__contains__
+    else:
+        digits, key, colon = str(since), '"record_id"', ":"
+        is_space, is_digit = str.isspace, str.isdecimal
+    n, pos = len(digits), lo
+    for _ in range(tries):
+        pos = h.find(digits, pos)
+        if pos < 0:
+            return -1
+        end, pos = pos + n, pos + 1
+        if end < len(h) and is_digit(h[end]):
+            continue
+        j = pos - 1
+        while j > lo and is_space(h[j - 1]):
+            j -= 1
+        if j <= lo or h[j - 1] != colon:
+            continue
+        j -= 1
+        while j > lo and is_space(h[j - 1]):
+            j -= 1
+        if j - len(key) >= lo and h[j - len(key):j] == key:
+            return j - len(key)
+    return -2
+
+
+_ASCII_SPACE = frozenset(b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ")
+_ASCII_DIGITS = frozenset(b"0123456789")
 
 
 def _decode_entries(text: str, start: int, since: int | None) -> tuple[int, list[dict]] | None:

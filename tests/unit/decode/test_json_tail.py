@@ -85,3 +85,24 @@ def test_incremental_state_equals_full_parse(data):
     assert [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_inc] == \
            [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_full]
     assert inc.view().collectives == full.view().collectives
+
+
+_PIECES = ['"record_id"', ":", " ", "\t", "\x1c", "\xa0", "5", "15", "55", "0", ",", "{", '"x"', "\u0665", "5\u0665"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=14), st.sampled_from([0, 5, 15, 55]), st.integers(0, 3),
+       st.integers(1, 4))
+def test_record_search_finds_what_the_regex_finds(pieces, since, lo, tries):
+    """The literal search for the resume record is the regex it replaces, as text and as ASCII bytes,
+    or says it gave up (-2) and the caller runs the regex."""
+    import re
+
+    from frexport.decode.json_tail import _PATTERNS, _find_record
+
+    text = "".join(pieces)
+    for h in (text, text.encode()) if text.isascii() else (text,):
+        want = re.compile(_PATTERNS[type(h)][2] % since).search(h, lo)
+        got = _find_record(h, since, lo, tries)
+        assert got == (want.start() if want else -1) or got == -2
+        assert _find_record(h, since, lo, 10**6) == (want.start() if want else -1)
