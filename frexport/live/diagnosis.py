@@ -60,16 +60,27 @@ class LiveAnalysis:
         self.latest: LiveResult | None = None
         self._reported: set[tuple] = set()
         self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
+        # rank -> (snapshot, its trace) of the last pass; the snapshot object is the key (a new poll is
+        # a new object), so a rank not polled since costs nothing in the next pass
+        self._traces: dict[int, tuple[RankDump, RankTrace]] = {}
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset()) -> LiveResult:
         """`down`: watched ranks whose worker server refuses connections (local, maybe without a snapshot)."""
         stall_after = self.stall_after(dumps)
         traces = []
+        cache, self._traces = self._traces, {}
         for d in dumps.values():
             if d.rank is None:
                 continue
+            hit = cache.get(d.rank)
+            if hit is not None and hit[0] is d:  # the same snapshot as in the last pass: the same trace
+                self._traces[d.rank] = hit
+                traces.append(hit[1])
+                continue
             try:  # one rank's data must never disable the analysis of all
-                traces.append(build_rank_trace(d, tail=self.cfg.window))
+                trace = build_rank_trace(d, tail=self.cfg.window)
+                self._traces[d.rank] = (d, trace)
+                traces.append(trace)
             except Exception as exc:  # noqa: BLE001
                 if d.rank not in self.failed_ranks:
                     logs.get().error("rank %s left out of the analysis: %s: %s", d.rank, type(exc).__name__, exc,

@@ -12,8 +12,10 @@ diagnosis is not kept here: the live analysis holds its own latest result.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import Outcome, outcome_of, tracks_completion
@@ -172,7 +174,7 @@ class LiveState:
         pending, max_record = rs.pending, rs.max_record
         world_size = dump.world_size
         tracks = tracks_completion(dump.entries)
-        for e in dump.entries:
+        for e in _unseen(dump.entries, max_record, pending):
             rid = e.record_id
             if rid <= max_record and rid not in pending:
                 continue
@@ -238,6 +240,25 @@ class LiveState:
             if g is not None:
                 count, oldest = g.pending.get(e.op, (0, e.time_created_ns))
                 g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
+
+
+def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]):
+    """The entries `_advance` must look at, in order: those past `max_record` and the pending ones.
+    A dump's entries are in record order (ids only grow): the older ones are skipped by bisection
+    instead of one by one; where they are not in order, all are looked at."""
+    if max_record < 0 or not entries:
+        return entries
+    rids = list(map(_record_id, entries))
+    if not all(map(int.__lt__, rids, rids[1:])):
+        return entries
+    cut = bisect_right(rids, max_record)
+    if not pending:
+        return entries[cut:]
+    older = sorted(i for p in pending if (i := bisect_left(rids, p)) < cut and rids[i] == p)
+    return [entries[i] for i in older] + list(entries[cut:])
+
+
+_record_id = attrgetter("record_id")
 
 
 def _duration_s(e: Entry) -> float | None:

@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 from frexport.model.call_site import Frame
 from frexport.model.dump import RankDump
+from frexport.model.outcome import COMPLETED as STATE_COMPLETED
 from frexport.model.outcome import STARTED as STATE_STARTED
-from frexport.model.outcome import Outcome, classify, edges, tracks_completion
+from frexport.model.outcome import Outcome, classify, edges, first_unsettled, tracks_completion
 from frexport.model.signature import OpSignature, Signature
 
 _new_tuple = tuple.__new__
@@ -122,7 +123,10 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
     entries = dump.entries
     if tail is not None and len(entries) > tail:
         cut = len(entries) - tail
-        entries = tuple(e for e in entries[:cut] if not e.finished) + entries[cut:]
+        first = first_unsettled(entries[:cut])  # the older unfinished entries stay (Entry.finished, inlined)
+        older = () if first is None else \
+            tuple(e for e in entries[first:cut] if e.state != STATE_COMPLETED and not e.retired)
+        entries = older + entries[cut:]
     tracks = tracks_completion(entries)
     created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
     trace = RankTrace(

@@ -79,3 +79,27 @@ def test_outcome_follows_the_one_rule_per_backend():
         events = state.ingest(_snap(entries), "s", T0)
         assert {e.outcome for e in events} == {expected}, backend
         assert state.view().collectives == {("default_pg", "all_reduce", expected): 3}, backend
+
+
+def test_unseen_entries_are_those_the_full_loop_would_look_at():
+    """`_unseen` (bisection over a dump in record order) picks exactly the entries past the last
+    record seen or still pending, in their order; out of order it looks at all."""
+    import random
+    from types import SimpleNamespace
+
+    from frexport.live.state import _unseen
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        rids = sorted(rng.sample(range(60), rng.randint(0, 20)))
+        if rng.random() < 0.1:
+            rng.shuffle(rids)
+        entries = tuple(SimpleNamespace(record_id=r) for r in rids)
+        max_record = rng.randint(-1, 60)
+        pending = set(rng.sample(range(60), rng.randint(0, 6)))
+        want = [e for e in entries if not (e.record_id <= max_record and e.record_id not in pending)]
+        got = [e for e in _unseen(entries, max_record, pending)
+               if not (e.record_id <= max_record and e.record_id not in pending)]
+        assert got == want
+        if rids == sorted(rids) and max_record >= 0:
+            assert len(list(_unseen(entries, max_record, pending))) == len(want)

@@ -79,3 +79,23 @@ def test_analysis_flags_follow_the_rule_on_both_decode_paths(backend, states):
     flags = list(general.groups["0"].flags)
     assert [bool(f & FINISHED) for f in flags] == [o.done for o in expected]
     assert [bool(f & TIMED_OUT) for f in flags] == [o is Outcome.TIMED_OUT for o in expected]
+
+
+def test_a_live_window_keeps_the_older_unfinished_entries_only():
+    """build_rank_trace(tail=N): the newest N entries plus every older one not finished."""
+    import random
+
+    from frexport.model.outcome import first_unsettled
+
+    rng = random.Random(3)
+    for _ in range(200):
+        states = [(rng.choice(["completed", "started", "scheduled"]), rng.choice([True, False, None]))
+                  for _ in range(rng.randint(0, 30))]
+        raw = dump([entry(i, i + 1, state=s, retired=r) for i, (s, r) in enumerate(states)], world=1)
+        d = normalize(raw, "x", "pickle", rank=0)
+        first = first_unsettled(d.entries)
+        assert first == next((i for i, e in enumerate(d.entries) if not e.finished), None)
+        tail = rng.randint(1, 10)
+        want = [e for e in d.entries[:-tail] if not e.finished] + list(d.entries[-tail:]) \
+            if len(d.entries) > tail else list(d.entries)
+        assert build_rank_trace(d, tail=tail).n_entries == len(want)
