@@ -7,8 +7,9 @@ POSTs the JSON handler the server lists: `dump_nccl_trace_json` on CUDA builds
 is down: counted, backed off, never a crash. Polls run with bounded concurrency.
 Only socket files are targets (symlinks in the directory are not followed), at most
 `max_ranks` of them; a name that is not UTF-8 is labeled with its bytes escaped.
-Bodies over `in_process_max_bytes` are decoded in the sandboxed decoder pool, under
-its memory limit; smaller ones in-process (incrementally, see `_decode`).
+A poll decodes in-process only what is new since the last snapshot (see `_decode`) when that
+part is at most `in_process_max_bytes`; otherwise a body over that size is decoded whole in the
+sandboxed decoder pool, under its memory limit, and a smaller one in-process.
 The source remembers each rank's last snapshot (its own memory, not the sidecar's
 state) so the next poll decodes only the entries that are new or still unfinished.
 """
