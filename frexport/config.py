@@ -316,6 +316,9 @@ def validate(cfg: Config) -> list[str]:
         problems.append("sources.worker_servers.concurrency: must be at least 1")
     if cfg.evidence.deadline <= 0:
         problems.append("evidence.deadline: must be positive")
+    if cfg.analysis.stall_after is not None and cfg.analysis.stall_after <= 0:
+        problems.append("analysis.stall_after: must be positive (every wait would be a stall); "
+                        "null derives it from the step time")
     if cfg.analysis.interval <= 0:
         problems.append("analysis.interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:
@@ -328,3 +331,9 @@ def validate(cfg: Config) -> list[str]:
     if not sep or not port.isdecimal() or not 0 <= int(port) < 65536:
         problems.append(f"web.listen: expected host:port, got {cfg.web.listen!r}")
     return problems
+
+
+def effective_yaml(cfg: Config) -> str:
+    """The configuration as it will run, in the file's own shape (durations in seconds, sizes in bytes)."""
+    return "# effective configuration (durations in seconds, sizes in bytes)\n" + \
+        yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False, default_flow_style=False)

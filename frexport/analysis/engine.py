@@ -149,7 +149,9 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
         findings = findings[: options.max_findings]
     return Diagnosis(ranks=sorted(by_rank), findings=findings, input_errors=list(input_errors or []),
-                     notes=notes, matched=matched, groups=len(membership.groups), waits=waits)
+                     notes=notes, matched=matched, waits=waits,
+                     # groups someone recorded ops in: gloo's pg_config adds an unnamed placeholder entry
+                     groups=sum(1 for cols in all_cols.values() if cols))
 
 
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):

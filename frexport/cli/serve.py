@@ -8,7 +8,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from frexport import logs
-from frexport.config import Config, ConfigError, load_config, validate
+from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
 from frexport.export.prometheus import sidecar_registry
@@ -42,6 +42,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir,
             "log.format": args.log_format,
+            "log.level": args.log_level,
             "job_id": args.job_id,
             "decode.allow_no_memory_limit": getattr(args, "allow_no_memory_limit", None),
         }
@@ -63,7 +64,8 @@ def run_serve(args: argparse.Namespace) -> int:
             print(f"frexport serve: config error: {p}", file=sys.stderr)
         return 2
     if args.check_config:
-        print("frexport serve: configuration is valid")
+        sys.stdout.write(effective_yaml(cfg))
+        print("frexport serve: configuration is valid", file=sys.stderr)
         return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
     sidecar, registry = build_sidecar(cfg)
