@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +34,19 @@ def parse_urls(items: list[str]) -> dict[int, str]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    # The daemon's every stderr line is a log line in the asked-for format, config errors included; the
+    # format is known before the config loads only from the flag or the environment (a person reads
+    # --check-config's answer: plain text).
+    early = args.log_format or os.environ.get("FREXPORT_LOG__FORMAT", "text")
+    log = logs.get() if args.check_config else logs.setup(early if early in ("text", "json") else "text")
+
+    def fail(message: str) -> int:
+        if args.check_config:
+            print(f"frexport serve: {message}", file=sys.stderr)
+        else:
+            log.error("frexport serve: %s", message)
+        return 2
+
     try:
         overrides = {
             "web.listen": args.listen,
@@ -57,12 +71,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
             load_web_config(cfg.web.config_file)
     except ConfigError as exc:
-        print(f"frexport serve: config error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"config error: {exc}")
     if problems:
-        for p in problems:
-            print(f"frexport serve: config error: {p}", file=sys.stderr)
-        return 2
+        for p in problems[:-1]:
+            fail(f"config error: {p}")
+        return fail(f"config error: {problems[-1]}")
     if args.check_config:
         sys.stdout.write(effective_yaml(cfg))
         print("frexport serve: configuration is valid", file=sys.stderr)
@@ -82,11 +95,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         web = start_web(cfg, registry, sidecar.ready_event.is_set)
     except ConfigError as exc:
-        print(f"frexport serve: config error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"config error: {exc}")
     except OSError as exc:
-        print(f"frexport serve: cannot listen on {cfg.web.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"cannot listen on {cfg.web.listen}: {exc.strerror or exc}")
     log.info("serving /metrics, /healthz, /readyz on %s (port %d)", cfg.web.listen, web.port)
     try:
         sidecar.run()

@@ -46,8 +46,10 @@ def test_example_shows_the_code_defaults():
 
 
 def test_check_config_prints_the_effective_configuration(tmp_path, capsys):
-    assert main(["serve", "--check-config", "--sockets-dir", "/x", "--stall-after", "2m"]) == 0
+    assert main(["serve", "--check-config", "--sockets-dir", "/x", "--stall-after", "2m", "--log-level", "debug",
+                 "--log-format", "json"]) == 0
     printed = capsys.readouterr().out
+    assert yaml.safe_load(printed)["log"] == {"format": "json", "level": "debug"}
     f = tmp_path / "effective.yaml"
     f.write_text(printed)
     cfg = load_config(str(f), env={})
