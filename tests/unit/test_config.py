@@ -55,7 +55,8 @@ def test_check_config_prints_the_effective_configuration(tmp_path, capsys):
     cfg = load_config(str(f), env={})
     assert cfg.sources.worker_servers.sockets_dir == "/x" and cfg.analysis.stall_after == 120.0
     assert cfg == load_config(None, env={}, overrides={"sources.worker_servers.sockets_dir": "/x",
-                                                        "analysis.stall_after": "2m"})
+                                                        "analysis.stall_after": "2m", "log.level": "debug",
+                                                        "log.format": "json"})
 
 
 @pytest.mark.parametrize("value", ["0", "0s", "-5s"])
