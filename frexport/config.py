@@ -46,6 +46,7 @@ class WorkerServers:
     backoff_max: float = 60.0
     max_body_bytes: int = 64 * 1024 * 1024  # 2000 entries are about 1 MB of JSON
     max_entries: int = 20000  # per rank snapshot; older entries are dropped (noted), memory stays bounded
+    startup_grace: float = 60.0  # a sockets dir without a socket this long (the trainer starting) is down
 
 
 @dataclass
@@ -124,7 +125,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
                "GB": 10**9}
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
-                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline"}
+                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 

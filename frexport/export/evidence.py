@@ -228,7 +228,9 @@ class EvidenceSink:
         self._thread.start()
 
     def consume(self, p: Pass) -> None:
-        if (p.result is None or not p.result.new_root_causes) and not p.gone_down:
+        # ranks going down is an incident when we hold what they were doing (not for sockets a job left
+        # behind before frexport started)
+        if (p.result is None or not p.result.new_root_causes) and not (p.gone_down & set(p.dumps)):
             return
         with self._lock:
             self._next = p

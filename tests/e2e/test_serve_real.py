@@ -99,3 +99,37 @@ def test_killed_job_leaves_its_last_snapshots(tmp_path):
         assert sorted(t.rank for t in loaded.traces) == [0, 1, 2, 3] and loaded.errors == []
         assert all(t.n_entries > 5 for t in loaded.traces)
         assert sc.value("frexport_source_up", source="socket:rank-0") == 0.0
+
+
+def _stall_series(sc):
+    return [s for s in sc.samples() if s.name == "frexport_rank_stall_seconds"]
+
+
+@pytest.mark.torchjob
+def test_a_job_killed_while_stalled_is_down_not_stalled_also_at_the_next_start(tmp_path):
+    shared = tmp_path / "shared"
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, env=env) as job, _serve(tmp_path, shared) as sc:
+        job.wait_for(lambda: sc.statuses().get(2) == "stalled", timeout=60, what="rank 2 stalled")
+        assert _stall_series(sc)
+        job.kill()  # SIGKILL mid-hang: sockets stay behind, nobody answers
+        killed = time.monotonic()
+        wait_until(lambda: set(sc.statuses().values()) == {"down"}, timeout=15, what="every rank down")
+        assert time.monotonic() - killed < 2 * POLL_S + 3.0  # at once: the next poll and analysis pass
+        assert sc.statuses() == {r: "down" for r in range(4)}
+        assert _stall_series(sc) == []  # FrexportRankStalled stops paging; FrexportSourceDown speaks
+        assert not [s for s in sc.samples() if s.name == "frexport_oldest_pending_collective_age_seconds"]
+        assert sc.value("frexport_source_up", source="socket:rank-2") == 0.0
+        # the last diagnosis stays in the bundle written when the stall was seen
+        job.wait_for(lambda: _bundles(tmp_path, "missing_rank"), timeout=20, what="the stall's bundle")
+        assert "rank 2 never issued" in (_bundles(tmp_path, "missing_rank")[0] / "report.txt").read_text()
+    # a sidecar started after the job died: its sockets are recognised as dead, not up, not stalled
+    with Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence2"),
+                 "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                 env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as later:
+        wait_until(lambda: later.statuses() == {r: "down" for r in range(4)}, timeout=15, what="ranks down")
+        assert all(later.value("frexport_source_up", source=f"socket:rank-{r}") == 0.0 for r in range(4))
+        assert later.value("frexport_source_up", source=f"sockets:{shared}") == 1.0
+        assert _stall_series(later) == []
+        time.sleep(2.0)
+        assert not (tmp_path / "evidence2").exists() or not list((tmp_path / "evidence2").iterdir())
