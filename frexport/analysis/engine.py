@@ -96,9 +96,8 @@ class _Context:
                 i = max(range(len(g.seq)), key=lambda k: g.created_ns[k])
                 if best is None or g.created_ns[i] > best[0]:
                     best = (g.created_ns[i], t.call_site(g.site[i]), g)
-        if best is None:
-            return None
-        return site_text(best[1]) or f"{best[2].pg_desc or best[2].pg_name}"
+        # None without a call site (JSON dumps carry no stacks): a group's name is not a place
+        return site_text(best[1]) if best is not None else None
 
     def sites_of(self, rank: int) -> set[Frame]:
         t = self.traces.get(rank)

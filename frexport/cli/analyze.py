@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
 
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.export.report import render_json, render_text
+from frexport.decode.stacks import callee, read_stacks
+from frexport.export.report import render_text
 from frexport.model.call_site import site_text
 
 
@@ -48,16 +51,15 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
-    diagnosis = analyze(loaded.traces, loaded.errors, options=Options(
-        stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000))
-    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
+    diagnosis, where = diagnose(loaded, paths, Options(stall_after_s=args.stall_after,
+                                                       straggler_lateness_s=args.straggler_ms / 1000))
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:
         from frexport.export.timeline import write_timeline
 
         write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
     if args.format == "json":
-        print(render_json(diagnosis))
+        print(json.dumps(_json(diagnosis, where), indent=2))
     else:
         sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
     if not diagnosis.ranks:
@@ -65,6 +67,37 @@ def run_analyze(args: argparse.Namespace) -> int:
             print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
         return 2
     return 0 if diagnosis.verdict == "healthy" else 1
+
+
+def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
+    """The analysis of what was loaded, with where each rank is now when the directories hold its
+    stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
+    diagnosis = analyze(loaded.traces, loaded.errors, options=options)
+    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
+    stacks = {}
+    for p in paths:
+        if os.path.isdir(p):
+            stacks.update(read_stacks(p))
+    where = places(stacks, callee)
+    diagnosis.findings = with_whereabouts(diagnosis.findings, where)
+    return diagnosis, where
+
+
+def _json(d: Diagnosis, where: dict[int, str]) -> dict:
+    doc = d.to_json()
+    if where:
+        doc["ranks_now"] = {str(r): p for r, p in sorted(where.items())}  # from the saved stacks
+    return doc
+
+
+def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = None) -> tuple[str, dict]:
+    """The report of an evidence bundle: `frexport analyze` on the bundle itself (its pickles carry
+    stack frames, its stacks say where the ranks are now), run by the evidence sink in its thread
+    while the bundle is written: its files' times are when the ranks answered (a clock), and the
+    threshold is the live one that saw the stall."""
+    loaded = load([directory], workers=1, limits=limits)
+    diagnosis, where = diagnose(loaded, [directory], Options(stall_after_s=stall_after_s, clock=True))
+    return render_text(diagnosis, loaded.discovery.skipped), _json(diagnosis, where)
 
 
 def _has_files(prefix: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -123,8 +124,12 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
-        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy,
-                                  deadline_s=ev.deadline))
+        from frexport.cli.analyze import bundle_report
+
+        limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
+        reporter = functools.partial(bundle_report, limits=limits)
+        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
+                                  ev.pyspy, deadline_s=ev.deadline))
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
 

@@ -1,11 +1,15 @@
 """`frexport serve` polling a real 4-rank torch 2.13 gloo job that runs with frexport.agent."""
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
 
 from frexport.analysis.engine import analyze
 from frexport.decode.load import load
+from tests.support.paths import JOBS
 from tests.support.sidecar import Sidecar
 from tests.support.torchjob import TorchJob, wait_until
 
@@ -66,6 +70,22 @@ def test_stuck_rank_is_named_with_its_stack_in_the_evidence(tmp_path):
         loaded = load([str(bundle)], workers=1)
         f = analyze(loaded.traces).findings[0]
         assert f.kind == "missing_rank" and f.culprit_ranks == (2,) and f.call_site.endswith("train_step")
+        # Its report is that analysis, not the live one from JSON polls: call sites, and where each rank is now.
+        train = JOBS / "train.py"
+        sleep_line = next(i for i, line in enumerate(train.read_text().splitlines(), 1) if "time.sleep(0.5)" in line)
+        report = (bundle / "report.txt").read_text()
+        assert f"call site: {train}:" in report and "last recorded an op at default_pg" not in report
+        assert f"now: rank 2 is in {train}:{sleep_line} load_batch (time.sleep), outside any collective" in report
+        assert "now: ranks 0, 1, 3 are in " in report and "train_step, inside torch.distributed all_reduce" in report
+        doc = json.loads((bundle / "report.json").read_text())
+        assert doc["findings"][0]["call_site"].startswith(f"{train}:")
+        assert doc["ranks_now"]["2"].startswith(f"{train}:{sleep_line} load_batch")
+        # no files of errors: only handlers the worker server lists are asked for
+        assert not [p for p in (bundle / "stacks").iterdir() if "unavailable" in p.read_text()[:200]]
+        # frexport analyze on the bundle says the same
+        out = subprocess.run([sys.executable, "-m", "frexport", "analyze", str(bundle)], capture_output=True,
+                             text=True, timeout=120)
+        assert f"now: rank 2 is in {train}:{sleep_line} load_batch (time.sleep)" in out.stdout
 
 
 @pytest.mark.torchjob
