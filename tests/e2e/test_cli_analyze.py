@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -215,3 +216,43 @@ def test_snapshot_refuses_a_directory_that_holds_files(tmp_path):
         assert _run("snapshot", tmp_path / "new", "--sockets-dir", sockets).returncode == 0
     finally:
         rank.close()
+
+
+def _copy_stuck(tmp_path, name, mtime_ns=None):
+    d = tmp_path / name
+    d.mkdir()
+    for r in range(4):
+        f = d / f"trace_{r}"
+        f.write_bytes((REAL_FIXTURES / "stuck_before_collective" / f"trace_{r}").read_bytes())
+        if mtime_ns is not None:
+            os.utime(f, ns=(mtime_ns, mtime_ns))
+    return d
+
+
+def test_a_rank_missing_where_its_peers_wait_is_never_healthy_whatever_the_file_times(tmp_path):
+    old = 1_577_836_800 * 10**9  # touch -d 2020-01-01: before every recorded entry
+    for d in (_copy_stuck(tmp_path, "touched", old), _copy_stuck(tmp_path, "cloned")):  # and mtime = now
+        out = _run("analyze", d, "--format", "json")
+        doc = json.loads(out.stdout)
+        assert out.returncode == 1 and doc["verdict"] != "healthy", (d, out.stdout)
+        assert [(f["kind"], f["culprit_ranks"]) for f in doc["findings"]] == [("missing_rank", [2])]
+        text = _run("analyze", d).stdout
+        # the hang lasted seconds: no duration from a file time days after (or years before) it
+        assert not re.search(r"\d{3,}\.\d s", text), text
+
+
+def test_durations_say_what_they_were_measured_against(tmp_path):
+    job = healthy_job()
+    for r in (0, 1, 3):  # the watchdog timed them out waiting for rank 2: proven without a clock
+        job[r].append(entry(10, 11, state="scheduled", retired=True, line=10))
+    d = write(tmp_path / "dumps", {r: dump(es, world=4) for r, es in job.items()})
+    last_entry = T0 + 10 * STEP_NS
+    for f in d.iterdir():  # copied files: older than what they hold
+        os.utime(f, ns=(T0 - 10**12, T0 - 10**12))
+    text = _run("analyze", d).stdout
+    assert "newest recorded entry" in text, text
+    assert not re.search(r"\d{3,}\.\d s", text), text
+    for f in d.iterdir():
+        os.utime(f, ns=(last_entry + 20 * 10**9, last_entry + 20 * 10**9))
+    text = _run("analyze", d).stdout
+    assert "20.0 s (from issue to rank 0's dump time)" in text, text
