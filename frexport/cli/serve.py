@@ -86,10 +86,8 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         sidecar.decoder.start()  # says now, not at the first hostile file, whether memory is bounded
     except SandboxUnavailable as exc:
-        print(f"frexport serve: cannot bound the decoders' memory: {exc}; refusing to decode untrusted input "
-              "without it (set decode.allow_no_memory_limit or pass --allow-no-memory-limit to go on)",
-              file=sys.stderr)
-        return 2
+        return fail(f"cannot bound the decoders' memory: {exc}; refusing to decode untrusted input without it "
+                    "(set decode.allow_no_memory_limit or pass --allow-no-memory-limit to go on)")
     if sidecar.decoder.limit_problem:
         log.warning("decoding WITHOUT a memory limit (allowed by decode.allow_no_memory_limit): %s",
                     sidecar.decoder.limit_problem)

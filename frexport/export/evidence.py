@@ -40,7 +40,7 @@ from frexport.model.dump import RankDump
 # bundle (cli wires it in). The bundle's files were written moments after the ranks answered, so
 # their times are a clock, and the threshold is the one that saw the stall.
 Reporter = Callable[[str, float], tuple[str, dict]]
-_REPORT_RESERVE = 1 << 20  # room kept for the bundle's own report, written after the data
+_REPORT_RESERVE = 16 << 10  # room kept at least for the bundle's own report
 
 
 @dataclass
@@ -100,7 +100,9 @@ class EvidenceWriter:
     def _fill(self, tmp: str, bundle: Bundle, stamp: str) -> dict:
         """Write the bundle's files; each rank's raw data only while the bundle stays within max_bytes."""
         live_size = len(bundle.report_text) + len(json.dumps(bundle.report_json))
-        budget = self.max_bytes - max(2 * live_size, _REPORT_RESERVE) - 64 * 1024  # room for reports, manifest
+        # the bundle's own report is written after the data; the live one is its size's measure
+        reserve = max(2 * live_size, _REPORT_RESERVE)
+        budget = self.max_bytes - reserve - 64 * 1024  # and the manifest
         files, omitted, used = [], [], 0
         for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
             for kind, text in sorted(kinds.items()):
@@ -118,8 +120,12 @@ class EvidenceWriter:
             used += _write(os.path.join(tmp, f"trace_{rank}"), data)
             files.append(f"trace_{rank}")
         text, report = self._report(tmp, bundle)
-        _write(os.path.join(tmp, "report.txt"), text.encode(errors="replace"))
-        _write(os.path.join(tmp, "report.json"), json.dumps(report, indent=2).encode())
+        text_b, json_b = text.encode(errors="replace"), json.dumps(report, indent=2).encode()
+        if len(text_b) + len(json_b) > reserve:  # max_bytes holds: the live report fits by construction
+            text_b = bundle.report_text.encode(errors="replace")
+            json_b = json.dumps(bundle.report_json, indent=2).encode()
+        _write(os.path.join(tmp, "report.txt"), text_b)
+        _write(os.path.join(tmp, "report.json"), json_b)
         manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
                     "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"]}

@@ -167,7 +167,7 @@ class DumpDirSource:
             # fine, so the source stays up: down means frexport cannot see what lands here.
             self._decoded[path] = key  # do not retry an unchanged bad file
             self.health.count_decode_error(exc.reason)
-            self.health.record(self.name, True, time.monotonic() - start, now_ns)
+            self.health.count_skipped(self.name, exc.reason, exc.detail)
             logs.get().info("skipped %s: %s", path, exc.detail, extra={"path": path, "error": exc.reason})
             return None
         self._decoded[path] = key

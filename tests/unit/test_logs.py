@@ -25,6 +25,7 @@ class _Err:
 def stderr(capsys):
     """What logs.setup's handler writes to stderr; logging is put back as pytest had it afterwards."""
     buf = _Err(capsys)
+    logging.captureWarnings(False)  # another test may have left warnings captured by its own handler
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, sys.excepthook, threading.excepthook)
     try:
