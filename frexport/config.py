@@ -46,6 +46,7 @@ class WorkerServers:
     backoff_max: float = 60.0
     max_body_bytes: int = 64 * 1024 * 1024  # 2000 entries are about 1 MB of JSON
     max_entries: int = 20000  # per rank snapshot; older entries are dropped (noted), memory stays bounded
+    startup_grace: float = 60.0  # a sockets dir without a socket this long (the trainer starting) is down
 
 
 @dataclass
@@ -124,7 +125,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
                "GB": 10**9}
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
-                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline"}
+                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -316,6 +317,9 @@ def validate(cfg: Config) -> list[str]:
         problems.append("sources.worker_servers.concurrency: must be at least 1")
     if cfg.evidence.deadline <= 0:
         problems.append("evidence.deadline: must be positive")
+    if cfg.analysis.stall_after is not None and cfg.analysis.stall_after <= 0:
+        problems.append("analysis.stall_after: must be positive (every wait would be a stall); "
+                        "null derives it from the step time")
     if cfg.analysis.interval <= 0:
         problems.append("analysis.interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:
@@ -328,3 +332,9 @@ def validate(cfg: Config) -> list[str]:
     if not sep or not port.isdecimal() or not 0 <= int(port) < 65536:
         problems.append(f"web.listen: expected host:port, got {cfg.web.listen!r}")
     return problems
+
+
+def effective_yaml(cfg: Config) -> str:
+    """The configuration as it will run, in the file's own shape (durations in seconds, sizes in bytes)."""
+    return "# effective configuration (durations in seconds, sizes in bytes)\n" + \
+        yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False, default_flow_style=False)

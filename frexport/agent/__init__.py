@@ -238,8 +238,16 @@ def _write_metadata(directory: str, rank: int, torch_version: str, mode: str, so
         "socket": socket_path, "started_ns": time.time_ns(),
         "torch_version": torch_version, "job_id": os.environ.get("TORCHELASTIC_RUN_ID"),
         "restart_count": _int_env("TORCHELASTIC_RESTART_COUNT"), "mode": mode,
+        "pid_ns": _pid_ns(),  # lets a sidecar tell whether "pid" means the same process where it runs
     }
     _atomic_write(os.path.join(directory, f"rank-{rank}.json"), json.dumps(meta).encode())
+
+
+def _pid_ns() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def _int_env(name: str) -> int | None:

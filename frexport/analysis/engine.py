@@ -96,9 +96,8 @@ class _Context:
                 i = max(range(len(g.seq)), key=lambda k: g.created_ns[k])
                 if best is None or g.created_ns[i] > best[0]:
                     best = (g.created_ns[i], t.call_site(g.site[i]), g)
-        if best is None:
-            return None
-        return site_text(best[1]) or f"{best[2].pg_desc or best[2].pg_name}"
+        # None without a call site (JSON dumps carry no stacks): a group's name is not a place
+        return site_text(best[1]) if best is not None else None
 
     def sites_of(self, rank: int) -> set[Frame]:
         t = self.traces.get(rank)
@@ -149,7 +148,9 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
         findings = findings[: options.max_findings]
     return Diagnosis(ranks=sorted(by_rank), findings=findings, input_errors=list(input_errors or []),
-                     notes=notes, matched=matched, groups=len(membership.groups), waits=waits)
+                     notes=notes, matched=matched, waits=waits,
+                     # groups someone recorded ops in: gloo's pg_config adds an unnamed placeholder entry
+                     groups=sum(1 for cols in all_cols.values() if cols))
 
 
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):
@@ -375,9 +376,15 @@ def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
     if blocked:
         message += (f"; it never finished: rank{'s' if len(blocked) > 1 else ''} {format_ranks(blocked)} "
                     f"{'have' if len(blocked) > 1 else 'has'} been blocked in it"
-                    + (f" for {w.age_ns / 1e9:.1f} s" if w.proven else ""))
+                    + (f" for {_waited(w)}" if w.proven else ""))
     return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, blocked, f.op,
                    f.call_site, message, f.details, True, f.time_ns, f.reason, f.certain)
+
+
+def _waited(w: Wait) -> str:
+    """A wait's duration and what it was measured against: from the op's issue to the waiting rank's
+    dump time (a poll, a file time), or to its newest recorded entry where the file time is older."""
+    return f"{w.age_ns / 1e9:.1f} s (from issue to rank {w.rank}'s {w.seen_by})"
 
 
 def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
@@ -420,8 +427,8 @@ def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) 
     if w.timed_out:
         what, reason = "timed out", "the recorder marks it retired without completing: the watchdog gave up"
     elif certain:
-        what = f"has not finished after {w.age_ns / 1e9:.1f} s"
-        reason = f"every member issued it and the ranks were seen waiting in it {w.age_ns / 1e9:.1f} s later"
+        what = f"has not finished after {_waited(w)}"
+        reason = f"every member issued it and the ranks were seen waiting in it {_waited(w)} later"
     else:
         what = "has not finished in these dumps"
         reason = ("every member issued it and none finished it; a hang if it stays so, a collective in flight "
@@ -476,7 +483,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             else "never issued"
         message = (f"{_ranks(ranks)} {verb} {where}; {len(blocked)} rank{'s' if len(blocked) != 1 else ''} "
                    f"({format_ranks(blocked)}) {'are' if len(blocked) != 1 else 'is'} blocked, the oldest for "
-                   f"{w.age_ns / 1e9:.1f} s")
+                   f"{_waited(w)}")
         reason = (f"{_ranks(ranks)} {'was' if len(ranks) == 1 else 'were'} seen long after {_ranks(joined)} "
                   f"issued it, without issuing it" if not w.timed_out
                   else f"{_ranks(joined)} timed out waiting for {_ranks(ranks)}")

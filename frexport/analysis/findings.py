@@ -74,14 +74,18 @@ class Diagnosis:
     matched: int = 0  # collectives that every visible member recorded identically
     groups: int = 0
     waits: list = field(default_factory=list)  # hang.Wait: where each rank waits (the live metrics show them)
+    # Findings a report filter (--selected-ranks, --pg-filters) leaves out: still part of the verdict,
+    # so a filter can narrow what is shown but never turn an unhealthy job healthy.
+    hidden: list[Finding] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
         if not self.ranks:
             return INCONCLUSIVE
-        if any(f.kind not in (MISSING_DUMP, REMOTE_WAIT) and f.certain for f in self.findings):
+        every = self.findings + self.hidden
+        if any(f.kind not in (MISSING_DUMP, REMOTE_WAIT) and f.certain for f in every):
             return UNHEALTHY
-        if self.findings:
+        if every:
             return INCONCLUSIVE
         return HEALTHY
 
@@ -91,4 +95,4 @@ class Diagnosis:
             "ranks": list(self.ranks),
             "findings": [f.to_json() for f in self.findings],
             "input_errors": [{"file": e.file, "error": e.error} for e in self.input_errors],
-        }
+        } | ({"outside_filter": len(self.hidden)} if self.hidden else {})

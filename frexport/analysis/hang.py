@@ -55,6 +55,7 @@ class Wait:
     site: Frame | None
     timed_out: bool
     age_ns: int  # how long the rank had been waiting when it was last seen
+    seen_by: str = "dump time"  # what age_ns was measured against (RankTrace.seen_by)
     missing: tuple[int, ...] = ()
     no_dump: tuple[int, ...] = ()
     not_yet: tuple[int, ...] = ()
@@ -95,14 +96,14 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
             if i is not None:
                 sig = t.signatures[g.sig[i]]
                 w = Wait(rank, group, g.seq[i], False, sig, g.created_ns[i], t.call_site(g.site[i]),
-                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]))
+                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]), t.seen_by)
                 w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
             for op in g.p2p:
                 if not op.flags & FINISHED:
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
-                             bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
+                             bool(op.flags & TIMED_OUT), _age(t, op.created_ns), t.seen_by)
                     w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
                     _classify_p2p(w, op, traces, stall_after_ns, clock, scope)
                     waits.append(w)
@@ -121,7 +122,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
 
 
 def _age(t: RankTrace, created_ns: int) -> int:
-    seen = t.seen_at_ns
+    seen = t.seen_at_ns  # not a file time older than the rank's own newest entry (model/rank_trace.py)
     return max(0, seen - created_ns) if seen and created_ns else 0
 
 

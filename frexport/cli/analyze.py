@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
 
-from frexport.analysis.engine import Options, analyze
-from frexport.analysis.findings import Diagnosis
+from frexport.analysis.engine import Options, analyze, format_ranks
+from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
-from frexport.decode.load import load
+from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.export.report import render_json, render_text
+from frexport.decode.stacks import callee, read_stacks
+from frexport.export.report import render_text
 from frexport.model.call_site import site_text
 
 
@@ -28,26 +31,35 @@ def run_analyze(args: argparse.Namespace) -> int:
                   f"({', '.join(default_locations())})", file=sys.stderr)
             return 2
         print(f"frexport analyze: reading {', '.join(paths)}", file=sys.stderr)
+    missing = [p for p in paths if not os.path.exists(p) and not _has_files(p)]
+    if missing:  # a typo must not read as "no dumps" or, with other paths, as a smaller job
+        for p in missing:
+            print(f"frexport analyze: {p}: no such file or directory (nor files starting with that prefix)",
+                  file=sys.stderr)
+        return 2
     limits = Limits(require_memory_limit=not getattr(args, "allow_no_memory_limit", False))
     try:
         loaded = load(paths, prefix=args.prefix, workers=args.workers, limits=limits,
                       max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
+        problem = _filter_problem(loaded, args.selected_ranks, args.pg_filters)
+        if problem:
+            print(f"frexport analyze: {problem}", file=sys.stderr)
+            return 2
         if args.raw:
             return _raw(loaded, args, limits)
     except SandboxUnavailable as exc:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
-    diagnosis = analyze(loaded.traces, loaded.errors, options=Options(
-        stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000))
-    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
+    diagnosis, where = diagnose(loaded, paths, Options(stall_after_s=args.stall_after,
+                                                       straggler_lateness_s=args.straggler_ms / 1000))
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:
         from frexport.export.timeline import write_timeline
 
         write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
     if args.format == "json":
-        print(render_json(diagnosis))
+        print(json.dumps(_json(diagnosis, where), indent=2))
     else:
         sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
     if not diagnosis.ranks:
@@ -55,6 +67,37 @@ def run_analyze(args: argparse.Namespace) -> int:
             print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
         return 2
     return 0 if diagnosis.verdict == "healthy" else 1
+
+
+def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
+    """The analysis of what was loaded, with where each rank is now when the directories hold its
+    stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
+    diagnosis = analyze(loaded.traces, loaded.errors, options=options)
+    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
+    stacks = {}
+    for p in paths:
+        if os.path.isdir(p):
+            stacks.update(read_stacks(p))
+    where = places(stacks, callee)
+    diagnosis.findings = with_whereabouts(diagnosis.findings, where)
+    return diagnosis, where
+
+
+def _json(d: Diagnosis, where: dict[int, str]) -> dict:
+    doc = d.to_json()
+    if where:
+        doc["ranks_now"] = {str(r): p for r, p in sorted(where.items())}  # from the saved stacks
+    return doc
+
+
+def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = None) -> tuple[str, dict]:
+    """The report of an evidence bundle: `frexport analyze` on the bundle itself (its pickles carry
+    stack frames, its stacks say where the ranks are now), run by the evidence sink in its thread
+    while the bundle is written: its files' times are when the ranks answered (a clock), and the
+    threshold is the live one that saw the stall."""
+    loaded = load([directory], workers=1, limits=limits)
+    diagnosis, where = diagnose(loaded, [directory], Options(stall_after_s=stall_after_s, clock=True))
+    return render_text(diagnosis, loaded.discovery.skipped), _json(diagnosis, where)
 
 
 def _has_files(prefix: str) -> bool:
@@ -65,14 +108,38 @@ def _has_files(prefix: str) -> bool:
         return False
 
 
+def _pg_names(pgs: str | None) -> set[str]:
+    return {p.strip() for p in (pgs or "").split(",") if p.strip()}
+
+
+def _filter_problem(loaded: Loaded, ranks: set[int] | None, pgs: str | None) -> str | None:
+    """A filter that matches nothing is a usage error naming what exists: an empty report under a
+    mistyped filter reads as a healthy job."""
+    known_ranks = set(loaded.discovery.by_rank) | {t.rank for t in loaded.traces}
+    if ranks and known_ranks and not ranks & known_ranks:
+        return (f"--selected-ranks {format_ranks(ranks)}: no such rank in the dumps "
+                f"(ranks: {format_ranks(known_ranks)})")
+    wanted = _pg_names(pgs)
+    groups = {(g.pg_name, g.pg_desc) for t in loaded.traces for g in t.groups.values()}
+    if wanted and groups and not any(name in wanted or desc in wanted for name, desc in groups):
+        shown = ", ".join(f"{n} ({d})" if d else n for n, d in sorted(groups))
+        return f"--pg-filters {pgs}: no such process group in the dumps (groups: {shown})"
+    return None
+
+
 def _filtered(d: Diagnosis, ranks: set[int] | None, pgs: str | None) -> Diagnosis:
-    findings = d.findings
-    if ranks:
-        findings = [f for f in findings if ranks & set(f.culprit_ranks + f.blocked_ranks)]
-    if pgs:
-        wanted = {p.strip() for p in pgs.split(",") if p.strip()}
-        findings = [f for f in findings if f.pg_name in wanted or f.pg_desc in wanted]
-    return replace(d, findings=findings) if findings is not d.findings else d
+    """Findings outside the filter are hidden from the list, not from the verdict."""
+    wanted = _pg_names(pgs)
+
+    def shown(f: Finding) -> bool:
+        if ranks and not ranks & set(f.culprit_ranks + f.blocked_ranks):
+            return False
+        return not wanted or f.pg_name in wanted or f.pg_desc in wanted
+
+    if not ranks and not wanted:
+        return d
+    return replace(d, findings=[f for f in d.findings if shown(f)],
+                   hidden=[f for f in d.findings if not shown(f)])
 
 
 @dataclass(frozen=True)
@@ -99,7 +166,7 @@ def _raw_rank(job: _RawJob) -> str:
 
 def _raw(loaded, args, limits: Limits) -> int:
     """Every selected rank's entries, one line each (torchfrtrace -j style)."""
-    wanted_pgs = frozenset(p.strip() for p in (args.pg_filters or "").split(",") if p.strip())
+    wanted_pgs = frozenset(_pg_names(args.pg_filters))
     ranks = sorted(loaded.discovery.by_rank)
     if args.selected_ranks:
         ranks = [r for r in ranks if r in args.selected_ranks]

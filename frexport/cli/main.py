@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the frexport sidecar. Settings: --config YAML < FREXPORT_* environment "
                                    "< these flags.")
     s.add_argument("--config", metavar="FILE", help="YAML config (see config/frexport.example.yaml)")
-    s.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
+    s.add_argument("--check-config", action="store_true",
+                   help="validate the configuration, print the effective configuration (YAML) and exit")
     s.add_argument("--listen", help="host:port for /metrics, /healthz, /readyz (default 0.0.0.0:9464)")
     s.add_argument("--web-config-file", help="Prometheus web-config file: TLS and basic auth for the endpoints")
     s.add_argument("--sockets-dir", help="directory of rank-<N>.sock worker-server sockets (frexport.agent)")
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stall-after", help="stall threshold, e.g. 2m (default: derived from the step time)")
     s.add_argument("--evidence-dir", help="where to write evidence bundles when a stall is seen")
     s.add_argument("--log-format", choices=("text", "json"))
+    s.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     s.add_argument("--job-id", help="job identifier (trace ids, bundle names)")
     s.add_argument("--allow-no-memory-limit", action="store_true", default=None,
                    help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
@@ -108,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--url", action="append", default=[], metavar="RANK=URL")
     n.add_argument("--timeout", type=_positive_float, default=10.0, help="per-rank request timeout, seconds")
     n.add_argument("--stacks", action="store_true", help="also save each rank's Python stacks (dump_traceback)")
+    n.add_argument("--force", action="store_true",
+                   help="write into OUTDIR even if it holds files (a mix of two snapshots misleads analyze)")
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)

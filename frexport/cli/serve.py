@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
 
 from prometheus_client import CollectorRegistry
 
 from frexport import logs
-from frexport.config import Config, ConfigError, load_config, validate
+from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
 from frexport.export.prometheus import sidecar_registry
@@ -33,6 +35,19 @@ def parse_urls(items: list[str]) -> dict[int, str]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    # The daemon's every stderr line is a log line in the asked-for format, config errors included; the
+    # format is known before the config loads only from the flag or the environment (a person reads
+    # --check-config's answer: plain text).
+    early = args.log_format or os.environ.get("FREXPORT_LOG__FORMAT", "text")
+    log = logs.get() if args.check_config else logs.setup(early if early in ("text", "json") else "text")
+
+    def fail(message: str) -> int:
+        if args.check_config:
+            print(f"frexport serve: {message}", file=sys.stderr)
+        else:
+            log.error("frexport serve: %s", message)
+        return 2
+
     try:
         overrides = {
             "web.listen": args.listen,
@@ -42,6 +57,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir,
             "log.format": args.log_format,
+            "log.level": args.log_level,
             "job_id": args.job_id,
             "decode.allow_no_memory_limit": getattr(args, "allow_no_memory_limit", None),
         }
@@ -56,35 +72,31 @@ def run_serve(args: argparse.Namespace) -> int:
 
             load_web_config(cfg.web.config_file)
     except ConfigError as exc:
-        print(f"frexport serve: config error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"config error: {exc}")
     if problems:
-        for p in problems:
-            print(f"frexport serve: config error: {p}", file=sys.stderr)
-        return 2
+        for p in problems[:-1]:
+            fail(f"config error: {p}")
+        return fail(f"config error: {problems[-1]}")
     if args.check_config:
-        print("frexport serve: configuration is valid")
+        sys.stdout.write(effective_yaml(cfg))
+        print("frexport serve: configuration is valid", file=sys.stderr)
         return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
     sidecar, registry = build_sidecar(cfg)
     try:
         sidecar.decoder.start()  # says now, not at the first hostile file, whether memory is bounded
     except SandboxUnavailable as exc:
-        print(f"frexport serve: cannot bound the decoders' memory: {exc}; refusing to decode untrusted input "
-              "without it (set decode.allow_no_memory_limit or pass --allow-no-memory-limit to go on)",
-              file=sys.stderr)
-        return 2
+        return fail(f"cannot bound the decoders' memory: {exc}; refusing to decode untrusted input without it "
+                    "(set decode.allow_no_memory_limit or pass --allow-no-memory-limit to go on)")
     if sidecar.decoder.limit_problem:
         log.warning("decoding WITHOUT a memory limit (allowed by decode.allow_no_memory_limit): %s",
                     sidecar.decoder.limit_problem)
     try:
         web = start_web(cfg, registry, sidecar.ready_event.is_set)
     except ConfigError as exc:
-        print(f"frexport serve: config error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"config error: {exc}")
     except OSError as exc:
-        print(f"frexport serve: cannot listen on {cfg.web.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"cannot listen on {cfg.web.listen}: {exc.strerror or exc}")
     log.info("serving /metrics, /healthz, /readyz on %s (port %d)", cfg.web.listen, web.port)
     try:
         sidecar.run()
@@ -110,8 +122,12 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
-        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy,
-                                  deadline_s=ev.deadline))
+        from frexport.cli.analyze import bundle_report
+
+        limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
+        reporter = functools.partial(bundle_report, limits=limits)
+        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
+                                  ev.pyspy, deadline_s=ev.deadline))
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
 

@@ -23,6 +23,10 @@ def run_snapshot(args: argparse.Namespace) -> int:
     if not args.sockets_dir and not urls:
         print("frexport snapshot: give --sockets-dir or --url", file=sys.stderr)
         return 2
+    if _holds_files(args.output) and not args.force:
+        print(f"frexport snapshot: {args.output} is not empty: an older snapshot's ranks would mix with this "
+              "one's; give an empty or new OUTDIR, or --force", file=sys.stderr)
+        return 2
     source = WorkerServerSource(HealthRegistry(), WorkerServers(sockets_dir=args.sockets_dir, urls=urls,
                                                               timeout=args.timeout))
     targets = source.targets()
@@ -58,3 +62,12 @@ def run_snapshot(args: argparse.Namespace) -> int:
     for f in failed:
         print(f"  failed: {f}", file=sys.stderr)
     return 0 if saved else 1
+
+
+def _holds_files(path: str) -> bool:
+    try:
+        return any(True for _ in os.scandir(path))
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return True

@@ -26,7 +26,7 @@ from frexport.decode.fields import (
     tensors,
     user_frame,
 )
-from frexport.decode.normalize import normalize
+from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.outcome import edges, settled, shows_completion
 from frexport.model.rank_trace import ROW_CREATED, ROW_PARSED, ROW_STATE, RankTrace, add_rows
 from frexport.model.signature import OpSignature
@@ -40,6 +40,7 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
                    size_bytes: int) -> RankTrace | None:
     if not isinstance(raw, dict):
         return None
+    require_dump_fields(raw, source)  # before the "entries" default below makes anything look like one
     entries_raw = raw.get("entries")
     if entries_raw is None:
         entries_raw = []

@@ -44,6 +44,13 @@ from frexport.model.dump import (
 _KNOWN_TOP_KEYS = frozenset({"version", "entries", "pg_config", "pg_status", "nccl_version", "comm_lib_version"})
 
 
+def require_dump_fields(top: dict, source: str) -> None:
+    """A document without a field of any Flight Recorder version is not a dump (not an empty rank)."""
+    if not _KNOWN_TOP_KEYS.intersection(k for k in top if isinstance(k, str)):
+        raise DecodeError(source, "not_a_dump", "not a Flight Recorder dump (none of the fields of any version: "
+                          "version, entries, pg_config, pg_status)")
+
+
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
               size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
               carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES) -> RankDump:
@@ -59,8 +66,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         notes.append("unversioned dump (pre-2.2 list form)")
     elif isinstance(raw, dict):
         top = raw
-        if not _KNOWN_TOP_KEYS.intersection(k for k in top if isinstance(k, str)):
-            raise DecodeError(source, "not_a_dump", "not a Flight Recorder dump (no version, entries or pg_config)")
+        require_dump_fields(top, source)
     else:
         raise DecodeError(source, "not_a_dump", f"not a Flight Recorder dump (top level is {type(raw).__name__})")
 

@@ -6,7 +6,8 @@ bytes of the agent's pickle handler when it answered, with stack frames, else
 re-encoded from the last snapshot), the stuck ranks' Python stacks
 (`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the worker
 server lists are asked for), the analysis (`report.txt`,
-`report.json`) and `manifest.json`. It is written to a hidden temp directory and
+`report.json`: `frexport analyze` on the bundle itself, so call sites come from the pickles' frames
+and each culprit's place now from its stack) and `manifest.json`. It is written to a hidden temp directory and
 renamed, so a half-written bundle is never seen; its name is unpredictable (mkdtemp) and files
 are created exclusively, so nothing planted in the evidence directory redirects a write. A bundle
 holds each rank's raw data only while it stays within `max_bytes` (the manifest lists the ranks
@@ -23,7 +24,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,20 +36,29 @@ from frexport.export.report import render_text
 from frexport.live.sink import Pass
 from frexport.model.dump import RankDump
 
+# (bundle directory, the live stall threshold) -> its report (text, JSON): `frexport analyze` on the
+# bundle (cli wires it in). The bundle's files were written moments after the ranks answered, so
+# their times are a clock, and the threshold is the one that saw the stall.
+Reporter = Callable[[str, float], tuple[str, dict]]
+_REPORT_RESERVE = 16 << 10  # room kept at least for the bundle's own report
+
 
 @dataclass
 class Bundle:
     reason: str
-    report_text: str
+    report_text: str  # the live diagnosis: the report when no reporter is given, or it fails
     report_json: dict
     dumps: dict[int, RankDump]
     raw_pickles: dict[int, bytes]  # rank -> PyTorch's own pickle (with frames), when fetched
     stacks: dict[int, dict[str, str]]  # rank -> {"traceback": text, "pyspy": text}
+    stall_after_s: float = 30.0  # the live analysis' threshold when the incident was seen
 
 
 class EvidenceWriter:
-    def __init__(self, directory: str, max_bundles: int = 20, max_bytes: int = 1 << 30) -> None:
+    def __init__(self, directory: str, max_bundles: int = 20, max_bytes: int = 1 << 30,
+                 reporter: Reporter | None = None) -> None:
         self.directory = directory
+        self.reporter = reporter
         self.max_bundles = max_bundles
         self.max_bytes = max_bytes
         self.written = 0
@@ -89,9 +99,10 @@ class EvidenceWriter:
 
     def _fill(self, tmp: str, bundle: Bundle, stamp: str) -> dict:
         """Write the bundle's files; each rank's raw data only while the bundle stays within max_bytes."""
-        report_text = bundle.report_text.encode(errors="replace")
-        report_json = json.dumps(bundle.report_json, indent=2).encode()
-        budget = self.max_bytes - len(report_text) - len(report_json) - 64 * 1024  # room for the manifest
+        live_size = len(bundle.report_text) + len(json.dumps(bundle.report_json))
+        # the bundle's own report is written after the data; the live one is its size's measure
+        reserve = max(2 * live_size, _REPORT_RESERVE)
+        budget = self.max_bytes - reserve - 64 * 1024  # and the manifest
         files, omitted, used = [], [], 0
         for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
             for kind, text in sorted(kinds.items()):
@@ -108,13 +119,32 @@ class EvidenceWriter:
                 continue
             used += _write(os.path.join(tmp, f"trace_{rank}"), data)
             files.append(f"trace_{rank}")
-        _write(os.path.join(tmp, "report.txt"), report_text)
-        _write(os.path.join(tmp, "report.json"), report_json)
+        text, report = self._report(tmp, bundle)
+        text_b, json_b = text.encode(errors="replace"), json.dumps(report, indent=2).encode()
+        if len(text_b) + len(json_b) > reserve:  # max_bytes holds: the live report fits by construction
+            text_b = bundle.report_text.encode(errors="replace")
+            json_b = json.dumps(bundle.report_json, indent=2).encode()
+        _write(os.path.join(tmp, "report.txt"), text_b)
+        _write(os.path.join(tmp, "report.json"), json_b)
         manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
                     "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"]}
         _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
         return manifest
+
+    def _report(self, tmp: str, bundle: Bundle) -> tuple[str, dict]:
+        """The diagnosis of what the bundle holds (pickles with frames, stacks), as `frexport analyze`
+        makes it; the live diagnosis (from JSON polls, without call sites) only if that fails."""
+        if self.reporter is not None:
+            try:
+                text, report = self.reporter(tmp, bundle.stall_after_s)
+                # paths relative to the bundle: the temp directory's name means nothing once renamed
+                inside = tmp.rstrip("/") + "/"
+                return (text.replace(inside, ""),
+                        json.loads(json.dumps(report).replace(json.dumps(inside)[1:-1], "")))
+            except Exception:  # noqa: BLE001 - the bundle still matters without its own analysis
+                logs.get().exception("analysing the evidence bundle failed: its report is the live diagnosis")
+        return bundle.report_text, bundle.report_json
 
     def _retain(self, just_written: str) -> list[str]:
         """Oldest first, only bundles frexport wrote (a real directory with the marker in its manifest),
@@ -228,7 +258,9 @@ class EvidenceSink:
         self._thread.start()
 
     def consume(self, p: Pass) -> None:
-        if (p.result is None or not p.result.new_root_causes) and not p.gone_down:
+        # ranks going down is an incident when we hold what they were doing (not for sockets a job left
+        # behind before frexport started)
+        if (p.result is None or not p.result.new_root_causes) and not (p.gone_down & set(p.dumps)):
             return
         with self._lock:
             self._next = p
@@ -269,7 +301,9 @@ class EvidenceSink:
         diagnosis = (p.result or p.latest).diagnosis if (p.result or p.latest) else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
         report = diagnosis.to_json() if diagnosis else {}
-        return self.writer.write(Bundle(reason, text, report, p.dumps, raw, stacks))
+        live = p.result or p.latest
+        return self.writer.write(Bundle(reason, text, report, p.dumps, raw, stacks,
+                                        live.stall_after_s if live else 30.0))
 
     def _fetch(self, ranks: list[int], focus: set[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
         if self.fetcher is None:

@@ -40,14 +40,22 @@ def render_text(d: Diagnosis, skipped: list[tuple[str, str]] = (), verbose: bool
 def verdict_line(d: Diagnosis) -> str:
     scope = f"{len(d.ranks)} ranks" + (f" ({format_ranks(d.ranks)})" if d.ranks else "")
     if d.verdict == HEALTHY:
-        return f"healthy: {scope}, {d.matched} collectives matched across {d.groups} process groups"
-    n = len(d.findings)
-    head = f"{d.verdict}: {n} finding{'s' if n != 1 else ''} in {scope}, {d.matched} collectives matched"
-    if d.findings:
-        head += f"; first: {d.findings[0].message}"
-    elif not d.ranks:
-        head = f"{d.verdict}: no readable dump"
+        return f"healthy: {scope}, {d.matched} collectives matched across {_plural(d.groups, 'process group')}"
+    if not d.ranks:
+        return f"{d.verdict}: no readable dump"
+    if not d.findings:  # a filter hid every finding: say so, never look healthy
+        first = d.hidden[0].message
+        return (f"{d.verdict} outside the filter: {_plural(len(d.hidden), 'finding')} in {scope}, none shown; "
+                f"first: {first}")
+    head = f"{d.verdict}: {_plural(len(d.findings), 'finding')} in {scope}, {d.matched} collectives matched"
+    head += f"; first: {d.findings[0].message}"
+    if d.hidden:
+        head += f" ({len(d.hidden)} more outside the filter)"
     return head
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _finding(i: int, f: Finding) -> list[str]:

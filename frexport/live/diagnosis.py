@@ -13,6 +13,8 @@ kills the job). Rank statuses:
 - desynced: ran a different op, sizes or dtypes than its peers, or its peers
   completed collectives in a group past the last one it issued;
 - straggling: completes, but reaches collectives consistently after its peers;
+- down: its process is gone (its socket refuses, its pid is gone): not stalled, whatever its last
+  snapshot says; its stall series end (FrexportSourceDown speaks for it);
 - ok.
 A slow rank that keeps progressing is never stalled: its peers' waits end.
 
@@ -36,8 +38,8 @@ from frexport.config import Analysis
 from frexport.model.dump import RankDump
 from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
 
-OK, STALLED, BLOCKED, DESYNCED, STRAGGLING = "ok", "stalled", "blocked", "desynced", "straggling"
-STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING)
+OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
+STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN)
 _STEP_WINDOW = 512  # entries per rank the step time is estimated from
 
 
@@ -65,7 +67,9 @@ class LiveAnalysis:
         self._traces: dict[int, tuple[RankDump, RankTrace]] = {}
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset()) -> LiveResult:
-        """`down`: watched ranks whose worker server refuses connections (local, maybe without a snapshot)."""
+        """`down`: watched ranks whose process is known gone (a refused socket, a pid gone), maybe
+        without a snapshot; their last snapshots still take part in the diagnosis (what they were
+        doing is the evidence), their status is `down`."""
         stall_after = self.stall_after(dumps)
         traces = []
         cache, self._traces = self._traces, {}
@@ -93,6 +97,7 @@ class LiveAnalysis:
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness, scope=scope))
         statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope}
+        statuses.update((r, DOWN) for r in down)
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
         new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]

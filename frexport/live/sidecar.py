@@ -54,14 +54,14 @@ class Sidecar:
         try:
             while not self.stop_event.is_set():
                 events = self._collect()
+                down = self._down()
                 result = None
                 if time.monotonic() >= next_analysis:
-                    down = set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()
                     result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
                     self.ready_event.set()
                 self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")
-                self._hand_out(events, result)
+                self._hand_out(events, result, down)
                 self.stop_event.wait(0.2)
         finally:
             self.shutdown()
@@ -83,8 +83,10 @@ class Sidecar:
                     self.state.count_timeout_dump(snap.dump.rank)
         return events
 
-    def _hand_out(self, events: list[EntryEvent], result: LiveResult | None) -> None:
-        down = set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()
+    def _down(self) -> set[int]:
+        return set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()
+
+    def _hand_out(self, events: list[EntryEvent], result: LiveResult | None, down: set[int]) -> None:
         gone_down, self._was_down = frozenset(down - self._was_down), down
         latest = self.analysis.latest
         if not self.sinks:

@@ -106,9 +106,22 @@ class RankTrace:
     groups: dict[str, GroupTrace] = field(default_factory=dict)  # by pg_name
 
     @property
+    def dump_time_trusted(self) -> bool:
+        """A dump time (a poll, a file's mtime) older than the rank's own newest entry is not when the
+        dump was taken (a copied or touched file): the recorder's own times are used instead."""
+        d, last = self.dumped_at_ns, self.last_created_ns
+        return bool(d) and (not last or d >= last)
+
+    @property
     def seen_at_ns(self) -> int | None:
-        """When this rank was last known alive and recording: the dump time, else its newest entry."""
-        return self.dumped_at_ns or self.last_created_ns
+        """When this rank was last known alive and recording: the dump time where it can be trusted,
+        else its newest entry."""
+        return self.dumped_at_ns if self.dump_time_trusted else self.last_created_ns
+
+    @property
+    def seen_by(self) -> str:
+        """What `seen_at_ns` is, for reports that give a duration: say what it was measured against."""
+        return "dump time" if self.dump_time_trusted else "newest recorded entry"
 
     def call_site(self, index: int) -> Frame | None:
         return self.call_sites[index] if index >= 0 else None

@@ -27,6 +27,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from frexport import logs
 from frexport.config import DumpDir
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
@@ -73,6 +74,7 @@ class DumpDirSource:
         self._root_key: tuple | None = None
         self._last_rescan = 0.0
         self._started_ns = 0
+        self._said_missing = False
 
     @property
     def name(self) -> str:
@@ -161,9 +163,12 @@ class DumpDirSource:
             if isinstance(dump, DecodeError):
                 raise dump
         except DecodeError as exc:
+            # A file that is not a (readable) dump is skipped and counted; the directory itself was read
+            # fine, so the source stays up: down means frexport cannot see what lands here.
             self._decoded[path] = key  # do not retry an unchanged bad file
             self.health.count_decode_error(exc.reason)
-            self.health.record(self.name, False, time.monotonic() - start, now_ns, exc.reason, exc.detail)
+            self.health.count_skipped(self.name, exc.reason, exc.detail)
+            logs.get().info("skipped %s: %s", path, exc.detail, extra={"path": path, "error": exc.reason})
             return None
         self._decoded[path] = key
         self.health.record(self.name, True, time.monotonic() - start, now_ns)
@@ -179,16 +184,27 @@ class DumpDirSource:
         if root_key != self._root_key or (root_key is not None and self._observer is None):
             self._watch()  # the directory appeared, or was deleted and recreated
         if root_key is None:
-            # Not yet there is normal (PyTorch creates it with the first dump): watched, not down.
-            self.health.record(self.name, True, 0.0, time.time_ns())
+            # frexport.agent and the Helm chart create the directory before the job starts: missing, it
+            # is a wrong path or an unmounted volume, and dumps written "there" are never seen. Watched
+            # (it may still appear), but down, and said once.
+            self.health.record(self.name, False, 0.0, time.time_ns(), "missing", f"{self.path} does not exist")
+            if not self._said_missing:
+                self._said_missing = True
+                logs.get().warning("dump directory %s does not exist: no dump written there can be read",
+                                   self.path, extra={"source": self.name, "path": self.path})
             return
+        if self._said_missing:
+            self._said_missing = False
+            logs.get().info("dump directory %s exists now", self.path, extra={"source": self.name})
         for dirpath, _, filenames in os.walk(self.path, followlinks=self.cfg.follow_symlinks):
             for name in filenames:
                 path = os.path.join(dirpath, name)
                 key = _stat_key(path, self.cfg.follow_symlinks)
                 if key is not None and self._decoded.get(path) != key:
                     self.mark(path)
-        if not self._decoded and not self._pending:
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            self.health.record(self.name, False, 0.0, time.time_ns(), "unreadable", f"{self.path}: permission denied")
+        elif not self._decoded and not self._pending:
             self.health.record(self.name, True, 0.0, time.time_ns())  # watching an empty directory is healthy
 
 

@@ -39,6 +39,16 @@ class HealthRegistry:
                 h.errors[reason or "error"] += 1
                 h.last_error = detail
 
+    def count_skipped(self, name: str, reason: str, detail: str) -> None:
+        """A file the source skipped (not a dump, unreadable as one): counted in its errors, while the
+        source itself stays as up as it was: it was read, and holds what it should besides."""
+        with self._lock:
+            h = self._sources.get(name)
+            if h is None:
+                h = self._sources[name] = SourceHealth(name, up=True)
+            h.errors[reason] += 1
+            h.last_error = detail
+
     def count_decode_error(self, reason: str) -> None:
         with self._lock:
             self._decode_errors[reason] += 1

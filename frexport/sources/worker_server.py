@@ -60,6 +60,7 @@ class _Backoff:
     agent_meta: tuple[int, int | None] = (0, None)  # (mtime_ns, world size) of the agent's rank-<N>.json
     was_up: bool = False  # answered at least once
     refused: bool = False  # the last attempt found nothing listening
+    pid: tuple[int, int] | None = None  # (mtime_ns of rank-<N>.json, pid) when the pid can be checked from here
 
 
 class WorkerServerSource:
@@ -77,6 +78,8 @@ class WorkerServerSource:
         self._last: dict[int, RankDump] = {}  # rank -> its last snapshot (incremental decode)
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
+        self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
+        self._said_no_sockets = False
 
     def targets(self) -> list[RankTarget]:
         found = {}
@@ -118,6 +121,8 @@ class WorkerServerSource:
             return []
         self._next_poll = now + self.cfg.poll_interval
         targets = self.targets()
+        if self.cfg.sockets_dir:
+            self._sockets_dir_health(any(t.target.unix_path for t in targets))
         live = {t.name for t in targets}
         for name in list(self._backoff):
             if name not in live:  # the socket file is gone: so is the rank's source
@@ -157,6 +162,9 @@ class WorkerServerSource:
             body = self.fetch(t, b.handler)
             dump = self._decode(t, body, now_ns)
         except PeerError as exc:
+            if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
+                logs.get().warning("%s refuses connections: its process is gone", t.name,
+                                   extra={"rank": t.rank, "source": t.name})
             b.refused = exc.down
             self._failed(t, b, exc.reason, exc.detail, start, now_ns)
             return None
@@ -221,9 +229,43 @@ class WorkerServerSource:
                          keep_frames=False, carry=carry, max_entries=self.cfg.max_entries)
 
     def down_ranks(self) -> set[int]:
-        """Ranks that answered before and now refuse: their process is gone (killed or crashed). A rank
-        whose socket file disappeared exited cleanly (the agent removes it) and is not listed."""
-        return {t.rank for t in self.targets() if (b := self._backoff.get(t.name)) and b.was_up and b.refused}
+        """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent
+        listens before it creates the file, so a refused socket is one its process left behind, also
+        when frexport starts after the job died), a URL that answered before and now refuses, or a pid
+        from the agent's rank-<N>.json that no longer exists. A rank whose socket file disappeared
+        exited cleanly (the agent removes it) and is not listed."""
+        out = set()
+        for t in self.targets():
+            b = self._backoff.get(t.name)
+            if b is None:
+                continue
+            # never answered: refused twice, not once (a socket is refused for an instant while it binds)
+            refused = b.refused and (b.was_up or (t.target.unix_path and b.failures >= 2))
+            if refused or _pid_gone(t.target.unix_path, b):
+                out.add(t.rank)
+        return out
+
+    def _sockets_dir_health(self, found: bool) -> None:
+        """The sockets dir is a source of its own: up while it holds a socket; down (said once) when it
+        has held none for `startup_grace`, from the start or since the last socket went (a wrong path,
+        an unmounted volume, a trainer without the agent). Ranks' own health is per socket."""
+        name, now = f"sockets:{self.cfg.sockets_dir}", time.monotonic()
+        if found:
+            self._sockets_seen = now
+            self.health.record(name, True, 0.0, time.time_ns())
+            if self._said_no_sockets:
+                self._said_no_sockets = False
+                logs.get().info("%s holds worker-server sockets again", self.cfg.sockets_dir, extra={"source": name})
+            return
+        if now - self._sockets_seen < self.cfg.startup_grace:
+            return  # the trainer may still be starting
+        why = "does not exist" if not os.path.isdir(self.cfg.sockets_dir) else "holds no rank-<N>.sock"
+        self.health.record(name, False, 0.0, time.time_ns(), "no_sockets", f"{self.cfg.sockets_dir} {why}")
+        if not self._said_no_sockets:
+            self._said_no_sockets = True
+            logs.get().warning("sockets dir %s %s after %g s: no rank can be polled (is frexport.agent enabled "
+                               "in the trainer, FREXPORT_AGENT_DIR the same directory?)", self.cfg.sockets_dir, why,
+                               self.cfg.startup_grace, extra={"source": name})
 
     def handlers(self, rank: int) -> frozenset[str]:
         """The handlers the rank's worker server listed at its last successful poll (empty: unknown)."""
@@ -317,3 +359,45 @@ def _agent_world_size(socket_path: str, b: _Backoff) -> int | None:
     except (OSError, ValueError, RecursionError):  # no agent, or a file being replaced: no declared size this time
         return None
     return b.agent_meta[1]
+
+
+_OWN_PID_NS: str | None = None
+
+
+def _pid_namespace() -> str | None:
+    global _OWN_PID_NS
+    if _OWN_PID_NS is None:
+        try:
+            _OWN_PID_NS = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            _OWN_PID_NS = ""
+    return _OWN_PID_NS or None
+
+
+def _pid_gone(socket_path: str | None, b: _Backoff) -> bool:
+    """Whether the agent's rank-<N>.json names a process that no longer exists. Only trusted when the
+    trainer wrote that it runs in our pid namespace (a sidecar container without a shared process
+    namespace sees other pids, or none): then a missing pid is a dead rank."""
+    if not socket_path or not socket_path.endswith(".sock"):
+        return False
+    path = socket_path[: -len(".sock")] + ".json"
+    try:
+        st = os.stat(path)
+        if b.pid is None or b.pid[0] != st.st_mtime_ns:
+            with open(path, "rb") as f:
+                meta = json.loads(f.read(65536))
+            pid = meta.get("pid") if isinstance(meta, dict) else None
+            same_ns = isinstance(meta, dict) and meta.get("pid_ns") is not None \
+                and meta.get("pid_ns") == _pid_namespace()
+            b.pid = (st.st_mtime_ns, pid if type(pid) is int and pid > 0 and same_ns else 0)
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not b.pid[1]:
+        return False
+    try:
+        os.kill(b.pid[1], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False

@@ -2,9 +2,14 @@
 
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
+import time
 
+from tests.support.fake_rank import FakeRank
+from tests.support.paths import REAL_FIXTURES
 from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, write
 
 FREXPORT = [sys.executable, "-m", "frexport"]
@@ -40,7 +45,7 @@ def test_healthy_prints_a_verdict_and_exits_0(tmp_path):
     d = write(tmp_path / "ok", {r: dump(es, world=4) for r, es in healthy_job().items()})
     out = _run("analyze", d)
     assert out.returncode == 0
-    assert out.stdout.splitlines()[0] == "healthy: 4 ranks (0-3), 10 collectives matched across 1 process groups"
+    assert out.stdout.splitlines()[0] == "healthy: 4 ranks (0-3), 10 collectives matched across 1 process group"
 
 
 def test_text_report_names_culprit_and_call_site(tmp_path):
@@ -73,8 +78,6 @@ def test_bad_files_are_reported_and_others_analysed(tmp_path):
 
 def test_filters_and_raw_view(tmp_path):
     d = _stuck_dir(tmp_path)
-    doc = json.loads(_run("analyze", d, "--format", "json", "--pg-filters", "tp").stdout)
-    assert doc["findings"] == []
     doc = json.loads(_run("analyze", d, "--format", "json", "--selected-ranks", "3").stdout)
     assert doc["findings"][0]["blocked_ranks"] == [0, 1, 3]
     raw = _run("analyze", d, "--raw", "--selected-ranks", "0", "-v")
@@ -133,3 +136,123 @@ def test_stuck_after_is_a_deprecated_alias_of_stall_after(tmp_path):
     assert json.loads(old.stdout)["findings"][0]["culprit_ranks"] == [2]
     helptext = _run("analyze", "--help").stdout
     assert "--stall-after" in helptext and "--stuck-after" not in helptext
+
+
+def _stuck_with_a_tp_group(tmp_path):
+    """The stuck job whose ranks also ran (and finished) collectives in a tp group."""
+    job = healthy_job()
+    for r in range(4):
+        job[r].insert(0, entry(100, 1, pg=("1", "tp"), pg_id=1, created=T0 - STEP_NS))
+    for r in (0, 1, 3):  # timed out waiting for rank 2: a hang without a clock
+        job[r].append(entry(10, 11, state="scheduled", retired=True, line=10))
+    return write(tmp_path / "dumps", {r: dump(es, world=4, groups={"1": ("tp", range(4))}) for r, es in job.items()})
+
+
+def test_a_filter_that_matches_nothing_is_a_usage_error_naming_what_exists(tmp_path):
+    d = _stuck_dir(tmp_path)
+    out = _run("analyze", d, "--selected-ranks", "7")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--selected-ranks 7: no such rank" in out.stderr and "ranks: 0-3" in out.stderr
+    out = _run("analyze", d, "--pg-filters", "nosuchpg", "--format", "json")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--pg-filters nosuchpg: no such process group" in out.stderr and "0 (default_pg)" in out.stderr
+    assert _run("analyze", d, "--raw", "--selected-ranks", "9").returncode == 2
+
+
+def test_a_filter_that_hides_findings_says_so_and_never_turns_healthy(tmp_path):
+    d = _stuck_with_a_tp_group(tmp_path)
+    out = _run("analyze", d, "--pg-filters", "tp")
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.startswith("unhealthy outside the filter: 1 finding in 4 ranks (0-3), none shown; "
+                                 "first: rank 2 "), out.stdout
+    doc = json.loads(_run("analyze", d, "--pg-filters", "tp", "--format", "json").stdout)
+    assert doc["verdict"] == "unhealthy" and doc["findings"] == [] and doc["outside_filter"] == 1
+    shown = _run("analyze", d, "--pg-filters", "default_pg")
+    assert shown.returncode == 1 and shown.stdout.startswith("unhealthy: 1 finding")
+    assert "outside the filter" not in shown.stdout
+
+
+def test_a_file_that_is_no_dump_is_rejected_with_the_reason(tmp_path):
+    (tmp_path / "trace_0.json").write_text(json.dumps({"a": 1}))
+    out = _run("analyze", tmp_path)
+    assert out.returncode == 2, out.stdout
+    assert not out.stdout.startswith("healthy")
+    assert "trace_0.json: not a Flight Recorder dump" in out.stdout
+    d = _stuck_dir(tmp_path / "job")
+    (d / "nccl_trace_rank_4").write_bytes(pickle.dumps({"a": 1}))
+    doc = json.loads(_run("analyze", d, "--format", "json").stdout)
+    assert doc["ranks"] == [0, 1, 2, 3] and "not a Flight Recorder dump" in doc["input_errors"][0]["error"]
+
+
+def test_a_path_that_does_not_exist_is_named(tmp_path):
+    out = _run("analyze", tmp_path / "nonexistent")
+    assert out.returncode == 2 and out.stdout == ""
+    assert f"{tmp_path / 'nonexistent'}: no such file or directory" in out.stderr
+    d = _stuck_dir(tmp_path)  # a typo next to a real directory is not silently a smaller job
+    assert _run("analyze", d, tmp_path / "dumsp").returncode == 2
+    assert _run("analyze", d / "nccl_trace_rank_").returncode == 1  # a PyTorch-style prefix still works
+
+
+def test_one_process_group_is_one(tmp_path):
+    # real gloo dumps: pg_config holds an unnamed placeholder beside the default group, not a second group
+    out = _run("analyze", REAL_FIXTURES / "slow_rank", "--straggler-ms", "100000")
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.startswith("healthy: 4 ranks (0-3), 13 collectives matched across 1 process group\n")
+
+
+def test_snapshot_refuses_a_directory_that_holds_files(tmp_path):
+    sockets, outdir = tmp_path / "sockets", tmp_path / "snap"
+    sockets.mkdir()
+    outdir.mkdir()
+    (outdir / "trace_3").write_bytes(b"an older snapshot")
+    rank = FakeRank(0, str(sockets / "rank-0.sock"), 1, time.time() - 5)
+    try:
+        out = _run("snapshot", outdir, "--sockets-dir", sockets)
+        assert out.returncode == 2 and "not empty" in out.stderr and "--force" in out.stderr
+        assert sorted(p.name for p in outdir.iterdir()) == ["trace_3"]
+        out = _run("snapshot", outdir, "--sockets-dir", sockets, "--force")
+        assert out.returncode == 0, out.stderr
+        assert sorted(p.name for p in outdir.iterdir()) == ["trace_0.json", "trace_3"]
+        assert _run("snapshot", tmp_path / "new", "--sockets-dir", sockets).returncode == 0
+    finally:
+        rank.close()
+
+
+def _copy_stuck(tmp_path, name, mtime_ns=None):
+    d = tmp_path / name
+    d.mkdir()
+    for r in range(4):
+        f = d / f"trace_{r}"
+        f.write_bytes((REAL_FIXTURES / "stuck_before_collective" / f"trace_{r}").read_bytes())
+        if mtime_ns is not None:
+            os.utime(f, ns=(mtime_ns, mtime_ns))
+    return d
+
+
+def test_a_rank_missing_where_its_peers_wait_is_never_healthy_whatever_the_file_times(tmp_path):
+    old = 1_577_836_800 * 10**9  # touch -d 2020-01-01: before every recorded entry
+    for d in (_copy_stuck(tmp_path, "touched", old), _copy_stuck(tmp_path, "cloned")):  # and mtime = now
+        out = _run("analyze", d, "--format", "json")
+        doc = json.loads(out.stdout)
+        assert out.returncode == 1 and doc["verdict"] != "healthy", (d, out.stdout)
+        assert [(f["kind"], f["culprit_ranks"]) for f in doc["findings"]] == [("missing_rank", [2])]
+        text = _run("analyze", d).stdout
+        # the hang lasted seconds: no duration from a file time days after (or years before) it
+        assert not re.search(r"\d{3,}\.\d s", text), text
+
+
+def test_durations_say_what_they_were_measured_against(tmp_path):
+    job = healthy_job()
+    for r in (0, 1, 3):  # the watchdog timed them out waiting for rank 2: proven without a clock
+        job[r].append(entry(10, 11, state="scheduled", retired=True, line=10))
+    d = write(tmp_path / "dumps", {r: dump(es, world=4) for r, es in job.items()})
+    last_entry = T0 + 10 * STEP_NS
+    for f in d.iterdir():  # copied files: older than what they hold
+        os.utime(f, ns=(T0 - 10**12, T0 - 10**12))
+    text = _run("analyze", d).stdout
+    assert "newest recorded entry" in text, text
+    assert not re.search(r"\d{3,}\.\d s", text), text
+    for f in d.iterdir():
+        os.utime(f, ns=(last_entry + 20 * 10**9, last_entry + 20 * 10**9))
+    text = _run("analyze", d).stdout
+    assert "20.0 s (from issue to rank 0's dump time)" in text, text

@@ -1,11 +1,15 @@
 """`frexport serve` polling a real 4-rank torch 2.13 gloo job that runs with frexport.agent."""
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
 
 from frexport.analysis.engine import analyze
 from frexport.decode.load import load
+from tests.support.paths import JOBS
 from tests.support.sidecar import Sidecar
 from tests.support.torchjob import TorchJob, wait_until
 
@@ -66,6 +70,22 @@ def test_stuck_rank_is_named_with_its_stack_in_the_evidence(tmp_path):
         loaded = load([str(bundle)], workers=1)
         f = analyze(loaded.traces).findings[0]
         assert f.kind == "missing_rank" and f.culprit_ranks == (2,) and f.call_site.endswith("train_step")
+        # Its report is that analysis, not the live one from JSON polls: call sites, and where each rank is now.
+        train = JOBS / "train.py"
+        sleep_line = next(i for i, line in enumerate(train.read_text().splitlines(), 1) if "time.sleep(0.5)" in line)
+        report = (bundle / "report.txt").read_text()
+        assert f"call site: {train}:" in report and "last recorded an op at default_pg" not in report
+        assert f"now: rank 2 is in {train}:{sleep_line} load_batch (time.sleep), outside any collective" in report
+        assert "now: ranks 0, 1, 3 are in " in report and "train_step, inside torch.distributed all_reduce" in report
+        doc = json.loads((bundle / "report.json").read_text())
+        assert doc["findings"][0]["call_site"].startswith(f"{train}:")
+        assert doc["ranks_now"]["2"].startswith(f"{train}:{sleep_line} load_batch")
+        # no files of errors: only handlers the worker server lists are asked for
+        assert not [p for p in (bundle / "stacks").iterdir() if "unavailable" in p.read_text()[:200]]
+        # frexport analyze on the bundle says the same
+        out = subprocess.run([sys.executable, "-m", "frexport", "analyze", str(bundle)], capture_output=True,
+                             text=True, timeout=120)
+        assert f"now: rank 2 is in {train}:{sleep_line} load_batch (time.sleep)" in out.stdout
 
 
 @pytest.mark.torchjob
@@ -99,3 +119,37 @@ def test_killed_job_leaves_its_last_snapshots(tmp_path):
         assert sorted(t.rank for t in loaded.traces) == [0, 1, 2, 3] and loaded.errors == []
         assert all(t.n_entries > 5 for t in loaded.traces)
         assert sc.value("frexport_source_up", source="socket:rank-0") == 0.0
+
+
+def _stall_series(sc):
+    return [s for s in sc.samples() if s.name == "frexport_rank_stall_seconds"]
+
+
+@pytest.mark.torchjob
+def test_a_job_killed_while_stalled_is_down_not_stalled_also_at_the_next_start(tmp_path):
+    shared = tmp_path / "shared"
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, env=env) as job, _serve(tmp_path, shared) as sc:
+        job.wait_for(lambda: sc.statuses().get(2) == "stalled", timeout=60, what="rank 2 stalled")
+        assert _stall_series(sc)
+        job.kill()  # SIGKILL mid-hang: sockets stay behind, nobody answers
+        killed = time.monotonic()
+        wait_until(lambda: set(sc.statuses().values()) == {"down"}, timeout=15, what="every rank down")
+        assert time.monotonic() - killed < 2 * POLL_S + 3.0  # at once: the next poll and analysis pass
+        assert sc.statuses() == {r: "down" for r in range(4)}
+        assert _stall_series(sc) == []  # FrexportRankStalled stops paging; FrexportSourceDown speaks
+        assert not [s for s in sc.samples() if s.name == "frexport_oldest_pending_collective_age_seconds"]
+        assert sc.value("frexport_source_up", source="socket:rank-2") == 0.0
+        # the last diagnosis stays in the bundle written when the stall was seen
+        job.wait_for(lambda: _bundles(tmp_path, "missing_rank"), timeout=20, what="the stall's bundle")
+        assert "rank 2 never issued" in (_bundles(tmp_path, "missing_rank")[0] / "report.txt").read_text()
+    # a sidecar started after the job died: its sockets are recognised as dead, not up, not stalled
+    with Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence2"),
+                 "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                 env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as later:
+        wait_until(lambda: later.statuses() == {r: "down" for r in range(4)}, timeout=15, what="ranks down")
+        assert all(later.value("frexport_source_up", source=f"socket:rank-{r}") == 0.0 for r in range(4))
+        assert later.value("frexport_source_up", source=f"sockets:{shared}") == 1.0
+        assert _stall_series(later) == []
+        time.sleep(2.0)
+        assert not (tmp_path / "evidence2").exists() or not list((tmp_path / "evidence2").iterdir())

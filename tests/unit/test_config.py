@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from frexport.cli.main import main
-from frexport.config import Config, ConfigError, load_config, validate
+from frexport.config import Config, ConfigError, DumpDir, load_config, validate
 from tests.support import paths
 
 EXAMPLE = paths.ROOT / "config" / "frexport.example.yaml"
@@ -22,12 +22,47 @@ def _fields(cls, prefix=""):
 
 def test_example_is_valid_and_documents_every_field():
     cfg = load_config(str(EXAMPLE), env={})
-    assert validate(cfg) == []
+    assert [p for p in validate(cfg) if not p.startswith("sources: nothing to watch")] == []
     text = EXAMPLE.read_text()
     for name in _fields(Config):
         assert f"{name.split('.')[-1]}:" in text, name
-    assert cfg.sources.worker_servers.max_body_bytes == 64 * 1024 * 1024
-    assert cfg.sources.dump_dirs[0].settle == 1.0 and cfg.analysis.rank_expiry == 600.0
+
+
+def test_example_shows_the_code_defaults():
+    """What a user reads in the example is what runs when they leave a field out."""
+    assert load_config(str(EXAMPLE), env={}) == Config()
+    # dump_dirs is empty by default; the example documents an entry's fields in a commented block
+    lines = EXAMPLE.read_text().splitlines()
+    start = lines.index("  dump_dirs: []") + 1
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        block.append(line[:2] + line[4:])  # "  #   - path: x" -> "    - path: x"; prose stays a comment
+    entry = yaml.safe_load("\n".join(block))[0]
+    assert set(entry) == {f.name for f in dataclasses.fields(DumpDir)}
+    cfg = load_config(None, env={}, overrides={"sources.dump_dirs": [entry]})
+    assert cfg.sources.dump_dirs[0] == DumpDir(path=entry["path"])
+
+
+def test_check_config_prints_the_effective_configuration(tmp_path, capsys):
+    assert main(["serve", "--check-config", "--sockets-dir", "/x", "--stall-after", "2m", "--log-level", "debug",
+                 "--log-format", "json"]) == 0
+    printed = capsys.readouterr().out
+    assert yaml.safe_load(printed)["log"] == {"format": "json", "level": "debug"}
+    f = tmp_path / "effective.yaml"
+    f.write_text(printed)
+    cfg = load_config(str(f), env={})
+    assert cfg.sources.worker_servers.sockets_dir == "/x" and cfg.analysis.stall_after == 120.0
+    assert cfg == load_config(None, env={}, overrides={"sources.worker_servers.sockets_dir": "/x",
+                                                        "analysis.stall_after": "2m", "log.level": "debug",
+                                                        "log.format": "json"})
+
+
+@pytest.mark.parametrize("value", ["0", "0s", "-5s"])
+def test_a_stall_threshold_of_zero_or_less_is_rejected(value, capsys):
+    assert main(["serve", "--check-config", "--sockets-dir", "/x", f"--stall-after={value}"]) == 2
+    assert "analysis.stall_after" in capsys.readouterr().err
 
 
 def test_errors_name_the_field(tmp_path):
@@ -56,7 +91,7 @@ def test_precedence_file_env_flags(tmp_path):
 
 
 def test_check_config_cli(tmp_path, capsys):
-    assert main(["serve", "--config", str(EXAMPLE), "--check-config"]) == 0
+    assert main(["serve", "--config", str(EXAMPLE), "--sockets-dir", "/x", "--check-config"]) == 0
     assert main(["serve", "--check-config"]) == 2
     assert "nothing to watch" in capsys.readouterr().err
     assert main(["serve", "--check-config", "--sockets-dir", "/x", "--url", "zero=http://a:1"]) == 2

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from frexport.analysis.findings import STALL_KINDS
-from frexport.live.diagnosis import LiveAnalysis
+from frexport.live.diagnosis import DOWN, LiveAnalysis
 
 
 class _Families(NamedTuple):
@@ -63,6 +63,8 @@ class FindingsCollector:
         for x in found:
             if x.root_cause and x.kind in STALL_KINDS and x.time_ns:
                 for rank in x.culprit_ranks or x.blocked_ranks:
+                    if latest.statuses.get(rank) == DOWN:
+                        continue  # a dead process holds nothing up any more: its series ends
                     f.stall.add_metric([str(rank), x.pg_name, x.pg_desc, x.op or "", x.kind],
                                        max(0.0, now - x.time_ns / 1e9))
         for (kind, pg), n in sorted(Counter((x.kind, x.pg_name) for x in found).items()):

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from frexport.live.diagnosis import OK, STATUSES, LiveAnalysis
+from frexport.live.diagnosis import DOWN, OK, STATUSES, LiveAnalysis
 from frexport.live.state import LiveState
 
 _PG = ["rank", "pg", "pg_desc"]
@@ -99,7 +99,8 @@ class RankProgressCollector:
                     f.progress.add_metric(labels, g.last_progress_ns / 1e9)
                 if g.timeout_ms:
                     f.timeout.add_metric(labels, g.timeout_ms / 1000)
-                for op, (count, oldest_ns) in sorted(g.pending.items()):
+                # a dead process's pending collective is not aging: its series ends with it
+                for op, (count, oldest_ns) in sorted(g.pending.items()) if statuses.get(rank) != DOWN else ():
                     f.pending.add_metric(labels + [op], count)
                     f.oldest.add_metric(labels + [op], max(0.0, now - oldest_ns / 1e9))
             for s in STATUSES:  # every status, so `== 1` and `== 0` both select series
@@ -107,4 +108,7 @@ class RankProgressCollector:
             f.last_seen.add_metric([r], rs.last_seen_ns / 1e9)
             f.restarts.add_metric([r], rs.epoch)
             f.dropped.add_metric([r], rs.dropped)
+        for rank in sorted(r for r, s in statuses.items() if s == DOWN and r not in view.ranks):
+            for s in STATUSES:  # sockets of a job that died before frexport started: down, not absent
+                f.status.add_metric([str(rank), s], 1.0 if s == DOWN else 0.0)
         return iter(f)

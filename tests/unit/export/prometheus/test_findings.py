@@ -34,3 +34,18 @@ def test_before_the_first_analysis_there_is_no_threshold_and_no_finding(scenario
     assert r.get_sample_value("frexport_stall_threshold_seconds") is None
     assert r.get_sample_value("frexport_findings", {"kind": F.MISSING_RANK, "pg": "0"}) is None
     assert r.get_sample_value("frexport_scrape_collector_success", {"collector": "findings"}) == 1
+
+
+def test_a_rank_whose_process_is_gone_is_down_and_its_stall_and_pending_series_end(scenario):
+    statuses = scenario.analysis.latest.statuses
+    statuses.update({0: "down", 1: "down", 2: "down", 3: "down", 7: "down"})  # 7: a socket left before we started
+    r = scenario.registry()
+    assert r.get_sample_value("frexport_rank_stall_seconds", {"pg": "0", "pg_desc": "default_pg", "op": "all_reduce",
+                                                              "kind": F.MISSING_RANK, "rank": "2"}) is None
+    for rank in (0, 1, 2, 3, 7):
+        assert r.get_sample_value("frexport_rank_status", {"rank": str(rank), "status": "down"}) == 1.0
+        assert r.get_sample_value("frexport_rank_status", {"rank": str(rank), "status": "stalled"}) == 0.0
+    assert r.get_sample_value("frexport_oldest_pending_collective_age_seconds",
+                              {"rank": "0", "pg": "0", "pg_desc": "default_pg", "op": "all_reduce"}) is None
+    # the diagnosis itself stays: what the ranks were doing when they died
+    assert r.get_sample_value("frexport_findings", {"kind": F.MISSING_RANK, "pg": "0"}) == 1

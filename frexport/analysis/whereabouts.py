@@ -1,0 +1,81 @@
+"""Where a rank is now, from its Python stack: the innermost frame of the user's code in the thread
+that runs the training loop, and whether it is inside a torch.distributed call.
+
+The recorder says which collective a rank last issued; only the stack says what it does instead
+(a data loader, a sleep, a deadlock), which is the first thing an on-call engineer looks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from frexport.analysis.engine import format_ranks
+from frexport.analysis.findings import Finding
+from frexport.model.call_site import Frame, frame_text, is_library_frame
+
+Threads = list[tuple[Frame, ...]]  # each thread's frames, innermost first
+MAX_BLOCKED = 3  # blocked ranks described per finding: they mostly share one place
+
+
+def _training_thread(threads: Threads) -> tuple[Frame, ...] | None:
+    """The main thread runs the script (`<module>` outermost); else the first with user code."""
+    for t in threads:
+        if t[-1].name == "<module>":
+            return t
+    return next((t for t in threads if any(not is_library_frame(f) for f in t)), None)
+
+
+def _distributed_call(frames: tuple[Frame, ...], user_index: int) -> str | None:
+    """The torch.distributed function the user's frame called, if the thread is inside one."""
+    inner = frames[:user_index]
+    c10d = [f for f in inner if f.filename.endswith("distributed_c10d.py")]
+    if c10d:
+        return c10d[-1].name  # the outermost: the API the user called (all_reduce, barrier, ...)
+    dist = [f for f in inner if "/torch/distributed/" in f.filename]
+    return dist[-1].name if dist else None
+
+
+def place(threads: Threads, callee: Callable[[Frame], str | None] = lambda f: None) -> str | None:
+    """'train.py:8 load_batch (time.sleep), outside any collective', or None without a user frame."""
+    frames = _training_thread(threads)
+    if frames is None:
+        return None
+    i = next((k for k, f in enumerate(frames) if not is_library_frame(f)), None)
+    if i is None:
+        return None
+    text = frame_text(frames[i])
+    inside = _distributed_call(frames, i)
+    if inside:
+        return f"{text}, inside torch.distributed {inside}"
+    called = callee(frames[i])  # a C function (time.sleep) has no frame of its own: the line says it
+    return f"{text}{f' ({called})' if called else ''}, outside any collective"
+
+
+def places(stacks: dict[int, Threads], callee: Callable[[Frame], str | None] = lambda f: None) -> dict[int, str]:
+    return {r: p for r, threads in stacks.items() if (p := place(threads, callee)) is not None}
+
+
+def describe(ranks: list[int], where: dict[int, str]) -> list[str]:
+    """One line per distinct place: 'rank 2 is in ...', 'ranks 0, 1, 3 are in ...'."""
+    by_place: dict[str, list[int]] = {}
+    for r in ranks:
+        if r in where:
+            by_place.setdefault(where[r], []).append(r)
+    return [f"rank {rs[0]} is in {p}" if len(rs) == 1 else f"ranks {format_ranks(rs)} are in {p}"
+            for p, rs in by_place.items()]
+
+
+def with_whereabouts(findings: list[Finding], where: dict[int, str]) -> list[Finding]:
+    """Each root cause with where its culprits, and a few of the ranks it blocks, are now."""
+    if not where:
+        return findings
+    out = []
+    for f in findings:
+        if f.root_cause:
+            lines = describe(list(f.culprit_ranks), where)
+            lines += describe([r for r in f.blocked_ranks if r in where][:MAX_BLOCKED], where)
+            if lines:
+                f = replace(f, details=f.details + tuple(f"now: {line}" for line in lines))
+        out.append(f)
+    return out
