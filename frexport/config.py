@@ -97,7 +97,7 @@ class Metrics:
 
     max_series_per_family: int = 50_000  # exposition lines of one family; more are dropped, counted
     max_label_chars: int = 256  # longer label values are cut, with a hash of the whole
-    max_label_sets: int = 1000  # (pg_desc, op) pairs counted, and process groups kept per rank
+    max_label_sets: int = 256  # (pg_desc, op) pairs counted, and process groups kept per rank
 
 
 @dataclass

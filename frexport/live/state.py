@@ -87,7 +87,7 @@ class LiveState:
     label values come from the dumps, and a dump rewritten with fresh names must not grow the state
     (or the scrape) for good. Pairs and groups no snapshot holds expire with the ranks."""
 
-    def __init__(self, max_ranks: int = 4096, max_label_sets: int = 1000) -> None:
+    def __init__(self, max_ranks: int = 4096, max_label_sets: int = 256) -> None:
         self._lock = threading.Lock()
         self.max_ranks = max_ranks
         self.max_label_sets = max_label_sets
