@@ -93,6 +93,15 @@ class Web:
 
 
 @dataclass
+class Metrics:
+    """Bounds on what one scrape may hold, whatever the dumps and peers say (docs/metrics.md)."""
+
+    max_series_per_family: int = 50_000  # exposition lines of one family; more are dropped, counted
+    max_label_chars: int = 256  # longer label values are cut, with a hash of the whole
+    max_label_sets: int = 256  # (pg_desc, op) pairs counted, and process groups kept per rank
+
+
+@dataclass
 class Traces:
     enabled: bool = False
     queue_size: int = 20000
@@ -115,6 +124,7 @@ class Config:
     analysis: Analysis = field(default_factory=Analysis)
     evidence: Evidence = field(default_factory=Evidence)
     web: Web = field(default_factory=Web)
+    metrics: Metrics = field(default_factory=Metrics)
     traces: Traces = field(default_factory=Traces)
     log: Log = field(default_factory=Log)
 
@@ -324,6 +334,11 @@ def validate(cfg: Config) -> list[str]:
         problems.append("analysis.interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:
         problems.append("analysis.max_stall_fraction_of_timeout: must be in (0, 1]")
+    m = cfg.metrics
+    if m.max_series_per_family < 1 or m.max_label_sets < 1:
+        problems.append("metrics.max_series_per_family, metrics.max_label_sets: must be at least 1")
+    if m.max_label_chars < 32:
+        problems.append("metrics.max_label_chars: must be at least 32 (room for the hash of a cut value)")
     if cfg.log.format not in ("text", "json"):
         problems.append(f"log.format: expected text or json, got {cfg.log.format!r}")
     if cfg.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):

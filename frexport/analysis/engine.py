@@ -107,7 +107,9 @@ class _Context:
 def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
             known_ranks: set[int] | None = None, options: Options = Options()) -> Diagnosis:
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
-    membership = build_membership(by_rank, known_ranks)
+    # a rank whose file could not be read is still a rank of the job (its dump is missing)
+    known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
+    membership = build_membership(by_rank, known)
     ctx = _Context(by_rank, membership)
     stall_after_ns = int(options.stall_after_s * 1e9)
 
@@ -559,7 +561,10 @@ def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[Inp
     if not missing:
         return []
     how = "" if not ctx.membership.world_size_inferred else " (world size inferred from the highest rank seen)"
+    theirs = sorted({e.file for e in errors if e.rank in missing})
     unreadable = f"; {len(errors)} files could not be read" if errors else ""
+    if theirs:
+        unreadable += f" ({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''})"
     return [Finding(
         F.MISSING_DUMP, "", "", None, tuple(missing), (), None, None,
         f"no usable dump for rank{'s' if len(missing) > 1 else ''} {format_ranks(missing)} of a world of "

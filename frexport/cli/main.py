@@ -118,7 +118,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _escape_unencodable_output() -> None:
+    """File names are bytes: one that is not UTF-8 reaches us with surrogates (\udcff), which a strict
+    UTF-8 stdout (PYTHONIOENCODING=utf-8:strict, some containers) cannot write. Shown escaped instead
+    of ending the command with a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a replaced or closed stream: leave it as it is
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _escape_unencodable_output()
     args = build_parser().parse_args(argv)
     if args.command == "analyze":
         from frexport.cli.analyze import run_analyze

@@ -13,7 +13,7 @@ from frexport import logs
 from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
-from frexport.export.prometheus import sidecar_registry
+from frexport.export.prometheus import Bounds, sidecar_registry
 from frexport.live.sidecar import Sidecar
 from frexport.live.sink import Sink
 from frexport.live.state import LiveState
@@ -110,7 +110,7 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     """Wire the sidecar from its configuration: sources, state, analysis, sinks, and the metrics
     registry that reads them."""
     health = HealthRegistry()
-    state = LiveState(max_ranks=cfg.max_ranks)
+    state = LiveState(max_ranks=cfg.max_ranks, max_label_sets=cfg.metrics.max_label_sets)
     dc = cfg.decode
     decoder = DecoderPool(dc.workers, Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit))
     ws = cfg.sources.worker_servers
@@ -136,7 +136,9 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None,
                       decoder)
     # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours
-    return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks)
+    m = cfg.metrics
+    return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks,
+                                     bounds=Bounds(m.max_series_per_family, m.max_label_chars))
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:

@@ -79,7 +79,7 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
     close_bracket, rows = entries
     try:
         meta = json.loads(head + "[]" + tail[close_bracket + 1:])
-    except ValueError:
+    except (ValueError, RecursionError):  # the full parse says what is wrong (read.py: too_deep)
         return None
     if not isinstance(meta, dict):
         return None
@@ -142,7 +142,7 @@ def _decode_entries(text: str, start: int, since: int | None) -> tuple[int, list
             if c != ",":
                 return None
             i = _WS.match(text, i + 1).end()
-    except ValueError:
+    except (ValueError, RecursionError):  # a peer's deeply nested value: the full parse reports it
         return None
     if since is not None and rows[0]["record_id"] != since:
         return None

@@ -67,10 +67,12 @@ def load(paths: list[str], prefix: str | None = None, workers: int | None = None
     pool = SandboxPool(workers, limits or Limits())
     for task, result in zip(tasks, pool.map(_load_rank, tasks)):
         if isinstance(result, DecodeError):
-            errors.append(InputError(task.path, result.detail))
+            errors.append(InputError(task.path, result.detail, task.rank))
             continue
         trace, failed = result
-        errors.extend(InputError(e.source, e.detail) for e in failed)
+        # with the rank its name carries: gloo dumps do not list the world, so without it an unreadable
+        # highest rank made the world look one smaller, and healthy
+        errors.extend(InputError(e.source, e.detail, task.rank) for e in failed)
         if trace is not None:
             traces.append(trace)
             if failed:

@@ -79,13 +79,25 @@ class RankState:
     groups: dict[str, GroupProgress] = field(default_factory=dict)
 
 
+# the families whose label sets the state bounds, as `refused()` names them
+COLLECTIVE_FAMILIES = ("frexport_collectives_total", "frexport_collective_duration_seconds")
+GROUP_FAMILY = "frexport_pg_last_enqueued_collective"
+
+
 class LiveState:
-    def __init__(self, max_ranks: int = 4096) -> None:
+    """`max_label_sets` bounds the (pg_desc, op) pairs counted and the process groups kept per rank:
+    label values come from the dumps, and a dump rewritten with fresh names must not grow the state
+    (or the scrape) for good. Pairs and groups no snapshot holds expire with the ranks."""
+
+    def __init__(self, max_ranks: int = 4096, max_label_sets: int = 256) -> None:
         self._lock = threading.Lock()
         self.max_ranks = max_ranks
+        self.max_label_sets = max_label_sets
         self.ranks: dict[int, RankState] = {}
         self.collectives: Counter[tuple[str, str, str]] = Counter()  # (pg_desc, op, outcome)
         self.durations: dict[tuple[str, str], Histogram] = {}  # (pg_desc, op)
+        self.pair_seen_ns: dict[tuple[str, str], int] = {}  # (pg_desc, op) counted -> last held by a snapshot
+        self._refused: Counter[str] = Counter()  # by family: finished entries / groups not kept (state full)
         self.timeout_dumps: Counter[int] = Counter()
 
     # --- writer: the sidecar loop ------------------------------------------------------------
@@ -112,6 +124,7 @@ class LiveState:
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = {e.record_id: e for e in dump.entries}
             self._progress(rs, changed, now_ns)
+            self._held(dump, now_ns)
         return events
 
     def count_timeout_dump(self, rank: int) -> None:
@@ -129,7 +142,19 @@ class LiveState:
             for rs in self.ranks.values():
                 for name in [n for n, g in rs.groups.items() if g.seen_ns and now_ns - g.seen_ns > after_ns]:
                     del rs.groups[name]
+            # counts whose labels no snapshot holds any more: a rewrite with fresh op names must not
+            # leave its series behind for good (a counter that comes back starts again, as after a restart)
+            for pair in [p for p, seen in self.pair_seen_ns.items() if now_ns - seen > after_ns]:
+                del self.pair_seen_ns[pair]
+                self.durations.pop(pair, None)
+                for outcome in [k for k in self.collectives if k[:2] == pair]:
+                    del self.collectives[outcome]
             return gone
+
+    def refused(self) -> dict[str, int]:
+        """By family: what the state did not keep because it held `max_label_sets` already."""
+        with self._lock:
+            return dict(self._refused)
 
     # --- readers ----------------------------------------------------------------------------
 
@@ -191,17 +216,31 @@ class LiveState:
 
     def _finished(self, rs: RankState, e: Entry, outcome: Outcome, now_ns: int,
                   world_size: int | None) -> EntryEvent:
-        self.collectives[(e.pg_desc, e.op, outcome)] += 1
-        seconds = _duration_s(e)
-        if seconds is not None:
-            h = self.durations.get((e.pg_desc, e.op))
-            if h is None:
-                h = self.durations[(e.pg_desc, e.op)] = Histogram()
-            h.observe(seconds)
+        pair = (e.pg_desc, e.op)
+        if pair not in self.pair_seen_ns and len(self.pair_seen_ns) >= self.max_label_sets:
+            for family in COLLECTIVE_FAMILIES:
+                self._refused[family] += 1
+        else:
+            self.pair_seen_ns[pair] = now_ns
+            self.collectives[(e.pg_desc, e.op, outcome)] += 1
+            seconds = _duration_s(e)
+            if seconds is not None:
+                h = self.durations.get(pair)
+                if h is None:
+                    h = self.durations[pair] = Histogram()
+                h.observe(seconds)
         return EntryEvent(rs.rank, rs.epoch, e, outcome, now_ns, world_size)
 
-    @staticmethod
-    def _progress(rs: RankState, changed: list[Entry], now_ns: int) -> None:
+    def _held(self, dump: RankDump, now_ns: int) -> None:
+        """The counted pairs this snapshot still holds stay: they expire only once none does."""
+        seen = self.pair_seen_ns
+        if not seen:
+            return
+        for pair in {(e.pg_desc, e.op) for e in dump.entries}:
+            if pair in seen:
+                seen[pair] = now_ns
+
+    def _progress(self, rs: RankState, changed: list[Entry], now_ns: int) -> None:
         """Update each group's progress from the entries that are new or changed since the last
         snapshot (values only grow within an epoch), and recount what is still pending."""
         first_sight = not rs.groups
@@ -211,6 +250,9 @@ class LiveState:
                 continue
             g = rs.groups.get(e.pg_name)
             if g is None:
+                if len(rs.groups) >= self.max_label_sets:
+                    self._refused[GROUP_FAMILY] += 1
+                    continue
                 g = rs.groups[e.pg_name] = GroupProgress(e.pg_name, e.pg_desc)
             seq = e.collective_seq_id
             g.timeout_ms = e.timeout_ms

@@ -86,6 +86,7 @@ class InputError:
 
     file: str
     error: str
+    rank: int | None = None  # the rank its name carries: an unreadable file is that rank's missing dump
 
 
 @dataclass(frozen=True, slots=True)

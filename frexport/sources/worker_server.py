@@ -80,6 +80,7 @@ class WorkerServerSource:
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
         self._said_no_sockets = False
+        self._internal_said: set[tuple[str, str]] = set()  # (source, exception type) logged with a traceback
 
     def targets(self) -> list[RankTarget]:
         found = {}
@@ -128,6 +129,7 @@ class WorkerServerSource:
             if name not in live:  # the socket file is gone: so is the rank's source
                 del self._backoff[name]
                 self.health.forget(name)
+                self._internal_said = {said for said in self._internal_said if said[0] != name}
         ranks = {t.rank for t in targets}
         for rank in [r for r in self._last if r not in ranks]:
             del self._last[rank]
@@ -173,7 +175,13 @@ class WorkerServerSource:
             self._failed(t, b, "decode_" + exc.reason, exc.detail, start, now_ns)
             return None
         except Exception as exc:  # noqa: BLE001 - a bug on one rank's data must not stop the others
-            logs.get().exception("polling %s failed", t.name, extra={"rank": t.rank})
+            # the traceback once per source and kind: a peer that keeps sending what triggers it
+            # must not fill the log with one on every poll (the health's last_error keeps saying it)
+            said = (t.name, type(exc).__name__)
+            if said not in self._internal_said:
+                self._internal_said.add(said)
+                logs.get().exception("polling %s failed (said once for this source; counted as "
+                                     "reason=internal)", t.name, extra={"rank": t.rank})
             self._failed(t, b, "internal", f"{type(exc).__name__}: {exc}", start, now_ns)
             return None
         b.failures, b.next_try, b.was_up, b.refused = 0, 0.0, True, False

@@ -256,3 +256,35 @@ def test_durations_say_what_they_were_measured_against(tmp_path):
         os.utime(f, ns=(last_entry + 20 * 10**9, last_entry + 20 * 10**9))
     text = _run("analyze", d).stdout
     assert "20.0 s (from issue to rank 0's dump time)" in text, text
+
+
+def test_the_highest_ranks_unreadable_gloo_dump_is_not_healthy(tmp_path):
+    """Issue 18 point 12, on a copy of real gloo dumps: the highest rank's file truncated."""
+    from tests.support import paths
+
+    real = paths.ROOT / "tests" / "fixtures" / "real" / "healthy"
+    for r in range(4):
+        (tmp_path / f"trace_{r}").write_bytes((real / f"trace_{r}").read_bytes()[: 100 if r == 3 else None])
+    out = _run("analyze", tmp_path, "--format", "json")
+    assert out.returncode == 1, out.stdout
+    doc = json.loads(out.stdout)
+    assert doc["verdict"] == "inconclusive"
+    assert [(f["kind"], f["culprit_ranks"]) for f in doc["findings"]] == [("missing_dump", [3])]
+
+
+def test_a_non_utf8_file_name_does_not_crash_a_strict_utf8_stdout(tmp_path):
+    from tests.support import paths
+
+    real = paths.ROOT / "tests" / "fixtures" / "real" / "healthy"
+    for r in range(4):
+        (tmp_path / f"trace_{r}").write_bytes((real / f"trace_{r}").read_bytes())
+    os.mkdir(os.path.join(os.fsencode(tmp_path), b"sub\xff"))
+    with open(os.path.join(os.fsencode(tmp_path), b"sub\xff", b"trace_4"), "wb") as f:
+        f.write(b"garbage")
+    env = dict(os.environ, PYTHONIOENCODING="utf-8:strict")
+    for args in ([], ["-v"], ["--format", "json"], ["--raw"]):
+        out = subprocess.run(FREXPORT + ["analyze", str(tmp_path), *args], capture_output=True, timeout=120, env=env)
+        assert b"Traceback" not in out.stderr, (args, out.stderr.decode(errors="replace"))
+        out.stdout.decode("utf-8")  # valid UTF-8, the name shown escaped
+        if args != ["--format", "json"]:
+            assert b"sub\\udcff" in out.stdout, (args, out.stdout[-500:])

@@ -2,6 +2,8 @@
 
 import sys
 
+import pytest
+
 from tests.support import paths  # noqa: E402
 
 sys.path.insert(0, str(paths.BENCHMARKS))
@@ -18,3 +20,19 @@ def test_short_soak_is_flat():
     assert r["rss_peak_mb"] < 300, r
     assert r["spans"].get("exported", 0) == 0 and r["spans"].get("failed", 0) > 0  # the collector is down...
     assert r["errors"].get("truncated", 0) > 0  # ...and cut-short dumps were met and counted, nothing crashed
+
+
+@pytest.mark.slow
+def test_short_hostile_soak_is_flat():
+    """Issue 18: rewrites with fresh op and group names, a 1 MiB description, numbers outside 64 bits,
+    peers that trickle or say 100 Continue forever. The bounds hold from the first seconds on, so
+    after that memory, the series count and the scrape time stay where they are."""
+    r = soak(ranks=4, seconds=60, poll=1.0, sample_every=2.0, hostile=True)
+    print(r)
+    first, second = r["series_max_halves"]
+    assert second <= first * 1.05 + 50, r  # flat: bounded by metrics.max_label_sets, not growing
+    assert r["series_dropped"].get("frexport_collectives_total", 0) > 0, r  # the bound was hit and said so
+    assert r["scrape_bytes_end"] < 4 << 20, r  # one 1 MiB description no longer makes a huge scrape
+    slow_first, slow_second = r["scrape_s_max_halves"]
+    assert slow_second < max(2 * slow_first, 1.0), r
+    assert r["rss_slope_mb_per_min"] < 10.0 and r["rss_peak_mb"] < 400, r

@@ -10,6 +10,7 @@ failures, as node_exporter does.
 Nothing is a long-lived gauge: a rank or process group that is gone (expired from the state) is
 simply not in the next scrape, so no stale series lingers. Every label is bounded (ranks of one pod,
 process groups, ops, fixed sets of states and reasons); sequence numbers and timestamps are values.
+Whatever the input, the scrape bounds each family's series and label values (bounds.py).
 Job, pod and namespace come from the scrape target. docs/metrics.md describes every family.
 """
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.registry import Collector
 
+from frexport.export.prometheus.bounds import DEFAULT_BOUNDS, Bounds
 from frexport.export.prometheus.build_info import BuildInfoCollector
 from frexport.export.prometheus.collectives import CollectivesCollector
 from frexport.export.prometheus.findings import FindingsCollector
@@ -33,7 +35,7 @@ from frexport.live.sink import Sink
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 
-__all__ = ["BuildInfoCollector", "CollectivesCollector", "FindingsCollector", "RankProgressCollector",
+__all__ = ["Bounds", "BuildInfoCollector", "CollectivesCollector", "FindingsCollector", "RankProgressCollector",
            "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors", "scrape_collector",
            "sidecar_registry"]
 
@@ -52,7 +54,7 @@ def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
 
 
 def scrape_collector(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis, sinks: Iterable[Sink] = (),
-                     clock: Callable[[], float] = time.time) -> ScrapeCollector:
+                     clock: Callable[[], float] = time.time, bounds: Bounds = DEFAULT_BOUNDS) -> ScrapeCollector:
     """frexport's collectors and the sinks that have self-metrics (a `collect()`), under one scrape."""
     named = collectors(state, health, analysis, clock)
     for sink in sinks:
@@ -60,17 +62,17 @@ def scrape_collector(state: LiveState, health: HealthRegistry, analysis: LiveAna
             if sink.name in named:
                 raise ValueError(f"a sink is named like a collector: {sink.name}")
             named[sink.name] = sink  # type: ignore[assignment]  # has collect(): a Collector
-    return ScrapeCollector(named)
+    return ScrapeCollector(named, bounds=bounds, refused=state.refused)
 
 
 def sidecar_registry(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
                      sinks: Iterable[Sink] = (), clock: Callable[[], float] = time.time,
-                     process: bool = True) -> CollectorRegistry:
+                     process: bool = True, bounds: Bounds = DEFAULT_BOUNDS) -> CollectorRegistry:
     """The registry `frexport serve` exposes: the scrape above and, with `process`, the `process_*`
     and `python_*` metrics about the sidecar itself (what every client_python exporter has).
     `auto_describe` makes registration refuse a name exposed twice."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(scrape_collector(state, health, analysis, sinks, clock))
+    registry.register(scrape_collector(state, health, analysis, sinks, clock, bounds))
     if process:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)

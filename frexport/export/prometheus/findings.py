@@ -23,6 +23,7 @@ from typing import NamedTuple
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from frexport.analysis.findings import STALL_KINDS
+from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, LiveAnalysis
 
 
@@ -66,7 +67,7 @@ class FindingsCollector:
                     if latest.statuses.get(rank) == DOWN:
                         continue  # a dead process holds nothing up any more: its series ends
                     f.stall.add_metric([str(rank), x.pg_name, x.pg_desc, x.op or "", x.kind],
-                                       max(0.0, now - x.time_ns / 1e9))
+                                       max(0.0, now - sample_value(x.time_ns) / 1e9))
         for (kind, pg), n in sorted(Counter((x.kind, x.pg_name) for x in found).items()):
             f.findings.add_metric([kind, pg], n)
         f.threshold.add_metric([], latest.stall_after_s)

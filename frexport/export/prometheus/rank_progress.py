@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, OK, STATUSES, LiveAnalysis
 from frexport.live.state import LiveState
 
@@ -95,17 +96,18 @@ class RankProgressCollector:
                     f.started.add_metric(labels, g.last_started)
                 if g.last_completed is not None:
                     f.completed.add_metric(labels, g.last_completed)
+                # as floats first: an int too big for one (a future decode path) is clamped, not fatal
                 if g.last_progress_ns:
-                    f.progress.add_metric(labels, g.last_progress_ns / 1e9)
+                    f.progress.add_metric(labels, sample_value(g.last_progress_ns) / 1e9)
                 if g.timeout_ms:
-                    f.timeout.add_metric(labels, g.timeout_ms / 1000)
+                    f.timeout.add_metric(labels, sample_value(g.timeout_ms) / 1000)
                 # a dead process's pending collective is not aging: its series ends with it
                 for op, (count, oldest_ns) in sorted(g.pending.items()) if statuses.get(rank) != DOWN else ():
                     f.pending.add_metric(labels + [op], count)
-                    f.oldest.add_metric(labels + [op], max(0.0, now - oldest_ns / 1e9))
+                    f.oldest.add_metric(labels + [op], max(0.0, now - sample_value(oldest_ns) / 1e9))
             for s in STATUSES:  # every status, so `== 1` and `== 0` both select series
                 f.status.add_metric([r, s], 1.0 if statuses.get(rank, OK) == s else 0.0)
-            f.last_seen.add_metric([r], rs.last_seen_ns / 1e9)
+            f.last_seen.add_metric([r], sample_value(rs.last_seen_ns) / 1e9)
             f.restarts.add_metric([r], rs.epoch)
             f.dropped.add_metric([r], rs.dropped)
         for rank in sorted(r for r, s in statuses.items() if s == DOWN and r not in view.ranks):

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from frexport.export.prometheus.bounds import sample_value
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 
@@ -62,7 +63,7 @@ class SourcesCollector:
             f.up.add_metric([h.name], 1.0 if h.up else 0.0)
             f.duration.add_metric([h.name], h.last_duration_s)
             if h.last_success_ns:
-                f.last_success.add_metric([h.name], h.last_success_ns / 1e9)
+                f.last_success.add_metric([h.name], sample_value(h.last_success_ns) / 1e9)
             for reason, n in sorted(h.errors.items()):
                 f.errors.add_metric([h.name, reason], n)
         for reason, n in sorted(self.health.decode_errors().items()):

@@ -257,3 +257,21 @@ def test_coalesced_members_take_the_closing_entrys_state():
     es[2] = entry(2, 1, op="coalesced", pg=("5", "pp"), is_p2p=True, p2p_seq=3, state="started")
     d = decode_bytes(_p.dumps(dump(es, world=2), protocol=2), "c", rank=0)
     assert not d.entries[0].finished  # the batch itself is still in flight
+
+
+def test_the_highest_ranks_unreadable_dump_is_its_missing_dump(tmp_path, diagnose):
+    """Issue 18 point 12: gloo dumps do not list the world, so with the highest rank's file truncated
+    the world looked like 3 ranks and the verdict was healthy. A file whose name carries a rank speaks
+    for that rank even when it cannot be read."""
+    import shutil
+
+    from tests.support import paths
+
+    real = paths.ROOT / "tests" / "fixtures" / "real" / "healthy"
+    for r in range(4):
+        shutil.copy(real / f"trace_{r}", tmp_path / f"trace_{r}")
+    (tmp_path / "trace_3").write_bytes((real / "trace_3").read_bytes()[:100])
+    d = diagnose(tmp_path)
+    f = _one(d, "missing_dump")
+    assert f.culprit_ranks == (3,) and d.verdict != "healthy"
+    assert "trace_3" in f.message  # which file, so the user knows where to look

@@ -194,3 +194,54 @@ def test_chunked_body_is_read_whole(tmp_path):
         assert resp.status == 200 and resp.body == GOOD_BODY and resp.content_type == "application/json"
     finally:
         peer.close()
+
+
+def test_a_deeply_nested_body_is_one_decode_error_logged_once(tmp_path, caplog):
+    """A peer whose entries nest 100 000 lists deep: before, the JSON tail parser's RecursionError
+    escaped and every poll logged a traceback. Now each poll is one decode error of that rank, said once."""
+    from tests.support.synth import entry
+
+    first = {"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": [entry(0, 1)]}
+    deep = json.dumps(entry(1, 2))[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    later = json.dumps(first)[:-2] + ", " + deep + "]}"
+    answers = iter([json.dumps(first).encode()] + [later.encode()] * 20)
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), lambda c: c.sendall(_reply(body=next(answers))))
+    health = HealthRegistry()
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2.0))
+    try:
+        from frexport.sources.worker_server import _Backoff
+
+        target = src.targets()[0]
+        src._backoff[target.name] = _Backoff(handler="fr_trace_json")  # polled directly: no backoff, no listing
+        assert src._poll_one(target) is not None  # the first, good body: the tail parser resumes from it
+        for _ in range(4):
+            assert src._poll_one(target) is None
+        h = health.view()[0]
+        assert not h.up and sum(n for r, n in h.errors.items() if r.startswith("decode_")) == 4, h.errors
+        assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+    finally:
+        src.stop()
+        peer.close()
+
+
+def test_an_unexpected_error_on_one_source_is_logged_with_its_traceback_once(tmp_path, caplog, monkeypatch):
+    from frexport.sources import worker_server
+    from frexport.sources.worker_server import _Backoff
+
+    def deep(*_a, **_k):
+        raise RecursionError("maximum recursion depth exceeded")  # what no decode rule foresaw
+
+    monkeypatch.setattr(worker_server, "decode_bytes", deep)
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), lambda c: c.sendall(_reply()))
+    health = HealthRegistry()
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2.0))
+    try:
+        target = src.targets()[0]
+        for _ in range(5):
+            src._backoff[target.name] = _Backoff(handler="fr_trace_json")
+            assert src._poll_one(target) is None
+        assert caplog.text.count("Traceback") == 1 and caplog.text.count("polling socket:rank-0 failed") == 1
+        assert health.view()[0].errors["internal"] == 5  # still counted every time
+    finally:
+        src.stop()
+        peer.close()
