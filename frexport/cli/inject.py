@@ -35,11 +35,19 @@ def add_parser(sub) -> None:
                    help="trainer container to activate the agent in (repeatable; default: every container)")
     p.add_argument("--drain-seconds", type=int, default=d.drain_seconds,
                    help=f"sidecar preStop delay (default {d.drain_seconds})")
+    p.add_argument("--web-config-secret", default="", metavar="SECRET",
+                   help="Secret with web-config.yml (TLS/basic auth, the chart's webConfig.secretName)")
+    p.add_argument("--web-tls-secret", default="", metavar="SECRET",
+                   help="kubernetes.io/tls Secret the web config's TLS files come from (mounted at /etc/frexport/tls)")
+    p.add_argument("--web-basic-auth", action="store_true",
+                   help="the web config asks for basic auth: probe the port with tcpSocket")
 
 
 def run_inject(args: argparse.Namespace) -> int:
     s = Settings(image=args.image, shared_dir=args.shared_dir, agent_dir=args.agent_dir, port=args.port,
-                 cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds)
+                 cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds,
+                 web_config_secret=args.web_config_secret, web_tls_secret=args.web_tls_secret,
+                 web_basic_auth=args.web_basic_auth)
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]

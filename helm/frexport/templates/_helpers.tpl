@@ -83,3 +83,31 @@ shared
 {{- define "frexport.shared" -}}
 {{- if eq (include "frexport.scope" .) "shared" }}true{{ end -}}
 {{- end }}
+
+{{/* The monitors' endpoint fields that match the sidecar's web config: scheme, tlsConfig, basicAuth. */}}
+{{- define "frexport.scrapeAuth" -}}
+{{- $w := .Values.webConfig -}}
+{{- if and $w.enabled $w.tls.enabled }}
+scheme: https
+tlsConfig:
+  ca:
+    secret:
+      name: {{ $w.tls.secretName }}
+      key: ca.crt
+  {{- with $w.tls.serverName }}
+  serverName: {{ . }}
+  {{- end }}
+  insecureSkipVerify: {{ $w.tls.insecureSkipVerify }}
+{{- else }}
+scheme: http
+{{- end }}
+{{- if and $w.enabled $w.basicAuth.enabled }}
+basicAuth:
+  username:
+    name: {{ $w.basicAuth.secretName }}
+    key: username
+  password:
+    name: {{ $w.basicAuth.secretName }}
+    key: password
+{{- end }}
+{{- end }}
