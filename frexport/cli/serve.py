@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from prometheus_client import CollectorRegistry
@@ -110,8 +111,11 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
+        uploader = make_uploader(cfg)
         sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), poller, ev.pyspy,
-                                  deadline_s=ev.deadline))
+                                  deadline_s=ev.deadline, after_write=uploader.upload if uploader else None))
+        if uploader is not None:
+            sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
 
@@ -121,6 +125,22 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
                       decoder)
     # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours
     return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks)
+
+
+def make_uploader(cfg: Config):
+    """The evidence upload of evidence.upload, or None; credentials default to the AWS_* environment."""
+    up = cfg.evidence.upload
+    if not up.endpoint:
+        return None
+    from frexport.export.upload import BundleUploader, Target
+
+    env = os.environ
+    target = Target(endpoint=up.endpoint, bucket=up.bucket or "", region=up.region, prefix=up.prefix,
+                    path_style=up.path_style,
+                    access_key_id=up.access_key_id or env.get("AWS_ACCESS_KEY_ID", ""),
+                    secret_access_key=up.secret_access_key or env.get("AWS_SECRET_ACCESS_KEY", ""),
+                    session_token=up.session_token or env.get("AWS_SESSION_TOKEN", ""))
+    return BundleUploader(target, job_id=cfg.job_id or "", retries=up.retries, timeout_s=up.timeout)
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:

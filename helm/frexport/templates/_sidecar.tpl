@@ -128,6 +128,20 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+{{- with $v.evidence.upload }}
+{{- if .enabled }}
+- name: FREXPORT_EVIDENCE__UPLOAD__ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__BUCKET
+  value: {{ .bucket | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__PREFIX
+  value: {{ .prefix | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__REGION
+  value: {{ .region | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__PATH_STYLE
+  value: {{ .pathStyle | quote }}
+{{- end }}
+{{- end }}
 {{- with $v.sidecar.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -154,6 +168,12 @@ args:
   {{- include "frexport.sidecar.args" . | nindent 2 }}
 env:
   {{- include "frexport.sidecar.env" . | nindent 2 }}
+{{- if and $v.evidence.upload.enabled $v.evidence.upload.credentialsSecret }}
+envFrom:
+  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): frexport reads them itself
+  - secretRef:
+      name: {{ $v.evidence.upload.credentialsSecret }}
+{{- end }}
 ports:
   - name: frexport-metrics
     containerPort: {{ $v.sidecar.port }}
@@ -173,6 +193,12 @@ securityContext:
 volumeMounts:
   - name: {{ $v.volume.name }}
     mountPath: {{ $v.sharedDir }}
+  {{- if $v.evidence.persistence.enabled }}
+  # a claim of its own over <sharedDir>/evidence, one directory per pod: bundles outlive the pod
+  - name: frexport-evidence
+    mountPath: {{ $v.sharedDir }}/evidence
+    subPathExpr: {{ $v.evidence.persistence.subPathExpr }}
+  {{- end }}
   {{- if $v.webConfig.enabled }}
   - name: frexport-web-config
     mountPath: /etc/frexport/web
@@ -321,6 +347,11 @@ volumeMounts:
 - name: {{ $v.agent.volumeName }}
   emptyDir:
     sizeLimit: 64Mi
+{{- end }}
+{{- if $v.evidence.persistence.enabled }}
+- name: frexport-evidence
+  persistentVolumeClaim:
+    claimName: {{ required "evidence.persistence.existingClaim: the ReadWriteMany claim the bundles go to" $v.evidence.persistence.existingClaim }}
 {{- end }}
 {{- if $v.webConfig.enabled }}
 - name: frexport-web-config
