@@ -146,7 +146,7 @@ def validate_crds(files: list[Path]) -> subprocess.CompletedProcess:
 
 
 _LEAF_MAPPINGS = ("podLabels", "resources", "securityContext", "livenessProbe", "readinessProbe",
-                  "podSecurityContext", "prometheusNamespaceSelector", "prometheusPodSelector")
+                  "podSecurityContext", "prometheusNamespaceSelector", "prometheusPodSelector", "namespaceSelector")
 
 
 def flatten(values: dict, prefix: str = "") -> dict[str, object]:
