@@ -78,12 +78,28 @@ class Analysis:
 
 
 @dataclass
+class EvidenceUpload:
+    """S3-compatible object storage each finished bundle is uploaded to (export/upload.py)."""
+    endpoint: str | None = None  # http(s)://host[:port]; None: no upload
+    bucket: str | None = None
+    prefix: str = ""  # keys: <prefix>/<job id>/<pod>/<bundle>/<file>
+    region: str = "us-east-1"
+    path_style: bool = True  # false: virtual-hosted (<bucket>.<host>)
+    access_key_id: str | None = None  # None: AWS_ACCESS_KEY_ID from the environment (a Secret)
+    secret_access_key: str | None = None  # None: AWS_SECRET_ACCESS_KEY
+    session_token: str | None = None  # None: AWS_SESSION_TOKEN, if any
+    retries: int = 3
+    timeout: float = 30.0
+
+
+@dataclass
 class Evidence:
     dir: str | None = None
     max_bundles: int = 20
     max_bytes: int = 1024 * 1024 * 1024
     pyspy: bool = True  # also ask the worker server for a py-spy dump (needs py-spy in the trainer image)
     deadline: float = 20.0  # for fetching a bundle's stacks and pickles from every rank, all at once
+    upload: EvidenceUpload = field(default_factory=EvidenceUpload)
 
 
 @dataclass
@@ -330,6 +346,20 @@ def validate(cfg: Config) -> list[str]:
     if cfg.analysis.stall_after is not None and cfg.analysis.stall_after <= 0:
         problems.append("analysis.stall_after: must be positive (every wait would be a stall); "
                         "null derives it from the step time")
+    up = cfg.evidence.upload
+    if up.endpoint:
+        if not up.endpoint.startswith(("http://", "https://")):
+            problems.append(f"evidence.upload.endpoint: expected http(s)://host[:port], got {up.endpoint!r}")
+        if not up.bucket:
+            problems.append("evidence.upload.bucket: required with evidence.upload.endpoint")
+        if not cfg.evidence.dir:
+            problems.append("evidence.upload: needs evidence.dir (bundles are written, then uploaded)")
+        if not (up.access_key_id or os.environ.get("AWS_ACCESS_KEY_ID")) or \
+                not (up.secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY")):
+            problems.append("evidence.upload: no credentials (access_key_id/secret_access_key, or "
+                            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY in the environment)")
+        if up.retries < 0 or up.timeout <= 0:
+            problems.append("evidence.upload: retries must be >= 0 and timeout positive")
     if cfg.analysis.interval <= 0:
         problems.append("analysis.interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:

@@ -21,10 +21,15 @@ from frexport.inject.workloads import inject_object
 
 
 def add_parser(sub) -> None:
-    d = Settings()
     p = sub.add_parser("inject", help="add the frexport sidecar and agent to Kubernetes workload YAML",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", default="-", help="YAML file, or - for stdin (default)")
+    add_settings_args(p)
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    """What shapes the patch; shared by `frexport inject` and `frexport webhook`."""
+    d = Settings()
     p.add_argument("--image", default=d.image, help=f"frexport image (default {d.image})")
     p.add_argument("--shared-dir", default=d.shared_dir, help=f"shared volume's mount path (default {d.shared_dir})")
     p.add_argument("--agent-dir", default=d.agent_dir, help=f"where the trainer mounts the agent ({d.agent_dir})")
@@ -35,11 +40,23 @@ def add_parser(sub) -> None:
                    help="trainer container to activate the agent in (repeatable; default: every container)")
     p.add_argument("--drain-seconds", type=int, default=d.drain_seconds,
                    help=f"sidecar preStop delay (default {d.drain_seconds})")
+    p.add_argument("--web-config-secret", default="", metavar="SECRET",
+                   help="Secret with web-config.yml (TLS/basic auth, the chart's webConfig.secretName)")
+    p.add_argument("--web-tls-secret", default="", metavar="SECRET",
+                   help="kubernetes.io/tls Secret the web config's TLS files come from (mounted at /etc/frexport/tls)")
+    p.add_argument("--web-basic-auth", action="store_true",
+                   help="the web config asks for basic auth: probe the port with tcpSocket")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(image=args.image, shared_dir=args.shared_dir, agent_dir=args.agent_dir, port=args.port,
+                    cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds,
+                    web_config_secret=args.web_config_secret, web_tls_secret=args.web_tls_secret,
+                    web_basic_auth=args.web_basic_auth)
 
 
 def run_inject(args: argparse.Namespace) -> int:
-    s = Settings(image=args.image, shared_dir=args.shared_dir, agent_dir=args.agent_dir, port=args.port,
-                 cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds)
+    s = settings_from(args)
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]

@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)
+    from frexport.cli.webhook import add_parser as add_webhook
+
+    add_webhook(sub)
     return p
 
 
@@ -146,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         from frexport.cli.inject import run_inject
 
         return run_inject(args)
+    if args.command == "webhook":
+        from frexport.cli.webhook import run_webhook
+
+        return run_webhook(args)
     if args.command == "snapshot":
         from frexport.cli.snapshot import run_snapshot
 

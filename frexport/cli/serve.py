@@ -126,8 +126,11 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
 
         limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
         reporter = functools.partial(bundle_report, limits=limits)
+        uploader = make_uploader(cfg)
         sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
-                                  ev.pyspy, deadline_s=ev.deadline))
+                                  ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None))
+        if uploader is not None:
+            sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
 
@@ -139,6 +142,22 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     m = cfg.metrics
     return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks,
                                      bounds=Bounds(m.max_series_per_family, m.max_label_chars))
+
+
+def make_uploader(cfg: Config):
+    """The evidence upload of evidence.upload, or None; credentials default to the AWS_* environment."""
+    up = cfg.evidence.upload
+    if not up.endpoint:
+        return None
+    from frexport.export.upload import BundleUploader, Target
+
+    env = os.environ
+    target = Target(endpoint=up.endpoint, bucket=up.bucket or "", region=up.region, prefix=up.prefix,
+                    path_style=up.path_style,
+                    access_key_id=up.access_key_id or env.get("AWS_ACCESS_KEY_ID", ""),
+                    secret_access_key=up.secret_access_key or env.get("AWS_SECRET_ACCESS_KEY", ""),
+                    session_token=up.session_token or env.get("AWS_SESSION_TOKEN", ""))
+    return BundleUploader(target, job_id=cfg.job_id or "", retries=up.retries, timeout_s=up.timeout)
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
@@ -241,8 +241,10 @@ class EvidenceSink:
     name = "evidence"
 
     def __init__(self, writer: EvidenceWriter, fetcher: Fetcher | None = None, pyspy: bool = True,
-                 deadline_s: float = 20.0, max_stacks: int = 8) -> None:
+                 deadline_s: float = 20.0, max_stacks: int = 8,
+                 after_write: Callable[[str], object] | None = None) -> None:
         self.writer = writer
+        self.after_write = after_write  # e.g. the upload (export/upload.py), on this sink's thread
         self.fetcher = fetcher
         self.pyspy = pyspy
         self.deadline_s = deadline_s
@@ -289,7 +291,9 @@ class EvidenceSink:
                 p, self._next = self._next, None
             if p is not None and not self._stop.is_set():
                 try:
-                    self.write_incident(p)
+                    path = self.write_incident(p)
+                    if path is not None and self.after_write is not None:
+                        self.after_write(path)
                 except Exception:  # noqa: BLE001 - one bad incident must not end evidence collection
                     logs.get().exception("evidence bundle failed")
 

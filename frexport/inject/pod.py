@@ -58,6 +58,10 @@ class Settings:
     fs_group: int = 65532
     containers: list[str] = field(default_factory=list)  # trainer containers to activate; empty: all
     extra_args: list[str] = field(default_factory=list)
+    # TLS/basic auth (the chart's webConfig): Secrets in the pod's namespace, mounted in the sidecar
+    web_config_secret: str = ""  # key web-config.yml, read with --web-config-file
+    web_tls_secret: str = ""  # kubernetes.io/tls Secret at /etc/frexport/tls; probes use HTTPS
+    web_basic_auth: bool = False  # every path needs auth: probes use tcpSocket
 
 
 class InjectError(ValueError):
@@ -88,6 +92,7 @@ def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | N
         {"name": AGENT_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
         {"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ])
+    spec["volumes"].extend({"name": n, "secret": {"secretName": secret}} for n, _, secret in _web_mounts(s))
     spec.setdefault("initContainers", []).extend([_prepare(s), _sidecar(s, key)])
     for c in trainers:
         _activate(c, s)
@@ -107,6 +112,31 @@ def _resources(s: Settings) -> dict:
 def _frexport_mounts(s: Settings) -> list[dict]:
     return [{"name": SHARED_VOLUME, "mountPath": s.shared_dir},
             {"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_PATH, "readOnly": True}]
+
+
+def _web_mounts(s: Settings) -> list[tuple[str, str, str]]:
+    """(volume name, mount path, Secret name) of the web config and its TLS files."""
+    out = []
+    if s.web_config_secret:
+        out.append(("frexport-web-config", "/etc/frexport/web", s.web_config_secret))
+        if s.web_tls_secret:
+            out.append(("frexport-web-tls", "/etc/frexport/tls", s.web_tls_secret))
+    return out
+
+
+def _probes(s: Settings) -> tuple[dict, dict]:
+    """Liveness and readiness. Basic auth covers every path and the kubelet could only send a password
+    written into the pod spec: tcpSocket then. TLS: HTTPS (the kubelet does not verify certificates)."""
+    def check(path: str) -> dict:
+        if s.web_config_secret and s.web_basic_auth:
+            return {"tcpSocket": {"port": PORT_NAME}}
+        get = {"path": path, "port": PORT_NAME}
+        if s.web_config_secret and s.web_tls_secret:
+            get["scheme"] = "HTTPS"
+        return {"httpGet": get}
+    return ({**check("/healthz"), "initialDelaySeconds": 5, "periodSeconds": 20, "timeoutSeconds": 5,
+             "failureThreshold": 3},
+            {**check("/readyz"), "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3})
 
 
 def _prepare(s: Settings) -> dict:
@@ -133,13 +163,13 @@ def _sidecar(s: Settings, job_label: str) -> dict:
                  "--listen", f"[::]:{s.port}", *s.extra_args],
         "env": env,
         "ports": [{"name": PORT_NAME, "containerPort": s.port, "protocol": "TCP"}],
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": PORT_NAME}, "initialDelaySeconds": 5,
-                          "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": PORT_NAME}, "periodSeconds": 10,
-                           "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": _probes(s)[0], "readinessProbe": _probes(s)[1],
         "resources": _resources(s), "securityContext": copy.deepcopy(SECURITY),
-        "volumeMounts": _frexport_mounts(s),
+        "volumeMounts": _frexport_mounts(s) + [{"name": n, "mountPath": m, "readOnly": True}
+                                               for n, m, _ in _web_mounts(s)],
     }
+    if s.web_config_secret:
+        c["args"] += ["--web-config-file", "/etc/frexport/web/web-config.yml"]
     if s.drain_seconds > 0:  # keep serving a little after the trainer ended: the last scrape sees the end
         c["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(s.drain_seconds)]}}}
     return c

@@ -145,13 +145,16 @@ def validate_crds(files: list[Path]) -> subprocess.CompletedProcess:
         return subprocess.run([node, str(script), *map(str, files)], capture_output=True, text=True, timeout=120)
 
 
+_LEAF_MAPPINGS = ("podLabels", "resources", "securityContext", "livenessProbe", "readinessProbe",
+                  "podSecurityContext", "prometheusNamespaceSelector", "prometheusPodSelector", "namespaceSelector")
+
+
 def flatten(values: dict, prefix: str = "") -> dict[str, object]:
     """Leaf paths of a values mapping (empty mappings and lists count as leaves)."""
     out = {}
     for k, v in values.items():
         path = f"{prefix}{k}"
-        if isinstance(v, dict) and v and k not in ("podLabels", "resources", "securityContext", "livenessProbe",
-                                                    "readinessProbe", "podSecurityContext"):
+        if isinstance(v, dict) and v and k not in _LEAF_MAPPINGS:
             out.update(flatten(v, path + "."))
         else:
             out[path] = v

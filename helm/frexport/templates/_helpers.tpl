@@ -59,3 +59,55 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   replacement: "$1"
   action: replace
 {{- end }}
+
+{{/*
+The chart's scope, by lifetime:
+  shared   - the objects installed once per namespace (or cluster): PodMonitor/ServiceMonitor selecting
+             every pod labelled podLabels, PrometheusRule, dashboards, NetworkPolicy, webhook.
+  workload - nothing of the above: only the named templates (and the example) for one workload.
+Empty (the default): shared when installed directly, workload when this chart is a dependency of
+another chart (its templates then live under <parent>/charts/), so two workload charts that vendor
+it never render a second set of monitors, rules or dashboards.
+*/}}
+{{- define "frexport.scope" -}}
+{{- if .Values.scope -}}
+{{- .Values.scope -}}
+{{- else if contains "/charts/" .Template.BasePath -}}
+workload
+{{- else -}}
+shared
+{{- end -}}
+{{- end }}
+
+{{/* "true" when this release renders the shared objects (see frexport.scope). */}}
+{{- define "frexport.shared" -}}
+{{- if eq (include "frexport.scope" .) "shared" }}true{{ end -}}
+{{- end }}
+
+{{/* The monitors' endpoint fields that match the sidecar's web config: scheme, tlsConfig, basicAuth. */}}
+{{- define "frexport.scrapeAuth" -}}
+{{- $w := .Values.webConfig -}}
+{{- if and $w.enabled $w.tls.enabled }}
+scheme: https
+tlsConfig:
+  ca:
+    secret:
+      name: {{ $w.tls.secretName }}
+      key: ca.crt
+  {{- with $w.tls.serverName }}
+  serverName: {{ . }}
+  {{- end }}
+  insecureSkipVerify: {{ $w.tls.insecureSkipVerify }}
+{{- else }}
+scheme: http
+{{- end }}
+{{- if and $w.enabled $w.basicAuth.enabled }}
+basicAuth:
+  username:
+    name: {{ $w.basicAuth.secretName }}
+    key: username
+  password:
+    name: {{ $w.basicAuth.secretName }}
+    key: password
+{{- end }}
+{{- end }}

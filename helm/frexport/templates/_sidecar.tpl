@@ -61,9 +61,28 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
 {{- if $v.sidecar.polling }}
 - --polling
 {{- end }}
+{{- if $v.webConfig.enabled }}
+- --web-config-file
+- /etc/frexport/web/web-config.yml
+{{- end }}
 {{- range $v.sidecar.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* Probes of the sidecar. Basic auth covers every path and the kubelet cannot send a secret header
+     without writing the password into the pod spec: tcpSocket then. TLS: HTTPS (the kubelet does not
+     verify the certificate). */}}
+{{- define "frexport.sidecar.probe" -}}
+{{- $v := .v -}}
+{{- $probe := deepCopy .probe -}}
+{{- if and $v.webConfig.enabled $v.webConfig.basicAuth.enabled $probe.httpGet -}}
+{{- $_ := set $probe "tcpSocket" (dict "port" $probe.httpGet.port) -}}
+{{- $_ := unset $probe "httpGet" -}}
+{{- else if and $v.webConfig.enabled $v.webConfig.tls.enabled $probe.httpGet -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- toYaml $probe }}
 {{- end }}
 
 {{/* Environment of the sidecar: downward API, job id, py-spy, OTLP, extraEnv. */}}
@@ -109,6 +128,20 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
   value: {{ . | quote }}
 {{- end }}
 {{- end }}
+{{- with $v.evidence.upload }}
+{{- if .enabled }}
+- name: FREXPORT_EVIDENCE__UPLOAD__ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__BUCKET
+  value: {{ .bucket | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__PREFIX
+  value: {{ .prefix | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__REGION
+  value: {{ .region | quote }}
+- name: FREXPORT_EVIDENCE__UPLOAD__PATH_STYLE
+  value: {{ .pathStyle | quote }}
+{{- end }}
+{{- end }}
 {{- with $v.sidecar.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -135,17 +168,23 @@ args:
   {{- include "frexport.sidecar.args" . | nindent 2 }}
 env:
   {{- include "frexport.sidecar.env" . | nindent 2 }}
+{{- if and $v.evidence.upload.enabled $v.evidence.upload.credentialsSecret }}
+envFrom:
+  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): frexport reads them itself
+  - secretRef:
+      name: {{ $v.evidence.upload.credentialsSecret }}
+{{- end }}
 ports:
   - name: frexport-metrics
     containerPort: {{ $v.sidecar.port }}
     protocol: TCP
 {{- with $v.sidecar.livenessProbe }}
 livenessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "frexport.sidecar.probe" (dict "v" $v "probe" .) | nindent 2 }}
 {{- end }}
 {{- with $v.sidecar.readinessProbe }}
 readinessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "frexport.sidecar.probe" (dict "v" $v "probe" .) | nindent 2 }}
 {{- end }}
 resources:
   {{- toYaml $v.sidecar.resources | nindent 2 }}
@@ -154,6 +193,22 @@ securityContext:
 volumeMounts:
   - name: {{ $v.volume.name }}
     mountPath: {{ $v.sharedDir }}
+  {{- if $v.evidence.persistence.enabled }}
+  # a claim of its own over <sharedDir>/evidence, one directory per pod: bundles outlive the pod
+  - name: frexport-evidence
+    mountPath: {{ $v.sharedDir }}/evidence
+    subPathExpr: {{ $v.evidence.persistence.subPathExpr }}
+  {{- end }}
+  {{- if $v.webConfig.enabled }}
+  - name: frexport-web-config
+    mountPath: /etc/frexport/web
+    readOnly: true
+  {{- if $v.webConfig.tls.enabled }}
+  - name: frexport-web-tls
+    mountPath: /etc/frexport/tls
+    readOnly: true
+  {{- end }}
+  {{- end }}
 {{- end }}
 
 {{/* The sidecar as a native sidecar: an initContainers entry with restartPolicy: Always (Kubernetes >= 1.29). */}}
@@ -186,20 +241,29 @@ volumeMounts:
     - /bin/sh
     - -c
     - |
-      frexport "$@" &
-      pid=$!
-      trap 'kill -TERM "$pid" 2>/dev/null' TERM INT
-      while kill -0 "$pid" 2>/dev/null; do
-        if [ -e {{ $v.sharedDir }}/.trainer-exited ]; then
-          sleep {{ int $v.sidecar.drainSeconds }}
-          kill -TERM "$pid" 2>/dev/null
-          break
-        fi
-        sleep 2
+      # A sidecar problem never fails the Job: frexport is restarted when it dies before the
+      # trainer ended (e.g. OOM-killed), and this shell always exits 0.
+      stop=0
+      trap 'stop=1; kill -TERM "$pid" 2>/dev/null' TERM INT
+      while [ "$stop" = 0 ]; do
+        frexport "$@" &
+        pid=$!
+        while kill -0 "$pid" 2>/dev/null; do
+          if [ -e {{ $v.sharedDir }}/.trainer-exited ]; then
+            sleep {{ int $v.sidecar.drainSeconds }}
+            stop=1
+            kill -TERM "$pid" 2>/dev/null
+            break
+          fi
+          sleep 2
+        done
+        wait "$pid"
+        rc=$?
+        while kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done  # a trap ended the wait early
+        [ "$rc" = 0 ] || echo "frexport-sidecar: frexport exited with $rc" >&2
+        [ -e {{ $v.sharedDir }}/.trainer-exited ] && stop=1
+        [ "$stop" = 0 ] && { echo "frexport-sidecar: restarting frexport" >&2; sleep 5; }
       done
-      wait "$pid"
-      rc=$?
-      [ "$rc" = 0 ] || echo "frexport-sidecar: frexport exited with $rc" >&2
       exit 0
     - frexport-sidecar
   {{- include "frexport.sidecar._common" . | nindent 2 }}
@@ -283,6 +347,21 @@ volumeMounts:
 - name: {{ $v.agent.volumeName }}
   emptyDir:
     sizeLimit: 64Mi
+{{- end }}
+{{- if $v.evidence.persistence.enabled }}
+- name: frexport-evidence
+  persistentVolumeClaim:
+    claimName: {{ required "evidence.persistence.existingClaim: the ReadWriteMany claim the bundles go to" $v.evidence.persistence.existingClaim }}
+{{- end }}
+{{- if $v.webConfig.enabled }}
+- name: frexport-web-config
+  secret:
+    secretName: {{ $v.webConfig.secretName }}
+{{- if $v.webConfig.tls.enabled }}
+- name: frexport-web-tls
+  secret:
+    secretName: {{ $v.webConfig.tls.secretName }}
+{{- end }}
 {{- end }}
 {{- end }}
 

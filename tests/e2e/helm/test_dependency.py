@@ -59,7 +59,7 @@ def test_named_templates_from_a_parent_chart(helm, tmp_path, native):
         "sharedDir": "/mnt/fr", "sidecar": {"port": 9500, "native": native},
         "podMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}, "dashboards": {"enabled": False}}}))
     (parent / "templates" / "job.yaml").write_text(PARENT_JOB)
-    shutil.copytree(CHART, parent / "charts" / "frexport", symlinks=False)
+    shutil.copytree(CHART, parent / "charts" / "frexport", symlinks=True)
     text = helm.template(chart=parent)
     docs = docs_of(text)
     assert [d["kind"] for d in docs] == ["Job"]

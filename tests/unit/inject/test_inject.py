@@ -170,3 +170,25 @@ def test_cli_names_what_it_cannot_patch(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO("kind: Job\nmetadata: {name: j}\nspec: {}\n"))
     assert main(["inject"]) == 2
     assert "Job j: a pod template is missing" in capsys.readouterr().err
+
+
+def test_web_config_secrets_are_mounted_and_the_probes_follow(monkeypatch, capsys):
+    """The chart's webConfig (TLS + basic auth) from inject: the sidecar reads the same Secrets."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(WORKLOADS.read_text()))
+    assert main(["inject", "-", "--web-config-secret", "frexport-web-config", "--web-tls-secret",
+                 "frexport-metrics-tls", "--web-basic-auth"]) == 0
+    spec = yaml.safe_load_all(capsys.readouterr()[0]).__next__()["spec"]
+    side = next(c for c in spec["initContainers"] if c["name"] == "frexport")
+    assert side["args"][-2:] == ["--web-config-file", "/etc/frexport/web/web-config.yml"]
+    mounts = {m["mountPath"]: m["name"] for m in side["volumeMounts"]}
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in spec["volumes"]}
+    assert volumes[mounts["/etc/frexport/web"]] == "frexport-web-config"
+    assert volumes[mounts["/etc/frexport/tls"]] == "frexport-metrics-tls"
+    assert side["livenessProbe"]["tcpSocket"] == side["readinessProbe"]["tcpSocket"] == {"port": "frexport-metrics"}
+    tls_only = Settings(web_config_secret="w", web_tls_secret="t")
+    pod = {"containers": [{"name": "trainer"}]}
+    inject_pod({}, pod, tls_only, ("frexport.io/job", "x"))
+    side = next(c for c in pod["initContainers"] if c["name"] == "frexport")
+    assert side["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    trainer_mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "/etc/frexport/web" not in trainer_mounts  # the trainer never sees the credentials
