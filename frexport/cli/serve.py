@@ -44,6 +44,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "log.format": args.log_format,
             "job_id": args.job_id,
             "decode.allow_no_memory_limit": getattr(args, "allow_no_memory_limit", None),
+            "peers.serve": args.peers_api or None,
+            "peers.allow_unauthenticated": args.peers_api_unauthenticated or None,
         }
         if args.url:
             overrides["sources.worker_servers.urls"] = parse_urls(args.url)
@@ -78,14 +80,15 @@ def run_serve(args: argparse.Namespace) -> int:
         log.warning("decoding WITHOUT a memory limit (allowed by decode.allow_no_memory_limit): %s",
                     sidecar.decoder.limit_problem)
     try:
-        web = start_web(cfg, registry, sidecar.ready_event.is_set)
+        web = start_web(cfg, registry, sidecar.ready_event.is_set, peer_api(cfg, sidecar))
     except ConfigError as exc:
         print(f"frexport serve: config error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"frexport serve: cannot listen on {cfg.web.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    log.info("serving /metrics, /healthz, /readyz on %s (port %d)", cfg.web.listen, web.port)
+    log.info("serving /metrics, /healthz, /readyz%s on %s (port %d)", ", /api/v1/ranks" if cfg.peers.serve else "",
+             cfg.web.listen, web.port)
     try:
         sidecar.run()
     finally:
@@ -123,14 +126,25 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     return sidecar, sidecar_registry(state, health, sidecar.analysis, sinks)
 
 
-def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:
+def peer_api(cfg: Config, sidecar: Sidecar):
+    """The peers endpoint's handler when `peers.serve` is set (validate() made sure it is protected or
+    knowingly open), else None: nothing under /api/ is served."""
+    if not cfg.peers.serve:
+        return None
+    from frexport.export.peer_api import PeerApi
+
+    poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
+    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline).handle
+
+
+def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:
     wrap = authorize = None
     if cfg.web.config_file:
         from frexport.web.web_config import load_web_config
 
         wc = load_web_config(cfg.web.config_file)
         wrap, authorize = wc.wrap_socket, wc.authorize
-    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize)
+    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize, api=api)
     registry.register(web)  # its dropped connections
     web.start()
     return web
