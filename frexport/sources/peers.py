@@ -151,8 +151,17 @@ class PeersSource:
         if r.pg_config is not None:
             held.pg_config = r.pg_config
         held.handlers = r.handlers
-        held.entries.update((e.record_id, e) for e in r.entries)
-        entries = sorted(held.entries.values(), key=lambda e: e.record_id)
+        newest = next(reversed(held.entries), -1)
+        ordered = True  # entries arrive in record order: a sort is needed only when one does not
+        for e in r.entries:
+            if e.record_id > newest:
+                newest = e.record_id
+            elif e.record_id not in held.entries:
+                ordered = False
+            held.entries[e.record_id] = e
+        entries = list(held.entries.values())
+        if not ordered:
+            entries.sort(key=lambda e: e.record_id)
         if r.first is not None:  # out of the peer's window, unless still unfinished
             entries = [e for e in entries if e.record_id >= r.first or not e.finished]
         cut = max(0, len(entries) - self.window)
