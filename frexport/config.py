@@ -125,6 +125,31 @@ class Traces:
 
 
 @dataclass
+class Peers:
+    """Sidecar to sidecar (docs/multi-node.md): `serve` puts this sidecar's live window on
+    /api/v1/ranks beside /metrics, behind the same web config; the rest is for `frexport jobview`,
+    which pulls every peer sidecar (`urls`, or every address of the headless Service `service`)."""
+
+    serve: bool = False
+    allow_unauthenticated: bool = False  # serve it with no web config (TLS/basic auth): an explicit choice
+    urls: list[str] = field(default_factory=list)  # http(s)://host:port of each peer sidecar
+    service: str | None = None  # host:port, a headless Service name resolved to all its addresses
+    scheme: str = "http"  # for the Service's addresses
+    discovery_interval: float = 30.0
+    poll_interval: float = 5.0
+    timeout: float = 10.0
+    concurrency: int = 16
+    max_body_bytes: int = 256 * 1024 * 1024
+    ca_file: str | None = None  # verify the peers' TLS certificates against this CA
+    cert_file: str | None = None  # client certificate (mutual TLS)
+    key_file: str | None = None
+    server_name: str | None = None  # the name the peers' certificates carry (one for all pods)
+    username: str | None = None  # basic auth to the peers
+    password_file: str | None = None
+    stacks: int = 4  # blocked ranks whose stacks join the culprits' in a job bundle
+
+
+@dataclass
 class Log:
     format: str = "text"  # text | json
     level: str = "info"
@@ -142,6 +167,7 @@ class Config:
     web: Web = field(default_factory=Web)
     metrics: Metrics = field(default_factory=Metrics)
     traces: Traces = field(default_factory=Traces)
+    peers: Peers = field(default_factory=Peers)
     log: Log = field(default_factory=Log)
 
 
@@ -151,7 +177,8 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
                "GB": 10**9}
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
-                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace"}
+                    "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace",
+                    "discovery_interval"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -318,11 +345,31 @@ def parse_worker_address(spec: str) -> tuple[str | None, str, int]:
     return None, parts.hostname, port
 
 
-def validate(cfg: Config) -> list[str]:
-    """Cross-field checks; returns problems as 'field: message'."""
+def validate(cfg: Config, job_view: bool = False) -> list[str]:
+    """Cross-field checks; returns problems as 'field: message'. `job_view`: for `frexport jobview`,
+    whose only source is the peer sidecars."""
     problems = []
     ws = cfg.sources.worker_servers
-    if not cfg.sources.dump_dirs and not ws.sockets_dir and not ws.urls:
+    pc = cfg.peers
+    if pc.serve and not cfg.web.config_file and not pc.allow_unauthenticated:
+        problems.append("peers.serve: the peers endpoint serves every local rank's recorder; set web.config_file "
+                        "(TLS, basic auth) or, knowingly, peers.allow_unauthenticated")
+    if pc.scheme not in ("http", "https"):
+        problems.append(f"peers.scheme: expected http or https, got {pc.scheme!r}")
+    if bool(pc.cert_file) != bool(pc.key_file):
+        problems.append("peers.cert_file, peers.key_file: give both or neither")
+    if bool(pc.username) != bool(pc.password_file):
+        problems.append("peers.username, peers.password_file: give both or neither")
+    if job_view:
+        if not pc.urls and not pc.service:
+            problems.append("peers: nothing to gather (set peers.urls or peers.service)")
+        for i, url in enumerate(pc.urls):
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(f"peers.urls[{i}]: expected http(s)://host:port, got {url!r}")
+        if pc.service and not pc.service.rpartition(":")[2].isdecimal():
+            problems.append(f"peers.service: expected host:port, got {pc.service!r}")
+    elif not cfg.sources.dump_dirs and not ws.sockets_dir and not ws.urls:
         problems.append("sources: nothing to watch (set sources.dump_dirs, sources.worker_servers.sockets_dir "
                         "or sources.worker_servers.urls)")
     for i, d in enumerate(cfg.sources.dump_dirs):

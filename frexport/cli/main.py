@@ -101,6 +101,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job-id", help="job identifier (trace ids, bundle names)")
     s.add_argument("--allow-no-memory-limit", action="store_true", default=None,
                    help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
+    s.add_argument("--peers-api", action="store_true",
+                   help="serve the local ranks' live window on /api/v1/ranks for `frexport jobview` "
+                        "(behind --web-config-file)")
+    s.add_argument("--peers-api-unauthenticated", action="store_true",
+                   help="allow --peers-api without a web config (no TLS, no auth): only on a trusted network")
+
+    j = sub.add_parser("jobview", help="the job-level view: gather every pod's sidecar, diagnose the whole job",
+                       description="Pull every peer sidecar's live window (their --peers-api), run the analysis "
+                                   "on the whole job and write one evidence bundle per hang.")
+    j.add_argument("--config", metavar="FILE", help="YAML config (the peers section)")
+    j.add_argument("--peer", action="append", default=[], metavar="URL",
+                   help="a peer sidecar, e.g. https://10.0.0.7:9464 (repeatable)")
+    j.add_argument("--peers-service", metavar="HOST:PORT",
+                   help="a headless Service whose addresses are the peer sidecars, e.g. train-frexport.ml.svc:9464")
+    j.add_argument("--listen", help="host:port for this view's /metrics, /healthz, /readyz")
+    j.add_argument("--web-config-file", help="Prometheus web-config file for this view's own endpoints")
+    j.add_argument("--poll-interval", help="how often every peer is pulled, e.g. 5s")
+    j.add_argument("--stall-after", help="stall threshold, e.g. 2m (default: derived from the step time)")
+    j.add_argument("--evidence-dir", help="where to write the job's evidence bundles")
+    j.add_argument("--log-format", choices=("text", "json"))
+    j.add_argument("--job-id", help="job identifier")
+    j.add_argument("--allow-no-memory-limit", action="store_true", default=None,
+                   help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
 
     n = sub.add_parser("snapshot", help="fetch every rank's Flight Recorder now and write a dump directory",
                        description="Fetch all ranks' recorders now (like an on-demand dump) into a directory "
@@ -145,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         from frexport.cli.serve import run_serve
 
         return run_serve(args)
+    if args.command == "jobview":
+        from frexport.cli.jobview import run_jobview
+
+        return run_jobview(args)
     if args.command == "inject":
         from frexport.cli.inject import run_inject
 

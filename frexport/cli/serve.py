@@ -60,6 +60,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "log.level": args.log_level,
             "job_id": args.job_id,
             "decode.allow_no_memory_limit": getattr(args, "allow_no_memory_limit", None),
+            "peers.serve": args.peers_api or None,
+            "peers.allow_unauthenticated": args.peers_api_unauthenticated or None,
         }
         if args.url:
             overrides["sources.worker_servers.urls"] = parse_urls(args.url)
@@ -92,12 +94,13 @@ def run_serve(args: argparse.Namespace) -> int:
         log.warning("decoding WITHOUT a memory limit (allowed by decode.allow_no_memory_limit): %s",
                     sidecar.decoder.limit_problem)
     try:
-        web = start_web(cfg, registry, sidecar.ready_event.is_set)
+        web = start_web(cfg, registry, sidecar.ready_event.is_set, peer_api(cfg, sidecar))
     except ConfigError as exc:
         return fail(f"config error: {exc}")
     except OSError as exc:
         return fail(f"cannot listen on {cfg.web.listen}: {exc.strerror or exc}")
-    log.info("serving /metrics, /healthz, /readyz on %s (port %d)", cfg.web.listen, web.port)
+    log.info("serving /metrics, /healthz, /readyz%s on %s (port %d)", ", /api/v1/ranks" if cfg.peers.serve else "",
+             cfg.web.listen, web.port)
     try:
         sidecar.run()
     finally:
@@ -160,14 +163,25 @@ def make_uploader(cfg: Config):
     return BundleUploader(target, job_id=cfg.job_id or "", retries=up.retries, timeout_s=up.timeout)
 
 
-def start_web(cfg: Config, registry: CollectorRegistry, ready) -> WebServer:
+def peer_api(cfg: Config, sidecar: Sidecar):
+    """The peers endpoint's handler when `peers.serve` is set (validate() made sure it is protected or
+    knowingly open), else None: nothing under /api/ is served."""
+    if not cfg.peers.serve:
+        return None
+    from frexport.export.peer_api import PeerApi
+
+    poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
+    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline).handle
+
+
+def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:
     wrap = authorize = None
     if cfg.web.config_file:
         from frexport.web.web_config import load_web_config
 
         wc = load_web_config(cfg.web.config_file)
         wrap, authorize = wc.wrap_socket, wc.authorize
-    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize)
+    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize, api=api)
     registry.register(web)  # its dropped connections
     web.start()
     return web

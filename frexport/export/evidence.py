@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, Metric
 

@@ -57,8 +57,11 @@ class LiveAnalysis:
     """Runs a pass on the snapshots it is given and keeps the latest result for the exporters to read
     (`latest` is replaced whole, so a reader never sees half a pass)."""
 
-    def __init__(self, cfg: Analysis) -> None:
+    def __init__(self, cfg: Analysis, scoped: bool = True) -> None:
         self.cfg = cfg
+        # False for the job-level view: it gathers every pod's ranks, so a rank the world size implies
+        # but no pod reports is missing, as in `frexport analyze`
+        self.scoped = scoped
         self.latest: LiveResult | None = None
         self._reported: set[tuple] = set()
         self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
@@ -95,8 +98,9 @@ class LiveAnalysis:
         # a rank whose trace failed is still one this sidecar watches: in scope, never "remote"
         scope = frozenset(d.rank for d in dumps.values() if d.rank is not None) | frozenset(down)
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
-                                                    straggler_lateness_s=self.cfg.straggler_lateness, scope=scope))
-        statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope}
+                                                    straggler_lateness_s=self.cfg.straggler_lateness,
+                                                    scope=scope if self.scoped else None))
+        statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}

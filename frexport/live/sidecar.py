@@ -28,13 +28,13 @@ from frexport.sources.health import HealthRegistry
 class Sidecar:
     def __init__(self, cfg: Analysis, state: LiveState, health: HealthRegistry, sources: list[Source],
                  sinks: list[Sink], down_ranks: Callable[[], set[int]] | None = None,
-                 decoder: DecoderPool | None = None) -> None:
+                 decoder: DecoderPool | None = None, scoped: bool = True) -> None:
         self.cfg = cfg
         self.state = state
         self.health = health
         self.sources = sources
         self.sinks = sinks
-        self.analysis = LiveAnalysis(cfg)
+        self.analysis = LiveAnalysis(cfg, scoped)
         self.down_ranks = down_ranks  # ranks whose process is known gone (refused connections)
         self.decoder = decoder or DecoderPool()  # the sources' sandboxed decoders, closed at shutdown
         self.stop_event = threading.Event()

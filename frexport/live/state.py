@@ -162,6 +162,11 @@ class LiveState:
         with self._lock:
             return {r: rs.dump for r, rs in self.ranks.items() if rs.dump is not None}
 
+    def latest_epochs(self) -> dict[int, tuple[int, RankDump]]:
+        """Each rank's epoch and latest snapshot (the peers endpoint: a cursor is only good within an epoch)."""
+        with self._lock:
+            return {r: (rs.epoch, rs.dump) for r, rs in self.ranks.items() if rs.dump is not None}
+
     def view(self) -> "StateView":
         """A consistent copy for one scrape: collectors never hold the lock while formatting."""
         with self._lock:

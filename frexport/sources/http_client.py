@@ -11,6 +11,7 @@ the body each have a byte cap.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -125,15 +126,21 @@ class _Reader:
 
 
 def request(target: Target, method: str, path: str, timeout: float = 5.0,
-            max_body: int = WorkerServers.max_body_bytes) -> Response:
-    """One exchange; `timeout` is its total deadline. Raises PeerError."""
+            max_body: int = WorkerServers.max_body_bytes, tls: ssl.SSLContext | None = None,
+            headers: dict[str, str] | None = None, server_name: str | None = None) -> Response:
+    """One exchange; `timeout` is its total deadline. Raises PeerError. `tls` wraps the connection
+    (peer sidecars behind their web config; the handshake shares the deadline); `headers` are sent
+    as given (Authorization for basic auth)."""
     deadline = time.monotonic() + timeout
     sock = None
     try:
         try:
             sock = _connect(target, timeout)
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_hostname=server_name or target.host or None)
+            extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}"
                          "Content-Length: 0\r\n\r\n".encode("latin-1"))
         except (ConnectionRefusedError, FileNotFoundError) as exc:
             raise PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True) from None
@@ -144,6 +151,8 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
             raise PeerError(reason, f"{target}: {exc}") from None
     except socket.timeout:
         raise PeerError("timeout", f"{target}: no complete answer within {timeout:g} s") from None
+    except ssl.SSLError as exc:
+        raise PeerError("tls", f"{target}: TLS: {exc}") from None
     except (ConnectionError, OSError) as exc:
         raise PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}") from None
     finally:

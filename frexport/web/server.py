@@ -1,4 +1,6 @@
-"""The sidecar's HTTP endpoints: /metrics, /healthz, /readyz and a landing page. Nothing else is served.
+"""The sidecar's HTTP endpoints: /metrics, /healthz, /readyz, a landing page and, only when the sidecar
+is given one (`peers.serve`), the peers endpoint under /api/v1/ behind the same TLS and basic auth.
+Nothing else is served.
 
 No client can hold the server: a connection's request (TLS handshake and head) must arrive within
 `head_deadline_s` in total, not per read (a client trickling a byte every few seconds is cut off),
@@ -130,7 +132,8 @@ class WebServer:
     def __init__(self, listen: str, registry: CollectorRegistry, ready: Callable[[], bool],
                  wrap_socket: Callable | None = None, authorize: Callable[[str | None], bool] | None = None,
                  head_deadline_s: float = HEAD_DEADLINE_S, deadline_s: float = DEADLINE_S,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS,
+                 api: Callable[[str, str], tuple[int, bytes, str]] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
         server = self
@@ -148,8 +151,11 @@ class WebServer:
                 if server.authorize is not None and not server.authorize(self.headers.get("Authorization")):
                     self._send(401, b"unauthorized\n", "text/plain", {"WWW-Authenticate": 'Basic realm="frexport"'})
                     return
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
+                path, _, query = self.path.partition("?")
+                if server.api is not None and path.startswith("/api/v1/"):
+                    code, body, ctype = server.api(path, query)
+                    self._send(code, body, ctype)
+                elif path == "/metrics":
                     encoder, content_type = choose_encoder(self.headers.get("Accept"))
                     self._send(200, encoder(server.registry), content_type)
                 elif path == "/healthz":
@@ -181,6 +187,7 @@ class WebServer:
         self.registry = registry
         self.ready = ready
         self.authorize = authorize
+        self.api = api
         cls = _Server6 if ":" in host else _Server
         limits = {"head_deadline_s": head_deadline_s, "deadline_s": deadline_s, "max_connections": max_connections}
         self.httpd = type(cls.__name__, (cls,), limits)((host, int(port)), Handler)

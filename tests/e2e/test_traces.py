@@ -57,3 +57,30 @@ def test_spans_reach_a_real_receiver(monkeypatch, tmp_path, receiver_cls, protoc
                          for s in spans if " " in s.name)
         assert stalled == [("missing all_reduce", 1, 2, "stalled"), ("stalled all_reduce", 0, 2, "stalled")]
         sink.stop(2)
+
+
+def test_every_pod_of_a_job_puts_one_collective_in_one_trace(tmp_path):
+    """Two real `frexport serve` sidecars, one per pod, each seeing two of a 4-rank job's ranks: one given
+    the job id by FREXPORT_JOB_ID (what the chart sets from the Job), one by the config file's job_id.
+    Every rank's span of one collective carries the same trace id, and every resource the job id."""
+    from tests.support.sidecar import Sidecar
+    from tests.support.synth import dump, healthy_job, write
+
+    job = healthy_job(world=4, steps=6)
+    pods = [write(tmp_path / f"pod{p}", {r: dump(job[r], world=4) for r in (2 * p, 2 * p + 1)}) for p in (0, 1)]
+    (tmp_path / "cfg.yaml").write_text("job_id: train-7\n")
+    with GrpcReceiver() as rx:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_INSECURE": "true", "FREXPORT_TRACES__ENABLED": "true"}
+        with Sidecar("--dump-dir", str(pods[0]), env=dict(otel, FREXPORT_JOB_ID="train-7")), \
+                Sidecar("--dump-dir", str(pods[1]), "--config", str(tmp_path / "cfg.yaml"), env=otel):
+            spans = _wait(rx.received, 4 * 6, timeout=60)
+    by_collective = defaultdict(set)
+    for s in spans:
+        assert s.resource["pytorch.distributed.job_id"] == "train-7", s.resource
+        by_collective[s.attributes["pytorch.distributed.collective_seq_id"]].add(
+            (s.trace_id, s.attributes["pytorch.distributed.rank"]))
+    assert len(by_collective) == 6
+    for seq, seen in by_collective.items():
+        assert {rank for _, rank in seen} == {0, 1, 2, 3}, (seq, seen)
+        assert len({trace for trace, _ in seen}) == 1, (seq, seen)  # one trace across both pods

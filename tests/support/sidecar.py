@@ -16,9 +16,9 @@ from tests.support.ports import free_port
 
 
 class Sidecar:
-    def __init__(self, *args: str, env: dict | None = None, log: Path | None = None) -> None:
+    def __init__(self, *args: str, env: dict | None = None, log: Path | None = None, command: str = "serve") -> None:
         self.port = free_port()
-        cmd = [sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{self.port}", *args]
+        cmd = [sys.executable, "-m", "frexport", command, "--listen", f"127.0.0.1:{self.port}", *args]
         self.log = log
         out = open(log, "wb") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out, stderr=subprocess.STDOUT)

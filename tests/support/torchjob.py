@@ -37,15 +37,17 @@ class TorchJob:
     """`frexport-launch --dir DIR -- torchrun --standalone --nproc-per-node N script args...`"""
 
     def __init__(self, script: str, shared: Path, nproc: int = 4, args: tuple = (), env: dict | None = None,
-                 launch: bool = True) -> None:
+                 launch: bool = True, rendezvous: tuple[str, ...] = ("--standalone",), name: str = "") -> None:
+        """`rendezvous`: torchrun's rendezvous options; one node of a multi-node job is e.g.
+        ("--nnodes=2", "--node-rank=1", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:PORT")."""
         require_torch()
         self.shared = shared
         self.nproc = nproc
-        cmd = [str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={nproc}", str(JOBS / script), *args]
+        cmd = [str(BIN / "torchrun"), *rendezvous, f"--nproc-per-node={nproc}", str(JOBS / script), *args]
         if launch:
             cmd = [str(BIN / "frexport-launch"), "--dir", str(shared), "--"] + cmd
         full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-        self.log = shared.parent / f"{script}.log"
+        self.log = shared.parent / f"{script}{name}.log"
         self.proc = subprocess.Popen(cmd, env=full_env, start_new_session=True, stdout=open(self.log, "wb"),
                                      stderr=subprocess.STDOUT)
 

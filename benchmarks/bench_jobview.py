@@ -1,0 +1,121 @@
+"""Benchmark of the job-level view (`frexport jobview`) at scale: 512 pods / 4096 ranks.
+
+    python benchmarks/bench_jobview.py [--ranks 4096] [--pods 512] [--entries 400] [--new 20] [--passes 3]
+
+gen_dumps writes a Megatron-like job (tp=8 inside a pod, pp=4, dp across pods) with a rank stuck in a
+data-parallel collective; each rank's dump is decoded once. Each pod is an in-process peer: its own
+LiveState and the real peers endpoint handler (export/peer_api.py), reached through the real
+PeersSource (sources/peers.py) with only the HTTP exchange replaced by a call (the bytes are the real
+bodies). The pods first hold each rank's entries up to `--entries - passes * new`; every later pass
+reveals `--new` more entries per rank (a busy job's 5 s). One pass = gather from every pod (decode
+the bodies, merge the windows) + ingest into the view's state + the unscoped live analysis, exactly
+what one iteration of the view's loop does; the time the pods' handlers took to build their bodies
+is shown apart and not counted (each pod's sidecar does it on its own CPU, all at once). Printed:
+seconds of each part, bytes moved per pass, and the bytes of the same ranks' full JSON dumps for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import gen_dumps  # noqa: E402
+
+from frexport.config import Analysis, Peers  # noqa: E402
+from frexport.decode.read import decode_file  # noqa: E402
+from frexport.export.encode import to_json  # noqa: E402
+from frexport.export.peer_api import PeerApi  # noqa: E402
+from frexport.live.diagnosis import LiveAnalysis  # noqa: E402
+from frexport.live.state import LiveState  # noqa: E402
+from frexport.sources.health import HealthRegistry  # noqa: E402
+from frexport.sources.peers import PeersSource  # noqa: E402
+
+
+class InProcessPeers(PeersSource):
+    """The real source; a peer's GET is its handler called directly (no sockets: 512 servers would
+    measure the loopback, not the view)."""
+
+    def __init__(self, apis: dict[str, PeerApi], window: int) -> None:
+        super().__init__(HealthRegistry(), Peers(urls=sorted(apis), poll_interval=0.0, concurrency=1), window)
+        self.apis = apis
+        self.served_s = 0.0  # time in the pods' handlers: their CPU, in parallel in a real job
+
+    def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
+        p, _, q = path.partition("?")
+        t = time.perf_counter()
+        status, body, _ = self.apis[peer].handle(p, q)
+        self.served_s += time.perf_counter() - t
+        assert status == 200, body
+        return body
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=4096)
+    ap.add_argument("--pods", type=int, default=512)
+    ap.add_argument("--entries", type=int, default=400, help="entries per rank generated")
+    ap.add_argument("--new", type=int, default=20, help="new entries per rank per steady pass")
+    ap.add_argument("--passes", type=int, default=3, help="steady-state passes after the first")
+    ap.add_argument("--window", type=int, default=Analysis.window)
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="frx-jobview-") as tmp:
+        t = time.monotonic()
+        meta = gen_dumps.generate(args.ranks, args.entries, tmp, fault="missing_rank", fault_group="dp",
+                                  frames=False, fmt="json", micro_batches=4, layers=1)
+        dumps = {r: decode_file(str(Path(tmp) / f"{gen_dumps.DEFAULT_PREFIX}{r}"), rank=r)
+                 for r in range(args.ranks)}
+        print(f"generated and decoded {args.ranks} ranks x {args.entries} entries in {time.monotonic() - t:.1f} s "
+              f"(culprit {meta.get('culprit')})")
+    per_pod = args.ranks // args.pods
+    states = [LiveState() for _ in range(args.pods)]
+    apis = {f"http://pod-{p}:9464": PeerApi(states[p], args.window) for p in range(args.pods)}
+    cfg = Analysis(stall_after=30.0)
+    view_state, analysis = LiveState(max_ranks=args.ranks), LiveAnalysis(cfg, scoped=False)
+    source = InProcessPeers(apis, args.window)
+    full_json = sum(len(to_json(d)) for d in dumps.values())
+    start_ns = max(d.dumped_at_ns or 0 for d in dumps.values())
+    rows = []
+    for i in range(args.passes + 1):
+        keep = args.entries - (args.passes - i) * args.new
+        seen = start_ns + i * 5_000_000_000
+        for r, d in dumps.items():  # the pods' own sidecars poll their ranks (not timed: not the view's work)
+            states[r // per_pod].ingest(replace(d, entries=d.entries[:keep], dumped_at_ns=seen), "bench", seen)
+        before, served = source.bytes_total, source.served_s
+        t0 = time.perf_counter()
+        snaps = source.collect()
+        served = source.served_s - served
+        t1 = time.perf_counter() - served
+        for s in snaps:
+            view_state.ingest(s.dump, s.source, s.taken_ns)
+        t2 = time.perf_counter()
+        result = analysis.run(view_state.latest_dumps())
+        t3 = time.perf_counter()
+        moved = source.bytes_total - before
+        roots = [f"{f.kind} {list(f.culprit_ranks)}" for f in result.diagnosis.findings if f.root_cause]
+        t2, t3 = t2 - served, t3 - served
+        rows.append({"pass": "first" if i == 0 else f"steady {i}", "pods_serving_s": round(served, 2),
+                     "gather_s": round(t1 - t0, 2),
+                     "ingest_s": round(t2 - t1, 2), "analysis_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
+                     "bytes": moved, "snapshots": len(snaps), "root_causes": roots[:2]})
+    print(f"{args.pods} pods x {per_pod} ranks; window {args.window}; {args.new} new entries per rank per pass; "
+          f"full JSON dumps of these ranks: {full_json / 1e6:.0f} MB")
+    for row in rows:
+        print(f"  {row['pass']:9}  [pods serving {row['pods_serving_s']:5.2f} s]  gather {row['gather_s']:5.2f} s"
+              f"  ingest {row['ingest_s']:5.2f} s  analysis "
+              f"{row['analysis_s']:5.2f} s  total {row['total_s']:5.2f} s  moved {row['bytes'] / 1e6:7.1f} MB "
+              f"({row['bytes'] / full_json:.1%} of full dumps)  {row['root_causes']}")
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

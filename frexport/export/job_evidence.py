@@ -1,0 +1,218 @@
+"""The job-level view's evidence: ONE bundle per hang for the whole job (docs/multi-node.md).
+
+When the unscoped analysis of every pod's ranks finds a new root cause, the culprits' and a few
+blocked ranks' pickles (call sites) and stacks are fetched through their pods' sidecars, within one
+deadline; the same engine runs again on the snapshots with those frames, so the report carries the
+collective's call site; and the bundle (evidence.py's writer: every rank's recorder, the stacks, the
+report) opens with where the ranks are, grouped ("3 ranks (0-2) wait in all_reduce (collective 16 of
+group 0 (default_pg)) at train.py:44 train_step; rank 3: after all_reduce ..., now at train.py:41
+load_batch") and the line each culprit hangs on, read from its stack.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Protocol
+
+from prometheus_client.core import Metric
+
+from frexport import logs
+from frexport.analysis.engine import Options, analyze, format_ranks
+from frexport.analysis.findings import Diagnosis
+from frexport.export.evidence import PICKLE_HANDLER, STACK_HANDLERS, Bundle, EvidenceWriter, _bundles_family
+from frexport.export.report import render_text
+from frexport.live.sink import Pass
+from frexport.model.call_site import Frame, frame_text, is_library_frame, site_text
+from frexport.model.dump import RankDump
+from frexport.model.rank_trace import build_rank_trace
+
+
+class JobFetcher(Protocol):
+    """What the sink needs of the peers source (satisfied by sources/peers.PeersSource)."""
+
+    def targets(self) -> list: ...
+
+    def handlers(self, rank: int) -> frozenset[str]: ...
+
+    def fetch_all(self, wanted: list, deadline_s: float) -> dict: ...
+
+    def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]: ...
+
+
+class JobEvidenceSink:
+    name = "evidence"
+
+    def __init__(self, writer: EvidenceWriter, fetcher: JobFetcher, window: int, pyspy: bool = True,
+                 deadline_s: float = 20.0, blocked_stacks: int = 4) -> None:
+        self.writer = writer
+        self.fetcher = fetcher
+        self.window = window
+        self.pyspy = pyspy
+        self.deadline_s = deadline_s
+        self.blocked_stacks = blocked_stacks
+        self._next: Pass | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="frexport-job-evidence", daemon=True)
+        self._thread.start()
+
+    def consume(self, p: Pass) -> None:
+        if p.result is None or not p.result.new_root_causes:
+            return  # a pod's ranks going down is its own sidecar's bundle; a hang is the job's
+        with self._lock:
+            self._next = p
+        self._wake.set()
+
+    def stop(self, timeout_s: float) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def describe(self) -> Iterator[Metric]:
+        yield _bundles_family()
+
+    def collect(self) -> Iterator[Metric]:
+        c = _bundles_family()
+        c.add_metric(["written"], self.writer.written)
+        c.add_metric(["failed"], self.writer.failed)
+        yield c
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                p, self._next = self._next, None
+            if p is not None and not self._stop.is_set():
+                try:
+                    self.write_incident(p)
+                except Exception:  # noqa: BLE001 - one bad incident must not end evidence collection
+                    logs.get().exception("job evidence bundle failed")
+
+    def write_incident(self, p: Pass) -> str | None:
+        assert p.result is not None
+        roots = p.result.new_root_causes
+        culprits = sorted({r for f in roots for r in f.culprit_ranks})
+        blocked = sorted({r for f in roots for r in f.blocked_ranks} - set(culprits))
+        # a hang inside a collective has no culprit: its members' stacks say where they are
+        focus = (culprits or blocked[: self.blocked_stacks]) + [r for r in blocked if r not in culprits][
+            : self.blocked_stacks]
+        focus = list(dict.fromkeys(focus))
+        raw, stacks = self._fetch(focus)
+        # seen when the live snapshot was: the pickle carries no poll time, and waits are timed by it
+        framed = {r: replace(d, dumped_at_ns=p.dumps[r].dumped_at_ns, declared_world_size=p.dumps[r].world_size)
+                  for r, d in self.fetcher.decode_pickles(raw).items() if r in p.dumps}
+        dumps = {**p.dumps, **framed}
+        diagnosis = self._reanalyze(dumps, p) or p.result.diagnosis
+        where = where_ranks(dumps, framed, stacks, set(culprits))
+        hangs = {r: line for r in culprits if (line := hang_line(stacks.get(r, {}).get("traceback", "")))}
+        head = ["where the ranks are:"] + [f"  {w}" for w in where]
+        head += [f"rank {r} hangs at {line} (from its stack)" for r, line in sorted(hangs.items())]
+        text = "\n".join(head) + "\n\n" + render_text(diagnosis)
+        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()}}
+        return self.writer.write(Bundle(roots[0].kind, text, report, dumps, raw, stacks))
+
+    def _fetch(self, focus: list[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
+        targets = {t.rank: t for t in self.fetcher.targets()}
+        wanted = []
+        for r in focus:
+            if r not in targets:
+                continue
+            listed = self.fetcher.handlers(r)
+            if PICKLE_HANDLER in listed:
+                wanted.append((targets[r], PICKLE_HANDLER))
+            for handler in STACK_HANDLERS:
+                if handler in listed and (handler != "pyspy_dump" or self.pyspy):
+                    wanted.append((targets[r], handler))
+        raw: dict[int, bytes] = {}
+        stacks: dict[int, dict[str, str]] = {}
+        for (rank, handler), body in self.fetcher.fetch_all(wanted, self.deadline_s).items():
+            if not isinstance(body, bytes):
+                logs.get().warning("job bundle: rank %d's %s: %s", rank, handler, getattr(body, "detail", body))
+            elif handler == PICKLE_HANDLER:
+                raw[rank] = body
+            else:
+                stacks.setdefault(rank, {})[STACK_HANDLERS[handler]] = body.decode(errors="replace")
+        return raw, stacks
+
+    def _reanalyze(self, dumps: dict[int, RankDump], p: Pass) -> Diagnosis | None:
+        """The same engine on the snapshots with the fetched frames: the report gets call sites."""
+        try:
+            traces = [build_rank_trace(d, tail=self.window) for d in dumps.values() if d.rank is not None]
+            d = analyze(traces, options=Options(stall_after_s=p.result.stall_after_s, clock=True))
+        except Exception:  # noqa: BLE001 - the live diagnosis is still a report
+            logs.get().exception("re-analysis with frames failed; the bundle has the live diagnosis")
+            return None
+        return d if any(f.root_cause for f in d.findings) else None
+
+
+def where_ranks(dumps: dict[int, RankDump], framed: dict[int, RankDump], stacks: dict[int, dict[str, str]],
+                culprits: set[int]) -> list[str]:
+    """Ranks grouped by where they are: the collective each waits in (its call site, from any rank whose
+    frames were fetched), else the last one it issued and, from its stack, the line it is on now."""
+    sites: dict[tuple[str, int, bool], str] = {}
+    for d in framed.values():
+        for e in d.entries:
+            if e.call_site is not None:
+                sites.setdefault((e.pg_name, e.seq_id, e.is_p2p), site_text(e.call_site) or "")
+    groups: dict[str, list[int]] = {}
+    for rank, d in dumps.items():
+        waiting = next((e for e in d.entries if not e.finished), None)
+        if waiting is not None and rank not in culprits:
+            key = (f"wait in {waiting.op} ({_coll(waiting)} of group {waiting.pg_name} ({waiting.pg_desc}))"
+                   + (f" at {site}" if (site := sites.get((waiting.pg_name, waiting.seq_id, waiting.is_p2p)))
+                      else ""))
+        else:
+            last = d.entries[-1] if d.entries else None
+            key = (f"after {last.op} ({_coll(last)} of group {last.pg_name} ({last.pg_desc}))" if last
+                   else "before any collective")
+            line = hang_line(stacks.get(rank, {}).get("traceback", ""))
+            key += f", now at {line}" if line else ", next (stack not fetched)"
+        groups.setdefault(key, []).append(rank)
+    out = []
+    for key, ranks in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({format_ranks(ranks)})"
+        out.append(f"{who} {key}" if key.startswith("wait") else f"{who}: {key}")
+    return out
+
+
+def _coll(e) -> str:
+    return f"{'p2p op' if e.is_p2p else 'collective'} {e.seq_id}"
+
+
+_FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<name>\S+)')
+
+
+def hang_line(traceback: str) -> str | None:
+    """The user's line a rank is on, from a faulthandler-style traceback (most recent call first):
+    in the thread that runs the script (its outermost frame is `<module>`), else any thread, the
+    innermost frame that is neither torch, the standard library, site-packages nor frexport."""
+    threads: list[list[Frame]] = []
+    for raw in traceback.splitlines():
+        if not raw.startswith(" ") and raw.strip():
+            threads.append([])
+        m = _FRAME_LINE.match(raw)
+        if m:
+            if not threads:
+                threads.append([])
+            threads[-1].append(Frame(m["name"], m["file"], int(m["line"])))
+    threads.sort(key=lambda fs: 0 if fs and fs[-1].name == "<module>" else 1)
+    for frames in threads:
+        for f in frames:
+            if not _foreign(f):
+                return frame_text(f)
+    return None
+
+
+def _foreign(f: Frame) -> bool:
+    name = f.filename
+    return is_library_frame(f) or "/site-packages/" in name or "/dist-packages/" in name \
+        or "/frexport/" in name or bool(re.search(r"/lib/python3\.\d+/", name))

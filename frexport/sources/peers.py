@@ -1,0 +1,276 @@
+"""The job-level view's source: every peer sidecar's live window (docs/multi-node.md).
+
+Peers are `peers.urls`, or every address the headless Service name `peers.service` resolves to (one
+A/AAAA record per ready pod), re-resolved every `discovery_interval`. Each poll GETs a peer's
+/api/v1/ranks with a cursor per rank (the oldest entry still unfinished here, else the newest + 1, in
+the epoch the peer gave), so a pass moves only what is new or may still change; this source keeps
+each rank's window (the newest `window` entries and every older unfinished one) and returns a
+snapshot of every rank whose peer answered, seen at the peer's own poll time. Peers are asked
+concurrently; one that fails is backed off and reported in the health registry (`peer:<url>`), the
+others go on. For evidence it fetches ranks' pickles and stacks through their sidecars (the
+`Fetcher` protocol of export/evidence.py) and decodes pickles in the sandboxed decoders.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from frexport import logs
+from frexport.config import Peers
+from frexport.decode.errors import DecodeError
+from frexport.decode.peer_rows import PeerRank, parse_body
+from frexport.decode.read import decode_bytes
+from frexport.decode.sandbox import DecoderPool
+from frexport.model.dump import Entry, RankDump
+from frexport.sources.base import Snapshot
+from frexport.sources.health import HealthRegistry
+from frexport.sources.http_client import PeerError, Target, request
+
+
+@dataclass(frozen=True)
+class PeerTarget:
+    """A rank as the evidence fetcher sees it: which sidecar serves it."""
+
+    rank: int
+    peer: str  # base URL
+
+
+@dataclass
+class _Held:
+    """One remote rank as this source holds it."""
+
+    peer: str
+    epoch: int
+    entries: dict[int, Entry] = field(default_factory=dict)
+    pg_config: tuple = ()
+    handlers: frozenset[str] = frozenset()
+    dump: RankDump | None = None
+
+
+@dataclass
+class _PeerState:
+    failures: int = 0
+    next_try: float = 0.0
+    bytes_last: int = 0
+
+
+class PeersSource:
+    name = "peers"
+
+    def __init__(self, health: HealthRegistry, cfg: Peers, window: int, decoder: DecoderPool | None = None,
+                 resolve=socket.getaddrinfo) -> None:
+        self.health = health
+        self.cfg = cfg
+        self.window = window
+        self.decoder = decoder
+        self.resolve = resolve
+        self.bytes_total = 0  # body bytes received, for the benchmark and self-metrics
+        self._ranks: dict[int, _Held] = {}
+        self._peers: dict[str, _PeerState] = {}
+        self._resolved: list[str] = []
+        self._next_resolve = 0.0
+        self._next_poll = 0.0
+        self._pool: ThreadPoolExecutor | None = None
+        self._tls = _tls_context(cfg)
+        self._headers = _auth_headers(cfg)
+
+    # --- the Source protocol -------------------------------------------------------------------
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def peers(self) -> list[str]:
+        """The peer sidecars' base URLs: configured, plus the Service's addresses (cached)."""
+        if self.cfg.service and time.monotonic() >= self._next_resolve:
+            self._next_resolve = time.monotonic() + self.cfg.discovery_interval
+            host, _, port = self.cfg.service.rpartition(":")
+            try:
+                infos = self.resolve(host, int(port), type=socket.SOCK_STREAM)
+                addrs = sorted({i[4][0] for i in infos})
+                self._resolved = [f"{self.cfg.scheme}://{'[' + a + ']' if ':' in a else a}:{port}" for a in addrs]
+            except OSError as exc:  # keep the last answer: DNS hiccups must not empty the job
+                logs.get().warning("cannot resolve peers.service %s: %s", self.cfg.service, exc)
+        return sorted(set(self.cfg.urls) | set(self._resolved))
+
+    def collect(self) -> list[Snapshot]:
+        now = time.monotonic()
+        if now < self._next_poll:
+            return []
+        self._next_poll = now + self.cfg.poll_interval
+        peers = self.peers()
+        for gone in [p for p in self._peers if p not in peers]:
+            del self._peers[gone]
+            self.health.forget(f"peer:{gone}")
+        for r in [r for r, h in self._ranks.items() if h.peer not in peers]:
+            del self._ranks[r]
+        due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now]
+        if not due:
+            return []
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
+        out: list[Snapshot] = []
+        for snaps in self._pool.map(self._poll_peer, due):
+            out.extend(snaps)
+        return out
+
+    # --- one peer ------------------------------------------------------------------------------
+
+    def _poll_peer(self, peer: str) -> list[Snapshot]:
+        st = self._peers[peer]
+        start, now_ns = time.monotonic(), time.time_ns()
+        cursors = ",".join(f"{r}:{h.epoch}:{_cursor(h)}:{len(h.pg_config)}" for r, h in sorted(self._ranks.items())
+                           if h.peer == peer and h.entries)
+        try:
+            body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
+            _, ranks = parse_body(body, peer)
+        except (PeerError, DecodeError) as exc:
+            st.failures += 1
+            st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
+            reason = exc.reason if isinstance(exc, PeerError) else "decode_" + exc.reason
+            self.health.record(f"peer:{peer}", False, time.monotonic() - start, now_ns, reason, exc.detail)
+            return []
+        st.failures, st.next_try, st.bytes_last = 0, 0.0, len(body)
+        self.bytes_total += len(body)
+        self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
+        return [s for r in ranks if (s := self._merge(peer, r)) is not None]
+
+    def _merge(self, peer: str, r: PeerRank) -> Snapshot | None:
+        held = self._ranks.get(r.rank)
+        if held is None or held.epoch != r.epoch or r.full or held.peer != peer:
+            held = self._ranks[r.rank] = _Held(peer, r.epoch)
+        if r.pg_config is not None:
+            held.pg_config = r.pg_config
+        held.handlers = r.handlers
+        newest = next(reversed(held.entries), -1)
+        ordered = True  # entries arrive in record order: a sort is needed only when one does not
+        for e in r.entries:
+            if e.record_id > newest:
+                newest = e.record_id
+            elif e.record_id not in held.entries:
+                ordered = False
+            held.entries[e.record_id] = e
+        entries = list(held.entries.values())
+        if not ordered:
+            entries.sort(key=lambda e: e.record_id)
+        if r.first is not None:  # out of the peer's window, unless still unfinished
+            entries = [e for e in entries if e.record_id >= r.first or not e.finished]
+        cut = max(0, len(entries) - self.window)
+        entries = [e for e in entries[:cut] if not e.finished] + entries[cut:]
+        held.entries = {e.record_id: e for e in entries}
+        if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
+            return None  # the peer has not polled the rank since: nothing new to say
+        held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
+                             held.pg_config, r.pg_status, tuple(entries), dumped_at_ns=r.dumped_at_ns,
+                             declared_world_size=r.world_size)
+        return Snapshot(held.dump, f"peer:{peer}", r.dumped_at_ns or time.time_ns())
+
+    def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
+        parts = urlsplit(peer)
+        target = Target(host=parts.hostname or "", port=parts.port or (443 if parts.scheme == "https" else 80))
+        resp = request(target, "GET", path, timeout=timeout or self.cfg.timeout, max_body=self.cfg.max_body_bytes,
+                       tls=self._tls if parts.scheme == "https" else None, headers=self._headers,
+                       server_name=self.cfg.server_name)
+        if resp.status != 200:
+            raise PeerError("http_status", f"{peer}{path.split('?')[0]} answered {resp.status}: "
+                            f"{resp.body[:200].decode(errors='replace').strip()}")
+        return resp.body
+
+    # --- evidence (the Fetcher protocol) -------------------------------------------------------
+
+    def targets(self) -> list[PeerTarget]:
+        return [PeerTarget(r, h.peer) for r, h in sorted(self._ranks.items())]
+
+    def handlers(self, rank: int) -> frozenset[str]:
+        held = self._ranks.get(rank)
+        return held.handlers if held is not None else frozenset()
+
+    def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
+                  deadline_s: float) -> dict[tuple[int, str], bytes | PeerError]:
+        """Handlers of ranks in other pods, through their sidecars, all within one deadline."""
+        if not wanted:
+            return {}
+        end = time.monotonic() + deadline_s
+        out: dict[tuple[int, str], bytes | PeerError] = {}
+        pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peer-fetch")
+        try:
+            futures = {pool.submit(self._fetch_one, t, h, end): (t.rank, h) for t, h in wanted}
+            done, pending = wait(futures, timeout=max(0.0, end - time.monotonic()))
+            for f in done:
+                try:
+                    out[futures[f]] = f.result()
+                except PeerError as exc:
+                    out[futures[f]] = exc
+            for f in pending:
+                out[futures[f]] = PeerError("timeout", f"no answer within the {deadline_s:g} s evidence deadline")
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return out
+
+    def _fetch_one(self, t: PeerTarget, handler: str, end: float) -> bytes:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise PeerError("timeout", "evidence deadline passed before the request started")
+        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", left)
+
+    def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:
+        """Ranks' pickles (with frames: call sites) decoded in the sandboxed decoders; failures left out."""
+        out = {}
+        for rank, body in raw.items():
+            job = _PickleJob(body, f"peer rank {rank}", rank)
+            dump = self.decoder.run(job) if self.decoder is not None else DecodeError(job.path, "no_decoder", "")
+            if isinstance(dump, DecodeError):
+                logs.get().warning("rank %d's pickle from its sidecar is unreadable: %s", rank, dump.detail)
+                continue
+            out[rank] = dump
+        return out
+
+
+@dataclass(frozen=True)
+class _PickleJob:
+    body: bytes
+    path: str
+    rank: int
+
+    def __call__(self) -> RankDump:
+        return decode_bytes(self.body, self.path, rank=self.rank)
+
+
+def _cursor(h: _Held) -> int:
+    """Where the next pass starts: the oldest entry still unfinished here (it may have finished since),
+    else the one after the newest."""
+    unfinished = [rid for rid, e in h.entries.items() if not e.finished]
+    return min(unfinished) if unfinished else max(h.entries) + 1
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (text or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def _tls_context(cfg: Peers) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=cfg.ca_file)
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
+
+
+def _auth_headers(cfg: Peers) -> dict[str, str]:
+    if not cfg.username or not cfg.password_file:
+        return {}
+    with open(cfg.password_file) as f:
+        password = f.read().strip()
+    token = base64.b64encode(f"{cfg.username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}

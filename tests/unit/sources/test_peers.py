@@ -1,0 +1,140 @@
+"""The peers endpoint (export/peer_api.py) and the job-level view's source (sources/peers.py), over a real
+web server: the same TLS and basic auth as /metrics, cursors that move only what changed, discovery."""
+
+import socket
+import time
+
+import bcrypt
+import pytest
+from prometheus_client import CollectorRegistry
+
+from frexport.cli.serve import build_sidecar, peer_api, start_web
+from frexport.config import Config, DumpDir, Peers, validate
+from frexport.decode.normalize import normalize
+from frexport.export.peer_api import PeerApi
+from frexport.live.state import LiveState
+from frexport.sources.health import HealthRegistry
+from frexport.sources.peers import PeersSource
+from frexport.web.server import WebServer
+from tests.support.synth import dump, entry, healthy_job, write
+from tests.unit.web.test_server import tls_files  # noqa: F401 - a fixture
+
+STRIP = ("frames", "call_site")
+
+
+def _same(a, b) -> bool:
+    keep = [i for i, f in enumerate(a._fields) if f not in STRIP]
+    return [a[i] for i in keep] == [b[i] for i in keep]
+
+
+def test_round_trip_behind_tls_and_basic_auth(tmp_path, tls_files):  # noqa: F811
+    crt, key = tls_files
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    wc = tmp_path / "web.yml"
+    wc.write_text(f"tls_server_config:\n  cert_file: {crt}\n  key_file: {key}\n"
+                  f"basic_auth_users:\n  jobview: '{hashed}'\n")
+    d = write(tmp_path / "dumps", {r: dump(es, world=2) for r, es in healthy_job(world=2).items()})
+    cfg = Config()
+    cfg.sources.dump_dirs = [DumpDir(path=str(d))]
+    cfg.web.listen, cfg.web.config_file, cfg.peers.serve = "127.0.0.1:0", str(wc), True
+    assert validate(cfg) == []
+    sc, registry = build_sidecar(cfg)
+    web = start_web(cfg, registry, sc.ready_event.is_set, peer_api(cfg, sc))
+    try:
+        end = time.monotonic() + 20
+        while len(sc.state.latest_dumps()) < 2 and time.monotonic() < end:
+            sc._collect()
+            time.sleep(0.1)
+        (tmp_path / "pw").write_text("s3cret\n")
+        url = f"https://127.0.0.1:{web.port}"
+        good = Peers(urls=[url], ca_file=str(crt), username="jobview", password_file=str(tmp_path / "pw"),
+                     poll_interval=0.01)
+        health = HealthRegistry()
+        snaps = PeersSource(health, good, 256).collect()
+        local = sc.state.latest_dumps()
+        assert sorted(s.dump.rank for s in snaps) == [0, 1]
+        for s in snaps:
+            mine = local[s.dump.rank]
+            assert len(s.dump.entries) == len(mine.entries) == 10
+            assert all(_same(a, b) for a, b in zip(s.dump.entries, mine.entries))
+            assert s.dump.pg_config == mine.pg_config and s.dump.dumped_at_ns == mine.dumped_at_ns
+        # without the password, or without trusting the certificate: nothing, and the health says why
+        for peers, reason in ((Peers(urls=[url], ca_file=str(crt), poll_interval=0.01), "http_status"),
+                              (Peers(urls=[url], poll_interval=0.01), "tls")):
+            h = HealthRegistry()
+            assert PeersSource(h, peers, 256).collect() == []
+            assert reason in str(h.__dict__), h.__dict__
+    finally:
+        sc.shutdown()
+        web.stop()
+
+
+def test_not_served_unless_asked_and_not_open_without_auth():
+    cfg = Config()
+    cfg.sources.dump_dirs = [DumpDir(path="/tmp")]
+    cfg.peers.serve = True
+    assert any(p.startswith("peers.serve:") for p in validate(cfg))
+    cfg.peers.allow_unauthenticated = True
+    assert validate(cfg) == []
+    cfg.peers.serve = False
+    sc, _ = build_sidecar(cfg)
+    assert peer_api(cfg, sc) is None  # and the web server then answers 404 under /api/
+
+
+def _state_server(window=8):
+    state = LiveState()
+    web = WebServer("127.0.0.1:0", CollectorRegistry(), lambda: True, api=PeerApi(state, window).handle)
+    web.start()
+    return state, web
+
+
+def _ingest(state, rank, entries, at):
+    d = normalize(dump(entries, world=2), f"rank {rank}", "pickle", rank=rank, dumped_at_ns=at, keep_frames=False)
+    state.ingest(d, "test", at)
+
+
+def test_cursors_move_only_what_changed_and_keep_the_window():
+    state, web = _state_server(window=8)
+    try:
+        steps = [entry(i, i + 1) for i in range(40)]
+        _ingest(state, 0, steps[:30], 1)
+        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8)
+        first = src.collect()
+        assert [e.record_id for e in first[0].dump.entries] == list(range(22, 30))
+        full = src.bytes_total
+        # two new entries, the newest unfinished
+        _ingest(state, 0, steps[:31] + [entry(31, 32, state="scheduled", duration_ms=None)], 2)
+        second = src.collect()
+        assert [e.record_id for e in second[0].dump.entries] == list(range(24, 32))
+        assert src.bytes_total - full < full / 3, (full, src.bytes_total - full)
+        # nothing new but a fresher poll: a snapshot again (seen at), with no entries moved
+        before = src.bytes_total
+        _ingest(state, 0, steps[:31] + [entry(31, 32, state="completed")], 3)
+        third = src.collect()
+        assert third[0].dump.entries[-1].state == "completed" and third[0].dump.dumped_at_ns == 3
+        assert src.bytes_total - before < full / 3
+        assert src.collect() == []  # nothing has changed since
+    finally:
+        web.stop()
+
+
+def test_a_headless_service_is_every_address_it_resolves_to():
+    calls = []
+
+    def resolve(host, port, type):  # noqa: A002
+        calls.append(host)
+        return [(socket.AF_INET, type, 6, "", (a, port)) for a in ("10.0.0.7", "10.0.0.8", "10.0.0.7")] + \
+            [(socket.AF_INET6, type, 6, "", ("fd00::9", port, 0, 0))]
+
+    src = PeersSource(HealthRegistry(), Peers(service="train-frexport.ml.svc:9464", scheme="https"), 8,
+                      resolve=resolve)
+    assert src.peers() == ["https://10.0.0.7:9464", "https://10.0.0.8:9464", "https://[fd00::9]:9464"]
+    src.peers()
+    assert calls == ["train-frexport.ml.svc"]  # cached until the discovery interval
+
+
+@pytest.mark.parametrize("bad", ["since=1:2", "since=a:0:1:1", "since=1:0:1:1,x"])
+def test_bad_cursors_are_refused(bad):
+    from frexport.export.peer_api import parse_cursors
+
+    assert parse_cursors(bad) is None
