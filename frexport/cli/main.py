@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from frexport import __version__
@@ -158,6 +159,15 @@ def _escape_unencodable_output() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # `frexport analyze ... | head`: the reader left; not an error of ours, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE
+
+
+def _run(argv: list[str] | None) -> int:
     _escape_unencodable_output()
     args = build_parser().parse_args(argv)
     if args.command == "analyze":

@@ -288,3 +288,18 @@ def test_a_non_utf8_file_name_does_not_crash_a_strict_utf8_stdout(tmp_path):
         out.stdout.decode("utf-8")  # valid UTF-8, the name shown escaped
         if args != ["--format", "json"]:
             assert b"sub\\udcff" in out.stdout, (args, out.stdout[-500:])
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`... | frexport inject - | head`: the pipe closes while frexport still writes (far more than a
+    pipe buffer holds)."""
+    pods = "".join(f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\n"
+                   f"spec: {{containers: [{{name: t, image: t}}]}}\n" for i in range(500))
+    proc = subprocess.Popen([*FREXPORT, "inject", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(pods.encode())
+    proc.stdin.close()
+    proc.stdout.read(10)
+    proc.stdout.close()  # the reader leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141 and "Traceback" not in err, err
