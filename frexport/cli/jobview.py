@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from frexport import logs
 from frexport.cli.serve import start_web
-from frexport.config import Config, ConfigError, load_config, validate
+from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceWriter
 from frexport.export.job_evidence import JobEvidenceSink
@@ -33,6 +33,10 @@ def run_jobview(args: argparse.Namespace) -> int:
         }
         cfg = load_config(args.config, overrides=overrides)
         problems = validate(cfg, job_view=True)
+        if cfg.web.config_file:
+            from frexport.web.web_config import load_web_config
+
+            load_web_config(cfg.web.config_file)
     except ConfigError as exc:
         print(f"frexport jobview: config error: {exc}", file=sys.stderr)
         return 2
@@ -40,6 +44,10 @@ def run_jobview(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"frexport jobview: config error: {p}", file=sys.stderr)
         return 2
+    if getattr(args, "check_config", False):
+        sys.stdout.write(effective_yaml(cfg))
+        print("frexport jobview: configuration is valid", file=sys.stderr)
+        return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
     try:
         sidecar, registry = build_jobview(cfg)

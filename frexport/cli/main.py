@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Pull every peer sidecar's live window (their --peers-api), run the analysis "
                                    "on the whole job and write one evidence bundle per hang.")
     j.add_argument("--config", metavar="FILE", help="YAML config (the peers section)")
+    j.add_argument("--check-config", action="store_true",
+                   help="validate the configuration, print the effective configuration (YAML) and exit")
     j.add_argument("--peer", action="append", default=[], metavar="URL",
                    help="a peer sidecar, e.g. https://10.0.0.7:9464 (repeatable)")
     j.add_argument("--peers-service", metavar="HOST:PORT",

@@ -97,6 +97,15 @@ def test_check_config_cli(tmp_path, capsys):
     assert main(["serve", "--check-config", "--sockets-dir", "/x", "--url", "zero=http://a:1"]) == 2
 
 
+def test_jobview_check_config_cli(capsys):
+    assert main(["jobview", "--check-config", "--peers-service", "t-frexport.ml.svc:9464", "--job-id", "t"]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["peers"]["service"] == "t-frexport.ml.svc:9464" and "is valid" in err
+    assert main(["jobview", "--check-config"]) == 2
+    assert "nothing to gather" in capsys.readouterr().err
+    assert main(["jobview", "--check-config", "--peers-service", "no-port"]) == 2
+
+
 def test_environment_text_keeps_its_type(tmp_path):
     env = {"FREXPORT_JOB_ID": "true", "FREXPORT_SOURCES__WORKER_SERVERS__SOCKETS_DIR": "null",
            "FREXPORT_TRACES__ENABLED": "yes", "FREXPORT_ANALYSIS__STALL_AFTER": "2m",

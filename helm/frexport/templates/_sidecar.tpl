@@ -65,6 +65,12 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
 - --web-config-file
 - /etc/frexport/web/web-config.yml
 {{- end }}
+{{- if include "frexport.sidecar.peersApi" . }}
+- --peers-api
+{{- if not $v.webConfig.enabled }}
+- --peers-api-unauthenticated
+{{- end }}
+{{- end }}
 {{- range $v.sidecar.extraArgs }}
 - {{ . | quote }}
 {{- end }}
