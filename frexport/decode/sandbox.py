@@ -80,12 +80,17 @@ def call(job: Callable[[], R]) -> R:
     return job()
 
 
-def _worker_main(conn: Connection, fn: Callable, memory_bytes: int) -> None:
+def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int) -> None:
     # First message: whether the limit is in force (the parent refuses to go on without one).
     conn.send(("limit", _set_memory_limit(memory_bytes)))
     gc.disable()  # decoded dumps are acyclic; collection passes only cost time
     while True:
         try:
+            # A forked worker holds its own copy of the parent's end of the pipe, so the parent's
+            # death (even SIGKILL) never reads as EOF here: look at who the parent is instead.
+            while not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
             batch = conn.recv()
         except (EOFError, OSError):
             return
@@ -116,7 +121,8 @@ class _Worker:
     def __init__(self, ctx: mp.context.BaseContext, fn: Callable, limits: Limits) -> None:
         parent, child = ctx.Pipe()
         self.conn = parent
-        self.proc = ctx.Process(target=_worker_main, args=(child, fn, limits.memory_bytes), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, fn, limits.memory_bytes, os.getpid()),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.batch: list[int] = []
