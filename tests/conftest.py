@@ -12,10 +12,10 @@ from frexport.decode.load import load
 
 _E2E = Path(__file__).parent / "e2e"
 
-# Property tests: 100 examples while developing (`pytest -m "not e2e"` stays under a minute),
+# Property tests: 50 examples while developing (`pytest -m "not e2e"` stays under a minute),
 # 300 in the full run that CI makes (scripts/test.sh sets HYPOTHESIS_PROFILE=thorough).
 # No per-example deadline: speed is measured in benchmarks, not asserted on a loaded 2-core machine.
-settings.register_profile("default", max_examples=100, deadline=None)
+settings.register_profile("default", max_examples=50, deadline=None)
 settings.register_profile("thorough", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

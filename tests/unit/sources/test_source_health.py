@@ -58,7 +58,8 @@ def test_files_that_are_not_dumps_are_skipped_and_counted_never_a_failure(tmp_pa
 def test_a_sockets_dir_without_a_socket_is_down_after_the_grace_period(tmp_path, caplog):
     health = HealthRegistry()
     d = tmp_path / "nonexistent"
-    src = WorkerServerSource(health, WorkerServers(sockets_dir=str(d), poll_interval=0.01, startup_grace=0.3))
+    src = WorkerServerSource(health, WorkerServers(sockets_dir=str(d), poll_interval=0.01, startup_grace=0.3,
+                                                   timeout=0.5))  # the listener below never answers
     src.collect()
     assert _up(health, f"sockets:{d}") is None  # the trainer may still be starting
     time.sleep(0.35)
