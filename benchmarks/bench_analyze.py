@@ -39,8 +39,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 import gen_dumps  # noqa: E402
+
+from tests.support.proctree import descendants  # noqa: E402
 
 PREFIX = gen_dumps.DEFAULT_PREFIX
 SAMPLE_S = 0.05
@@ -78,46 +81,9 @@ print(f"{len(names)} files ({procs} processes), {entries * procs} entries (appro
 # process-tree memory
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    out.extend(int(x) for x in f.read().split())
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return out
-
-
-def _children_by_scan() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-_HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-
-
 def tree_pids(pid: int) -> list[int]:
     """pid and all its descendants (alive now)."""
-    table = None if _HAVE_CHILDREN_FILE else _children_by_scan()
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(_children(p) if table is None else table.get(p, []))
-    return out
+    return [pid] + descendants(pid)
 
 
 def _rss_kb(pid: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -172,32 +173,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     _escape_unencodable_output()
     args = build_parser().parse_args(argv)
-    if args.command == "analyze":
-        from frexport.cli.analyze import run_analyze
-
-        return run_analyze(args)
-    if args.command == "serve":
-        from frexport.cli.serve import run_serve
-
-        return run_serve(args)
-    if args.command == "jobview":
-        from frexport.cli.jobview import run_jobview
-
-        return run_jobview(args)
-    if args.command == "inject":
-        from frexport.cli.inject import run_inject
-
-        return run_inject(args)
-    if args.command == "webhook":
-        from frexport.cli.webhook import run_webhook
-
-        return run_webhook(args)
-    if args.command == "snapshot":
-        from frexport.cli.snapshot import run_snapshot
-
-        return run_snapshot(args)
-    return 2
-
+    # one module per command, imported only when used (serve never loads the analyzer's CLI, and so on)
+    module = importlib.import_module(f"frexport.cli.{args.command}")
+    return getattr(module, f"run_{args.command}")(args)
 
 if __name__ == "__main__":
     sys.exit(main())

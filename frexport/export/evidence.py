@@ -230,39 +230,37 @@ PICKLE_HANDLER = "frexport_fr_pickle"
 STACK_HANDLERS = {"dump_traceback": "traceback", "pyspy_dump": "pyspy_dump"}
 
 
-class EvidenceSink:
-    """Writes a bundle when a new root cause appears or ranks go down, on a thread of its own.
-
-    Everything the bundle needs from the ranks (pickles with frames, the stuck ranks' stacks) is
-    fetched concurrently within one total deadline, so an unresponsive handler costs at most that
-    deadline and never the sidecar loop's time. One incident is collected at a time; a newer one
-    that arrives meanwhile is kept and collected next (older unstarted ones are superseded)."""
+class IncidentSink:
+    """What every evidence sink shares: it takes passes on the loop's thread and only keeps the
+    newest incident there; its own thread collects and writes one incident at a time, so a newer
+    incident that arrives meanwhile is collected next (older unstarted ones are superseded), and a
+    slow rank or store never costs the loop's time. Subclasses say which passes are incidents
+    (`wants`) and how one becomes a bundle (`write_incident`)."""
 
     name = "evidence"
+    thread_name = "frexport-evidence"
 
-    def __init__(self, writer: EvidenceWriter, fetcher: Fetcher | None = None, pyspy: bool = True,
-                 deadline_s: float = 20.0, max_stacks: int = 8,
-                 after_write: Callable[[str], object] | None = None) -> None:
+    def __init__(self, writer: EvidenceWriter, after_write: Callable[[str], object] | None = None) -> None:
         self.writer = writer
         self.after_write = after_write  # e.g. the upload (export/upload.py), on this sink's thread
-        self.fetcher = fetcher
-        self.pyspy = pyspy
-        self.deadline_s = deadline_s
-        self.max_stacks = max_stacks
         self._next: Pass | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def wants(self, p: Pass) -> bool:
+        raise NotImplementedError
+
+    def write_incident(self, p: Pass) -> str | None:
+        raise NotImplementedError
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="frexport-evidence", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         self._thread.start()
 
     def consume(self, p: Pass) -> None:
-        # ranks going down is an incident when we hold what they were doing (not for sockets a job left
-        # behind before frexport started)
-        if (p.result is None or not p.result.new_root_causes) and not (p.gone_down & set(p.dumps)):
+        if not self.wants(p):
             return
         with self._lock:
             self._next = p
@@ -295,7 +293,29 @@ class EvidenceSink:
                     if path is not None and self.after_write is not None:
                         self.after_write(path)
                 except Exception:  # noqa: BLE001 - one bad incident must not end evidence collection
-                    logs.get().exception("evidence bundle failed")
+                    logs.get().exception("%s bundle failed", type(self).__name__)
+
+
+class EvidenceSink(IncidentSink):
+    """Writes a bundle when a new root cause appears or ranks go down.
+
+    Everything the bundle needs from the ranks (pickles with frames, the stuck ranks' stacks) is
+    fetched concurrently within one total deadline, so an unresponsive handler costs at most that
+    deadline."""
+
+    def __init__(self, writer: EvidenceWriter, fetcher: Fetcher | None = None, pyspy: bool = True,
+                 deadline_s: float = 20.0, max_stacks: int = 8,
+                 after_write: Callable[[str], object] | None = None) -> None:
+        super().__init__(writer, after_write)
+        self.fetcher = fetcher
+        self.pyspy = pyspy
+        self.deadline_s = deadline_s
+        self.max_stacks = max_stacks
+
+    def wants(self, p: Pass) -> bool:
+        # ranks going down is an incident when we hold what they were doing (not for sockets a job left
+        # behind before frexport started)
+        return (p.result is not None and bool(p.result.new_root_causes)) or bool(p.gone_down & set(p.dumps))
 
     def write_incident(self, p: Pass) -> str | None:
         roots = p.result.new_root_causes if p.result is not None else []

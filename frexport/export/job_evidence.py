@@ -12,17 +12,13 @@ load_batch") and the line each culprit hangs on, read from its stack.
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Protocol
-
-from prometheus_client.core import Metric
 
 from frexport import logs
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis
-from frexport.export.evidence import PICKLE_HANDLER, STACK_HANDLERS, Bundle, EvidenceWriter, _bundles_family
+from frexport.export.evidence import PICKLE_HANDLER, STACK_HANDLERS, Bundle, EvidenceWriter, IncidentSink
 from frexport.export.report import render_text
 from frexport.live.sink import Pass
 from frexport.model.call_site import Frame, frame_text, is_library_frame, site_text
@@ -42,60 +38,21 @@ class JobFetcher(Protocol):
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]: ...
 
 
-class JobEvidenceSink:
-    name = "evidence"
+class JobEvidenceSink(IncidentSink):
+    thread_name = "frexport-job-evidence"
 
     def __init__(self, writer: EvidenceWriter, fetcher: JobFetcher, window: int, pyspy: bool = True,
                  deadline_s: float = 20.0, blocked_stacks: int = 4) -> None:
-        self.writer = writer
+        super().__init__(writer)
         self.fetcher = fetcher
         self.window = window
         self.pyspy = pyspy
         self.deadline_s = deadline_s
         self.blocked_stacks = blocked_stacks
-        self._next: Pass | None = None
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="frexport-job-evidence", daemon=True)
-        self._thread.start()
-
-    def consume(self, p: Pass) -> None:
-        if p.result is None or not p.result.new_root_causes:
-            return  # a pod's ranks going down is its own sidecar's bundle; a hang is the job's
-        with self._lock:
-            self._next = p
-        self._wake.set()
-
-    def stop(self, timeout_s: float) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def describe(self) -> Iterator[Metric]:
-        yield _bundles_family()
-
-    def collect(self) -> Iterator[Metric]:
-        c = _bundles_family()
-        c.add_metric(["written"], self.writer.written)
-        c.add_metric(["failed"], self.writer.failed)
-        yield c
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            with self._lock:
-                p, self._next = self._next, None
-            if p is not None and not self._stop.is_set():
-                try:
-                    self.write_incident(p)
-                except Exception:  # noqa: BLE001 - one bad incident must not end evidence collection
-                    logs.get().exception("job evidence bundle failed")
+    def wants(self, p: Pass) -> bool:
+        # a pod's ranks going down is its own sidecar's bundle; a hang is the job's
+        return p.result is not None and bool(p.result.new_root_causes)
 
     def write_incident(self, p: Pass) -> str | None:
         assert p.result is not None

@@ -13,9 +13,14 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TypeVar
 
 from frexport.config import WorkerServers, parse_worker_address
+
+T = TypeVar("T")
 
 MAX_HEAD_BYTES = 64 * 1024  # status lines, headers, 1xx responses and trailers together
 MAX_LINE_BYTES = 8 * 1024  # one header or chunk-size line
@@ -232,3 +237,35 @@ def _chunked(r: _Reader, max_body: int) -> bytes:
             raise _Bad("too_large", f"body over the {max_body}-byte limit")
         parts.append(r.exactly(size))
         r.exactly(2)  # the CRLF after each chunk
+
+
+def fetch_within(wanted: list[tuple[T, str]], deadline_s: float, concurrency: int,
+                 fetch: Callable[[T, str, float], bytes], name: str) -> dict[tuple[int, str], bytes | PeerError]:
+    """Many (target with a `.rank`, handler) requests at once, all within ONE total deadline: a rank
+    whose handler never answers costs the deadline, not the deadline per rank. `fetch(target, handler,
+    timeout)` does one request. Keyed by (rank, handler); a failure is the PeerError."""
+    if not wanted:
+        return {}
+    end = time.monotonic() + deadline_s
+
+    def one(t: T, handler: str) -> bytes:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise PeerError("timeout", "evidence deadline passed before the request started")
+        return fetch(t, handler, left)
+
+    out: dict[tuple[int, str], bytes | PeerError] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix=name)
+    try:
+        futures = {pool.submit(one, t, h): (t.rank, h) for t, h in wanted}
+        done, pending = wait(futures, timeout=max(0.0, end - time.monotonic()))
+        for f in done:
+            try:
+                out[futures[f]] = f.result()
+            except PeerError as exc:
+                out[futures[f]] = exc
+        for f in pending:
+            out[futures[f]] = PeerError("timeout", f"no answer within the {deadline_s:g} s evidence deadline")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a request still running ends at its own deadline
+    return out

@@ -17,7 +17,7 @@ import base64
 import socket
 import ssl
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -30,7 +30,7 @@ from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
-from frexport.sources.http_client import PeerError, Target, request
+from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
 
 @dataclass(frozen=True)
@@ -197,30 +197,10 @@ class PeersSource:
     def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
                   deadline_s: float) -> dict[tuple[int, str], bytes | PeerError]:
         """Handlers of ranks in other pods, through their sidecars, all within one deadline."""
-        if not wanted:
-            return {}
-        end = time.monotonic() + deadline_s
-        out: dict[tuple[int, str], bytes | PeerError] = {}
-        pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peer-fetch")
-        try:
-            futures = {pool.submit(self._fetch_one, t, h, end): (t.rank, h) for t, h in wanted}
-            done, pending = wait(futures, timeout=max(0.0, end - time.monotonic()))
-            for f in done:
-                try:
-                    out[futures[f]] = f.result()
-                except PeerError as exc:
-                    out[futures[f]] = exc
-            for f in pending:
-                out[futures[f]] = PeerError("timeout", f"no answer within the {deadline_s:g} s evidence deadline")
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-        return out
+        return fetch_within(wanted, deadline_s, self.cfg.concurrency, self._fetch_one, "frexport-peer-fetch")
 
-    def _fetch_one(self, t: PeerTarget, handler: str, end: float) -> bytes:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise PeerError("timeout", "evidence deadline passed before the request started")
-        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", left)
+    def _fetch_one(self, t: PeerTarget, handler: str, timeout_s: float) -> bytes:
+        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s)
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:
         """Ranks' pickles (with frames: call sites) decoded in the sandboxed decoders; failures left out."""

@@ -21,7 +21,7 @@ import os
 import stat
 import time
 from bisect import bisect_left
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
@@ -37,7 +37,7 @@ from frexport.model.dump import RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
-from frexport.sources.http_client import PeerError, Target, request
+from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
 _record_id = attrgetter("record_id")
 
@@ -284,33 +284,8 @@ class WorkerServerSource:
 
     def fetch_all(self, wanted: list[tuple[RankTarget, str]],
                   deadline_s: float) -> dict[tuple[int, str], bytes | PeerError]:
-        """POST many handlers at once (evidence: pickles and stacks of many ranks), all within one total
-        deadline: a rank whose handler never answers costs the deadline, not the deadline per rank.
-        Keyed by (rank, handler); a failure is the PeerError."""
-        if not wanted:
-            return {}
-        end = time.monotonic() + deadline_s
-        out: dict[tuple[int, str], bytes | PeerError] = {}
-        pool = ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency), thread_name_prefix="frexport-fetch")
-        try:
-            futures = {pool.submit(self._fetch_by, t, h, end): (t.rank, h) for t, h in wanted}
-            done, pending = wait(futures, timeout=max(0.0, end - time.monotonic()))
-            for f in done:
-                try:
-                    out[futures[f]] = f.result()
-                except PeerError as exc:
-                    out[futures[f]] = exc
-            for f in pending:
-                out[futures[f]] = PeerError("timeout", f"no answer within the {deadline_s:g} s evidence deadline")
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)  # a request still running ends at its own deadline
-        return out
-
-    def _fetch_by(self, t: RankTarget, handler: str, end: float) -> bytes:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise PeerError("timeout", "evidence deadline passed before the request started")
-        return self.fetch(t, handler, left)
+        """POST many handlers at once (evidence: pickles and stacks of many ranks) within one deadline."""
+        return fetch_within(wanted, deadline_s, self.cfg.concurrency, self.fetch, "frexport-fetch")
 
     def _choose_handler(self, t: RankTarget) -> str:
         resp = request(t.target, "GET", "/handler/", timeout=self.cfg.timeout, max_body=1 << 20)

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,33 @@ def resolve_env(c: dict, fields: dict[str, str]) -> dict[str, str]:
         else:
             env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
+
+
+def secret_mounts(c: dict, spec: dict, docs: list[dict], tmp: Path, tls_dir: Path) -> dict[str, Path]:
+    """Where each Secret mount of container `c` lands on this machine, as the kubelet lays it out."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    out = {}
+    for m in c["volumeMounts"]:
+        secret = volumes[m["name"]].get("secret")
+        if not secret:
+            continue
+        d = tmp / m["name"]
+        d.mkdir()
+        rendered = [s for s in docs if s["kind"] == "Secret" and s["metadata"]["name"] == secret["secretName"]]
+        if rendered:
+            for key, value in rendered[0]["stringData"].items():
+                (d / key).write_text(value)
+        else:  # the TLS Secret comes from cert-manager or the user
+            for f in tls_dir.iterdir():
+                (d / f.name).write_bytes(f.read_bytes())
+        out[m["mountPath"]] = d
+    return out
+
+
+def scrape_metrics(port: int) -> str:
+    """A plain scrape of a sidecar on this machine; "" while it is not up yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return ""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.support.helm_tools import CI_VALUES, HELM_VERSION, VARIANTS, Helm, docs_of
@@ -31,3 +34,14 @@ def rendered(helm, tmp_path_factory):
     result["default-example"] = (out_dir / "default-example.yaml", docs_of(text))
     assert {"minimal", "native-sidecar-off", "monitors-off", "pyspy-on", "otlp-on", "example"} <= set(result)
     return result
+
+
+@pytest.fixture
+def tls_dir(tmp_path) -> Path:
+    d = tmp_path / "tls-secret"
+    d.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "tls.key"),
+                    "-out", str(d / "tls.crt"), "-days", "2", "-subj", "/CN=frexport-metrics",
+                    "-addext", "subjectAltName=DNS:frexport-metrics"], check=True, capture_output=True)
+    (d / "ca.crt").write_bytes((d / "tls.crt").read_bytes())
+    return d

@@ -14,14 +14,13 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import yaml
 
 from frexport.inject.workloads import templates
 from tests.support import paths
-from tests.support.helm_tools import kubernetes_validate, kubernetes_validate_versions, resolve_env
+from tests.support.helm_tools import kubernetes_validate, kubernetes_validate_versions, resolve_env, scrape_metrics
 from tests.support.ports import free_port
 from tests.support.proctree import kill_tree
 from tests.support.torchjob import require_torch
@@ -69,14 +68,6 @@ def test_frexport_serve_accepts_the_injected_sidecar(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
-
-
 @pytest.mark.torchjob
 @pytest.mark.slow
 def test_injected_pod_runs_a_real_torchrun_job(tmp_path):
@@ -117,7 +108,7 @@ def test_injected_pod_runs_a_real_torchrun_job(tmp_path):
         progress = re.compile(r'frexport_pg_last_completed_collective\{[^}]*rank="(\d)"[^}]*\} (\d+)')
         deadline, seen = time.monotonic() + 120, {}
         while time.monotonic() < deadline and job.poll() is None:
-            seen = {int(r): float(v) for r, v in progress.findall(_scrape(port))}
+            seen = {int(r): float(v) for r, v in progress.findall(scrape_metrics(port))}
             if len(seen) == 2 and min(seen.values()) >= 40:
                 break
             time.sleep(0.5)

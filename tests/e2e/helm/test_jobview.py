@@ -21,6 +21,7 @@ from tests.support.helm_tools import (
     kubernetes_validate_versions,
     one,
     pod_spec,
+    secret_mounts,
     sidecar_of,
 )
 
@@ -171,43 +172,11 @@ def test_view_disabled_renders_none_of_it(helm, rendered):
                                                       "jobView.allowUnauthenticated=true")))
 
 
-def _secret_mounts(c: dict, spec: dict, docs: list[dict], tmp: Path, tls_dir: Path) -> dict[str, Path]:
-    """Where each Secret mount of container `c` lands on this machine, as the kubelet lays it out."""
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    out = {}
-    for m in c["volumeMounts"]:
-        secret = volumes[m["name"]].get("secret")
-        if not secret:
-            continue
-        d = tmp / m["name"]
-        d.mkdir()
-        rendered = [s for s in docs if s["kind"] == "Secret" and s["metadata"]["name"] == secret["secretName"]]
-        if rendered:
-            for key, value in rendered[0]["stringData"].items():
-                (d / key).write_text(value)
-        else:  # the TLS Secret comes from cert-manager or the user
-            for f in tls_dir.iterdir():
-                (d / f.name).write_bytes(f.read_bytes())
-        out[m["mountPath"]] = d
-    return out
-
-
-@pytest.fixture
-def tls_dir(tmp_path) -> Path:
-    d = tmp_path / "tls-secret"
-    d.mkdir()
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "tls.key"),
-                    "-out", str(d / "tls.crt"), "-days", "2", "-subj", "/CN=frexport-metrics",
-                    "-addext", "subjectAltName=DNS:frexport-metrics"], check=True, capture_output=True)
-    (d / "ca.crt").write_bytes((d / "tls.crt").read_bytes())
-    return d
-
-
 def _check_config(c: dict, spec: dict, docs: list[dict], tmp: Path, tls_dir: Path) -> dict:
     """Run the container's command with --check-config for real, its Secrets laid out here and its
     secretKeyRefs resolved from the rendered Secrets; returns the effective configuration."""
     tmp.mkdir(exist_ok=True)
-    mounts = _secret_mounts(c, spec, docs, tmp, tls_dir)
+    mounts = secret_mounts(c, spec, docs, tmp, tls_dir)
 
     def here(text: str) -> str:
         for mount, host in mounts.items():

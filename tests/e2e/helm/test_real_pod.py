@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
@@ -21,18 +20,11 @@ from tests.support.helm_tools import (
     docs_of,
     pod_spec,
     resolve_env,
+    scrape_metrics,
     sidecar_of,
 )
 from tests.support.ports import free_port
 from tests.support.torchjob import require_torch
-
-
-def _scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
 
 
 @pytest.mark.torchjob
@@ -87,7 +79,7 @@ def test_rendered_pod_runs_a_real_torchrun_job(helm, tmp_path):
         metrics, deadline = "", time.monotonic() + 90
         wanted = [r'frexport_source_up{source="socket:rank-0"} 1.0', r'frexport_source_up{source="socket:rank-1"} 1.0']
         while time.monotonic() < deadline and trainer_proc.poll() is None:
-            metrics = _scrape(port)
+            metrics = scrape_metrics(port)
             if all(w in metrics for w in wanted) and re.search(
                     r'frexport_pg_last_completed_collective\{[^}]*rank="1"[^}]*\} [1-9]', metrics):
                 break

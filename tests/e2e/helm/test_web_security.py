@@ -17,42 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helm_tools import CHART, docs_of, one, pod_spec, sidecar_of
+from tests.support.helm_tools import CHART, docs_of, one, pod_spec, secret_mounts, sidecar_of
 from tests.support.ports import free_port
 
 SECURE = CHART / "ci" / "secure-values.yaml"
-
-
-def _mounts_to_host(sidecar: dict, spec: dict, docs: list[dict], tmp: Path, tls_dir: Path) -> dict[str, Path]:
-    """Where each of the sidecar's Secret mounts lands on this machine, as the kubelet would lay them out."""
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    out = {}
-    for m in sidecar["volumeMounts"]:
-        secret = volumes[m["name"]].get("secret")
-        if not secret:
-            continue
-        d = tmp / m["name"]
-        d.mkdir()
-        rendered = [s for s in docs if s["kind"] == "Secret" and s["metadata"]["name"] == secret["secretName"]]
-        if rendered:
-            for key, value in rendered[0]["stringData"].items():
-                (d / key).write_text(value)
-        else:  # the TLS Secret comes from cert-manager or the user: openssl stands in
-            for f in tls_dir.iterdir():
-                (d / f.name).write_bytes(f.read_bytes())
-        out[m["mountPath"]] = d
-    return out
-
-
-@pytest.fixture
-def tls_dir(tmp_path) -> Path:
-    d = tmp_path / "tls-secret"
-    d.mkdir()
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(d / "tls.key"),
-                    "-out", str(d / "tls.crt"), "-days", "2", "-subj", "/CN=frexport-metrics",
-                    "-addext", "subjectAltName=DNS:frexport-metrics"], check=True, capture_output=True)
-    (d / "ca.crt").write_bytes((d / "tls.crt").read_bytes())
-    return d
 
 
 def _get(port: int, ctx: ssl.SSLContext, auth: tuple[str, str] | None) -> int:
@@ -83,7 +51,7 @@ def test_rendered_web_config_serves_what_the_podmonitor_scrapes(helm, tmp_path, 
     user, password = creds[ep["basicAuth"]["username"]["key"]], creds[ep["basicAuth"]["password"]["key"]]
 
     # Lay the Secrets out as mounts, point the web config's paths at them, run the real sidecar.
-    mounts = _mounts_to_host(sidecar, spec, docs, tmp_path, tls_dir)
+    mounts = secret_mounts(sidecar, spec, docs, tmp_path, tls_dir)
     web_dir = Path(config_file).parent
     text = (mounts[str(web_dir)] / Path(config_file).name).read_text()
     for mount, host in mounts.items():
