@@ -16,9 +16,9 @@ from tests.support.torchjob import TorchJob, wait_until
 POLL_S, STALL_S = 1.0, 3.0
 
 
-def _serve(tmp_path, shared):
+def _serve(tmp_path, shared, stall_s: float = STALL_S):
     return Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence"),
-                   "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                   "--poll-interval", f"{POLL_S}s", "--stall-after", f"{stall_s}s",
                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log")
 
 
@@ -32,8 +32,10 @@ def _bundles(tmp_path, reason=None):
 @pytest.mark.torchjob
 def test_healthy_job_is_never_stalled(tmp_path):
     shared = tmp_path / "shared"
+    # 10 s, 100x the step: a rank that reaches the first collective seconds after its peers on a loaded machine makes
+    # them wait in the first collective, which a 3 s threshold rightly calls a stall
     with TorchJob("train.py", shared, env={"STEPS": "60", "STEP_S": "0.1", "MARK_DIR": str(tmp_path)}) as job, \
-            _serve(tmp_path, shared) as sc:
+            _serve(tmp_path, shared, stall_s=10.0) as sc:
         seen = set()
         while job.proc.poll() is None:
             seen.update(sc.statuses().values())
