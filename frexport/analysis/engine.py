@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from frexport.analysis import findings as F
+from frexport.analysis.clock import RECORDER, duration
 from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding
@@ -211,9 +212,7 @@ def _finish_mismatch(current) -> Finding:
     _, f, seqs = current
     if len(seqs) == 1:
         return f
-    return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, f.blocked_ranks, f.op,
-                   f.call_site, f"{f.message} (and the {len(seqs) - 1} collectives after it)", f.details,
-                   f.root_cause, f.time_ns, f.reason, f.certain)
+    return replace(f, message=f"{f.message} (and the {len(seqs) - 1} collectives after it)")
 
 
 def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
@@ -240,6 +239,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
         merged.setdefault((root.kind, w.group.key, w.seq, w.p2p), []).append(root)
     for (kind, gkey, seq, p2p), rs in merged.items():
         w = min((r.wait for r in rs), key=lambda w: (w.created_ns, w.rank))
+        first = len(findings)
         ranks = tuple(sorted({r for root in rs for r in root.ranks}))
         blocked = {r for root in rs for r in root.blocked} - set(ranks)
         certain = any(r.certain for r in rs)
@@ -271,7 +271,15 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             waited_by = {r for root in rs for r in root.waited_by}
             findings.append(_idle_root(ctx, w, ranks, blocked, waited_by, p2p, certain,
                                        {m for root in rs for m in root.wait.left}))
+        findings[first:] = [_timed(f, w) for f in findings[first:]]
     return findings, used
+
+
+def _timed(f: Finding, w: Wait) -> Finding:
+    """The finding with how long its oldest waiting rank waited, and against which clock (clock.py)."""
+    if w.waited is None:
+        return f
+    return replace(f, waited=w.waited, details=f.details + (f"rank {w.rank} waited {w.waited.text()}",))
 
 
 def _remote_wait(w: Wait, remote: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:
@@ -283,8 +291,8 @@ def _remote_wait(w: Wait, remote: tuple[int, ...], blocked: set[int], p2p: bool)
         F.REMOTE_WAIT, w.group.name, w.group.desc, None if p2p else w.seq, (), tuple(waiting), op_name(w.sig),
         site_text(w.site),
         f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} {'are' if len(waiting) > 1 else 'is'} "
-        f"blocked: {where} waits for rank{'s' if len(remote) > 1 else ''} {format_ranks(remote)} of other pods, "
-        f"for {w.age_ns / 1e9:.1f} s", _waiting_details(w), False, w.created_ns,
+        f"blocked: {where} waits for rank{'s' if len(remote) > 1 else ''} {format_ranks(remote)} of other pods"
+        + (f", for {w.waited.text()}" if w.waited else ""), _waiting_details(w), False, w.created_ns,
         f"{_ranks(waiting)} wait for {_ranks(remote)}, watched by other pods")
 
 
@@ -378,15 +386,21 @@ def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
     if blocked:
         message += (f"; it never finished: rank{'s' if len(blocked) > 1 else ''} {format_ranks(blocked)} "
                     f"{'have' if len(blocked) > 1 else 'has'} been blocked in it"
-                    + (f" for {_waited(w)}" if w.proven else ""))
-    return Finding(f.kind, f.pg_name, f.pg_desc, f.collective_seq_id, f.culprit_ranks, blocked, f.op,
-                   f.call_site, message, f.details, True, f.time_ns, f.reason, f.certain)
+                    + (f" for {w.waited.text()}" if w.waited and _long(w) else ""))
+    return replace(f, blocked_ranks=blocked, message=message, root_cause=True)
+
+
+def _long(w: Wait, stall_after_ns: int = 0) -> bool:
+    """The wait is timed by a clock that proves it long: the watchdog, a live poll (`proven`), or the
+    recorder past `stall_after_ns` (0: the recorder's bound is shown only where a clock proved it)."""
+    if w.proven:
+        return True
+    return bool(stall_after_ns and w.waited and w.waited.clock == RECORDER and w.waited.ns >= stall_after_ns)
 
 
 def _waited(w: Wait) -> str:
-    """A wait's duration and what it was measured against: from the op's issue to the waiting rank's
-    dump time (a poll, a file time), or to its newest recorded entry where the file time is older."""
-    return f"{w.age_ns / 1e9:.1f} s (from issue to rank {w.rank}'s {w.seen_by})"
+    """A wait's duration and the clock it was measured against (clock.py)."""
+    return w.waited.text() if w.waited else "an unknown time"
 
 
 def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
@@ -428,6 +442,10 @@ def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) 
     kind = F.TIMEOUT if w.timed_out else F.NOT_COMPLETED
     if w.timed_out:
         what, reason = "timed out", "the recorder marks it retired without completing: the watchdog gave up"
+    elif certain and not w.proven and w.waited and w.waited.clock == RECORDER:
+        what = f"has not finished after {_waited(w)}"
+        reason = (f"every member issued it, and it was still unfinished when rank {w.waited.rank} recorded an "
+                  f"event {duration(w.waited.ns)} after its issue (the recorder's own clock)")
     elif certain:
         what = f"has not finished after {_waited(w)}"
         reason = f"every member issued it and the ranks were seen waiting in it {_waited(w)} later"
@@ -489,6 +507,10 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         reason = (f"{_ranks(ranks)} {'was' if len(ranks) == 1 else 'were'} seen long after {_ranks(joined)} "
                   f"issued it, without issuing it" if not w.timed_out
                   else f"{_ranks(joined)} timed out waiting for {_ranks(ranks)}")
+        went_on = _went_on(ctx, w, ranks)
+        if went_on and not w.proven:
+            reason = (f"{went_on} after {_ranks(joined)} issued it, without issuing it: "
+                      f"{'its' if len(ranks) == 1 else 'their'} own recorder's clock, whatever the file times")
     else:
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
@@ -502,6 +524,15 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
         op_name(w.sig), site_text(w.site), message, tuple(details), True, w.created_ns, reason,
         certain or bool(failed))
+
+
+def _went_on(ctx: _Context, w: Wait, ranks: tuple[int, ...]) -> str | None:
+    """'rank 2 recorded events 6.0 s' for the ranks the recorder proves absent (Wait.outlived)."""
+    gone = sorted(set(ranks) & set(w.outlived))
+    if not gone:
+        return None
+    last = max(ctx.traces[r].last_event_ns or 0 for r in gone)
+    return f"{_ranks(gone)} recorded events until {duration(last - w.created_ns)}"
 
 
 def _waiting_details(w: Wait, failed: set[int] = frozenset()) -> tuple[str, ...]:

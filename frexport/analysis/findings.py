@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from frexport.analysis.clock import Waited
 from frexport.model.dump import InputError
 
 # Finding kinds: the `kind` of a Finding, the `kind` label of frexport's metrics, the `frexport.finding`
@@ -49,6 +50,7 @@ class Finding:
     time_ns: int | None = None  # when the collective was issued, for ordering
     reason: str = ""  # the one line of evidence the conclusion rests on
     certain: bool = True  # False: a suspect that only the time ranks waited would confirm (not in the dumps)
+    waited: Waited | None = None  # how long the oldest waiting rank waited, and by which clock (clock.py)
 
     def to_json(self) -> dict:
         return {
@@ -62,6 +64,7 @@ class Finding:
             "message": self.message,
             "reason": self.reason,
             "certain": self.certain,
+            "waited": self.waited.to_json() if self.waited is not None else None,
         }
 
 

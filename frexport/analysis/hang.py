@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from frexport.analysis.clock import RECORDER, Waited, dump_bound, longest, recorder_bound, timeout_bound
 from frexport.analysis.membership import Group, Membership
 from frexport.model.call_site import Frame
 from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
@@ -54,14 +55,17 @@ class Wait:
     created_ns: int
     site: Frame | None
     timed_out: bool
-    age_ns: int  # how long the rank had been waiting when it was last seen
-    seen_by: str = "dump time"  # what age_ns was measured against (RankTrace.seen_by)
+    age_ns: int  # from issue to when the rank was last seen (RankTrace.seen_at_ns): the live clock rule
+    waited: Waited | None = None  # how long it waited, and against which clock (clock.py): what reports show
     missing: tuple[int, ...] = ()
     no_dump: tuple[int, ...] = ()
     not_yet: tuple[int, ...] = ()
     joined: tuple[int, ...] = ()
     left: tuple[int, ...] = ()  # joined members that finished it while this rank still waits: they failed out
     proven: bool = False  # a clock shows the wait lasted longer than the stall threshold
+    # missing members whose own recorder went on past the stall threshold after the op was issued
+    # without issuing it: proven absent by the recorder's clock, whatever the file times
+    outlived: tuple[int, ...] = ()
     completed: bool = False  # a member finished it and went on: it did complete, this rank was dumped before
     peer: int | None = None  # p2p: the global rank it sends to or receives from
 
@@ -96,16 +100,17 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
             if i is not None:
                 sig = t.signatures[g.sig[i]]
                 w = Wait(rank, group, g.seq[i], False, sig, g.created_ns[i], t.call_site(g.site[i]),
-                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]), t.seen_by)
+                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]))
                 w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
             for op in g.p2p:
                 if not op.flags & FINISHED:
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
-                             bool(op.flags & TIMED_OUT), _age(t, op.created_ns), t.seen_by)
+                             bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
                     w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
                     _classify_p2p(w, op, traces, stall_after_ns, clock, scope)
+                    _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
     # Members are classified once per collective, not once per waiting rank: in a 4096-rank default
@@ -116,9 +121,20 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         stalled = max(w.age_ns for w in ws) >= stall_after_ns
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock, scope,
                                        stalled)
+        still = classes[-1]
         for w in ws:
-            w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed = classes
+            w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-1]
+            _measure(w, traces, (w.rank, *still, *w.missing), clock)
     return waits
+
+
+def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], clock: bool) -> None:
+    """How long `w` waited by the best clock (clock.py). `ranks`: those whose records show it still
+    on: the waiting rank, members still in the op, members whose dumps lack it."""
+    t = traces[w.rank]
+    w.waited = longest(recorder_bound(traces, ranks, w.created_ns),
+                       timeout_bound(t, w.group.name, w.rank) if w.timed_out else None,
+                       dump_bound(t, w.created_ns, w.rank, clock))
 
 
 def _age(t: RankTrace, created_ns: int) -> int:
@@ -137,7 +153,7 @@ def _oldest_unfinished(flags) -> int | None:
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
                          stall_after_ns: int, clock: bool, scope: frozenset[int] | None = None,
                          stalled: bool = True) -> tuple[tuple[int, ...], ...]:
-    missing, no_dump, not_yet, joined, left = [], [], [], [], []
+    missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
     moved_on = False
     name = group.name
     for m in group.members:
@@ -151,6 +167,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
         i = g.position(seq) if g is not None and len(g.seq) else None
         if i is not None or (g is not None and len(g.seq) and seq < g.seq[0]):
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
+            if i is not None and not g.flags[i] & FINISHED:
+                still.append(m)
             if i is not None and g.flags[i] & FINISHED:
                 left.append(m)
                 # it recorded ops after finishing this one: it completed, not failed (a collective
@@ -163,9 +181,20 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
         else:
             missing.append(m)
+            if _outlived(t, created_ns, stall_after_ns):
+                outlived.append(m)
     if moved_on:
-        return (), tuple(no_dump), tuple(missing + not_yet), tuple(joined), (), True
-    return tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left), False
+        return (), tuple(no_dump), tuple(missing + not_yet), tuple(joined), (), True, (), tuple(still)
+    return (tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left), False, tuple(outlived),
+            tuple(still))
+
+
+def _outlived(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
+    """The rank's own recorder wrote an event at least the stall threshold after the op was issued,
+    and its dump (taken after that event) lacks the op: it went on that long without issuing it.
+    As in the live rule (a rank polled that long after, without it), only the rank's own records
+    count: another rank's later events say nothing of when this rank was dumped."""
+    return bool(t.last_event_ns and created_ns and t.last_event_ns - created_ns >= stall_after_ns)
 
 
 def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool,
@@ -194,13 +223,18 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
         w.not_yet = (peer,)
     else:
         w.missing = (peer,)
+        if _outlived(t, w.created_ns, stall_after_ns):
+            w.outlived = (peer,)
 
 
 def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> bool:
     """The rank was seen too soon after the op was issued to say it never will issue it.
 
     A file time older than the rank's own newest entry is not when the dump was taken, so it says
-    nothing; without a clock a rank not seen soon after is only a suspect (see `Root.certain`)."""
+    nothing; without a clock a rank not seen soon after is only a suspect (see `Root.certain`). A
+    rank whose own recorder went on past the threshold is never fresh, whatever its dump time."""
+    if _outlived(t, created_ns, stall_after_ns):
+        return False
     seen = t.dumped_at_ns
     if not clock and (not seen or (t.last_created_ns and seen < t.last_created_ns)):
         return False
@@ -223,7 +257,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
             first_edge.setdefault(m, w)
             # peers finished a collective this member never issued: they failed out of it (a collective
             # cannot complete without every member), so the member is not merely late
-            evidence[m] = evidence.get(m, False) or w.proven or bool(w.left)
+            evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
         if not w.p2p and not w.edges and not w.not_yet and w.left:
             for m in w.left:
                 edges.setdefault(w.rank, set()).add(m)
@@ -246,11 +280,11 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         elif m in left_edge and m not in first_edge:
             roots.append(Root(LEFT, (m,), left_edge[m], certain=evidence[m]))
         elif m in inside:
-            roots.append(Root(INSIDE, (m,), inside[m], certain=inside[m].proven))
+            roots.append(Root(INSIDE, (m,), inside[m], certain=_stuck_long(inside[m], stall_after_ns)))
         else:
             roots.append(Root(IDLE, (m,), first_edge[m], certain=evidence[m]))
     for r in sorted(set(inside) - waiting - targets):
-        roots.append(Root(INSIDE, (r,), inside[r], certain=inside[r].proven))
+        roots.append(Root(INSIDE, (r,), inside[r], certain=_stuck_long(inside[r], stall_after_ns)))
     for cycle in _closed_cycles(edges):
         # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
         # is needed to know that none of them can move
@@ -273,6 +307,12 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         root.blocked = tuple(sorted(seen - set(root.ranks)))
         root.waited_by = tuple(sorted(set().union(*(reverse.get(r, set()) for r in root.ranks)) - set(root.ranks)))
     return roots
+
+
+def _stuck_long(w: Wait, stall_after_ns: int) -> bool:
+    """A collective every member issued lasted past the stall threshold: by a clock (the watchdog, a
+    live poll), or by the recorder of a member still in it that wrote an event that much later."""
+    return w.proven or bool(w.waited and w.waited.clock == RECORDER and w.waited.ns >= stall_after_ns)
 
 
 def cycle_path(edges_of: dict[int, set[int]], start: int) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from frexport.decode.fields import (
 )
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.outcome import edges, settled, shows_completion
-from frexport.model.rank_trace import ROW_CREATED, ROW_PARSED, ROW_STATE, RankTrace, add_rows
+from frexport.model.rank_trace import ROW_CREATED, ROW_PARSED, ROW_STATE, RankTrace, add_rows, recorder_times
 from frexport.model.signature import OpSignature
 
 
@@ -62,6 +62,9 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         dumped_at_ns=dumped_at_ns, n_entries=len(rows), pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
     add_rows(trace, rows, tracks)
+    # rows are one per entry, in entry order: the sample's rows and raw entries line up
+    recorder_times(trace, [(r[0], r[ROW_CREATED], r[-2], r[-1], e.get("timeout_ms"))
+                           for r, e in zip(sample, edges(entries_raw))])
     return trace
 
 

@@ -104,12 +104,16 @@ class RankTrace:
     signatures: list[Signature] = field(default_factory=list)
     call_sites: list[Frame] = field(default_factory=list)
     groups: dict[str, GroupTrace] = field(default_factory=dict)  # by pg_name
+    # The newest time this rank's recorder wrote (an entry created, or its start or completion
+    # discovered): the rank was alive, and its dump not yet taken, at least until then.
+    last_event_ns: int | None = None
+    timeouts_ms: dict[str, int] = field(default_factory=dict)  # pg_name -> the group's timeout_ms
 
     @property
     def dump_time_trusted(self) -> bool:
-        """A dump time (a poll, a file's mtime) older than the rank's own newest entry is not when the
-        dump was taken (a copied or touched file): the recorder's own times are used instead."""
-        d, last = self.dumped_at_ns, self.last_created_ns
+        """A dump time (a poll, a file's mtime) older than the rank's own newest recorded event is not
+        when the dump was taken (a copied or touched file): the recorder's own times are used instead."""
+        d, last = self.dumped_at_ns, self.last_event_ns or self.last_created_ns
         return bool(d) and (not last or d >= last)
 
     @property
@@ -160,7 +164,21 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
                      (e.backend, e.op, e.p2p_src, e.p2p_dst), e.time_created_ns, e.duration_ms, sig,
                      e.call_site, e.state, e.retired, e.time_started_ns, e.time_completed_ns))
     add_rows(trace, rows, tracks)
+    recorder_times(trace, [(e.pg_name, e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.timeout_ms)
+                           for e in edges(entries)])
     return trace
+
+
+def recorder_times(trace: RankTrace, sample: list[tuple[str, int, int | None, int | None, int | None]]) -> None:
+    """`last_event_ns` and `timeouts_ms` from (pg_name, created, started, completed, timeout_ms) of the
+    oldest and newest entries (outcome.edges): the newest events are among the newest entries, and a
+    bounded sample keeps this O(1) on huge dumps. Both ways to a trace call this, so they agree."""
+    newest = 0
+    for pg_name, created, started, completed, timeout in sample:
+        newest = max(newest, created or 0, started or 0, completed or 0)
+        if timeout:
+            trace.timeouts_ms[pg_name] = timeout
+    trace.last_event_ns = newest or None
 
 
 # A row, one per entry: (pg_name, pg_desc, pg_id, is_p2p, collective_seq_id, p2p_seq_id,
