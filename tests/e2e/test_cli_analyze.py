@@ -35,7 +35,7 @@ def test_json_shape_and_exit_code_for_findings(tmp_path):
     assert doc["verdict"] == "inconclusive" and doc["ranks"] == [0, 1, 2, 3]
     f = doc["findings"][0]
     assert set(f) == {"kind", "process_group", "collective_seq_id", "culprit_ranks", "blocked_ranks", "op",
-                      "call_site", "message", "reason", "certain"}
+                      "call_site", "message", "reason", "certain", "waited"}
     assert f["certain"] is False and "do not say how long" in f["reason"]
     assert f["process_group"] == {"name": "0", "desc": "default_pg"}
     assert (f["kind"], f["culprit_ranks"], f["blocked_ranks"]) == ("missing_rank", [2], [0, 1, 3])
@@ -231,14 +231,22 @@ def _copy_stuck(tmp_path, name, mtime_ns=None):
 
 def test_a_rank_missing_where_its_peers_wait_is_never_healthy_whatever_the_file_times(tmp_path):
     old = 1_577_836_800 * 10**9  # touch -d 2020-01-01: before every recorded entry
-    for d in (_copy_stuck(tmp_path, "touched", old), _copy_stuck(tmp_path, "cloned")):  # and mtime = now
+    future = 1_893_456_000 * 10**9  # touch -d 2030-01-01: after every entry, and after now
+    texts, docs = set(), set()
+    for d in (_copy_stuck(tmp_path, "touched", old), _copy_stuck(tmp_path, "cloned"),  # and mtime = now
+              _copy_stuck(tmp_path, "future", future)):
         out = _run("analyze", d, "--format", "json")
         doc = json.loads(out.stdout)
         assert out.returncode == 1 and doc["verdict"] != "healthy", (d, out.stdout)
         assert [(f["kind"], f["culprit_ranks"]) for f in doc["findings"]] == [("missing_rank", [2])]
+        assert doc["findings"][0]["waited"]["clock"] == "recorder"  # the recorder's own times, not a file's
         text = _run("analyze", d).stdout
         # the hang lasted seconds: no duration from a file time days after (or years before) it
         assert not re.search(r"\d{3,}\.\d s", text), text
+        assert "rank 3 waited at least 0.2 ms (until rank 1's last recorded event)" in text, text
+        texts.add(text.replace(str(d), "DIR"))
+        docs.add(out.stdout.replace(str(d), "DIR"))
+    assert len(texts) == 1 and len(docs) == 1, texts  # verdict, culprit and every duration: the same
 
 
 def test_durations_say_what_they_were_measured_against(tmp_path):
@@ -247,15 +255,17 @@ def test_durations_say_what_they_were_measured_against(tmp_path):
         job[r].append(entry(10, 11, state="scheduled", retired=True, line=10))
     d = write(tmp_path / "dumps", {r: dump(es, world=4) for r, es in job.items()})
     last_entry = T0 + 10 * STEP_NS
-    for f in d.iterdir():  # copied files: older than what they hold
-        os.utime(f, ns=(T0 - 10**12, T0 - 10**12))
-    text = _run("analyze", d).stdout
-    assert "newest recorded entry" in text, text
-    assert not re.search(r"\d{3,}\.\d s", text), text
-    for f in d.iterdir():
-        os.utime(f, ns=(last_entry + 20 * 10**9, last_entry + 20 * 10**9))
-    text = _run("analyze", d).stdout
-    assert "20.0 s (from issue to rank 0's dump time)" in text, text
+    texts = set()
+    # copied files (older than what they hold), and file times 20 s after the issue: after the fact
+    # neither is a clock, and the watchdog's timeout (600 s) says the ranks waited longer than 20 s
+    for stamp in (T0 - 10**12, last_entry + 20 * 10**9):
+        for f in d.iterdir():
+            os.utime(f, ns=(stamp, stamp))
+        text = _run("analyze", d).stdout
+        assert "the oldest for at least 600.0 s (rank 0's watchdog timeout, timeout_ms, expired)" in text, text
+        assert "dump time" not in text, text
+        texts.add(text)
+    assert len(texts) == 1, texts
 
 
 def test_the_highest_ranks_unreadable_gloo_dump_is_not_healthy(tmp_path):
