@@ -235,8 +235,8 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> b
     rank whose own recorder went on past the threshold is never fresh, whatever its dump time."""
     if _outlived(t, created_ns, stall_after_ns):
         return False
-    seen = t.dumped_at_ns
-    if not clock and (not seen or (t.last_created_ns and seen < t.last_created_ns)):
+    seen = t.dumped_at_ns if t.dumped_at_is_clock else None
+    if not (clock and seen) and (not seen or (t.last_created_ns and seen < t.last_created_ns)):
         return False
     seen = seen or t.last_created_ns
     return not seen or seen - created_ns < stall_after_ns

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from frexport.analysis.findings import STALL_KINDS
+from frexport.analysis.clock import DUMP_TIME
+from frexport.analysis.findings import STALL_KINDS, Finding
 from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, LiveAnalysis
 
@@ -42,6 +43,15 @@ def _families() -> _Families:
         GaugeMetricFamily("frexport_stall_threshold_seconds",
                           "How long a wait must last before the live analysis calls it a stall"),
     )
+
+
+def _stalled_s(x: Finding, now: float) -> float:
+    """Since the issue on this sidecar's clock where the ranks' dump times are its own (polls, files
+    written while it ran); otherwise the wait as the analysis timed it (the recorder's own times, the
+    watchdog's timeout): a file copied in yesterday does not make a stall a day long (analysis/clock.py)."""
+    if x.waited is not None and x.waited.clock != DUMP_TIME:
+        return sample_value(x.waited.ns) / 1e9
+    return max(0.0, now - sample_value(x.time_ns) / 1e9)
 
 
 class FindingsCollector:
@@ -66,8 +76,7 @@ class FindingsCollector:
                 for rank in x.culprit_ranks or x.blocked_ranks:
                     if latest.statuses.get(rank) == DOWN:
                         continue  # a dead process holds nothing up any more: its series ends
-                    f.stall.add_metric([str(rank), x.pg_name, x.pg_desc, x.op or "", x.kind],
-                                       max(0.0, now - sample_value(x.time_ns) / 1e9))
+                    f.stall.add_metric([str(rank), x.pg_name, x.pg_desc, x.op or "", x.kind], _stalled_s(x, now))
         for (kind, pg), n in sorted(Counter((x.kind, x.pg_name) for x in found).items()):
             f.findings.add_metric([kind, pg], n)
         f.threshold.add_metric([], latest.stall_after_s)
