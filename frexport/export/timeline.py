@@ -2,7 +2,8 @@
 
 One process per rank, one thread (track) per process group; every recorded collective is a
 slice from its enqueue time. Its end: enqueue + duration_ms where NCCL timed it; unfinished ops
-run to the moment the rank was dumped, so a stuck collective is a long bar; otherwise (gloo
+run to the rank's last recorded event (the recorder's clock: a dump file's time may be a copy's, see
+analysis/clock.py), so a collective a rank went on recording past is a long bar; otherwise (gloo
 records no end) the slice runs to the next op on the same track, at most one second, and says so.
 Findings are instant markers on the culprit ranks' tracks. Open in ui.perfetto.dev or
 chrome://tracing.
@@ -33,7 +34,7 @@ def build_timeline(traces: list[RankTrace], diagnosis: Diagnosis, ranks: set[int
             tids[(t.rank, name)] = i
             label = f"pg {name}" + (f" ({g.pg_desc})" if g.pg_desc else "")
             events.append({"name": "thread_name", "ph": "M", "pid": t.rank, "tid": i, "args": {"name": label}})
-            end_of_dump = t.seen_at_ns or 0
+            end_of_record = t.last_event_ns or 0
             for k in range(len(g.seq)):
                 start = g.created_ns[k]
                 if not start:
@@ -46,8 +47,9 @@ def build_timeline(traces: list[RankTrace], diagnosis: Diagnosis, ranks: set[int
                 if g.duration_us[k] >= 0:
                     dur = g.duration_us[k]
                 elif not g.flags[k] & FINISHED:
-                    dur = max(0, (end_of_dump - start) // 1000)
+                    dur = max(0, (end_of_record - start) // 1000)
                     args["state"] = "not finished when dumped"
+                    args["end"] = "the rank's last recorded event"
                 else:
                     nxt = g.created_ns[k + 1] if k + 1 < len(g.seq) else start
                     dur = min(_MAX_UNKNOWN_US, max(1, (nxt - start) // 1000))
@@ -65,7 +67,7 @@ def build_timeline(traces: list[RankTrace], diagnosis: Diagnosis, ranks: set[int
             t = by_rank.get(rank)
             if t is None:
                 continue
-            when = f.time_ns or t.seen_at_ns or origin
+            when = f.time_ns or t.last_event_ns or origin
             events.append({"name": f"{f.kind}: {f.op or ''}".strip(), "cat": "finding", "ph": "i", "s": "p",
                            "pid": rank, "tid": tids.get((rank, f.pg_name), 0), "ts": (when - origin) / 1000,
                            "args": {"message": f.message, "collective_seq_id": f.collective_seq_id}})

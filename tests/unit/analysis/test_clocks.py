@@ -145,3 +145,21 @@ def test_the_bundled_stuck_rank_reads_the_same_whatever_its_file_times(tmp_path,
     assert all(x < 1.0 for x in _durations(text)), text  # the hang was dumped seconds in: no days, no years
     assert f.waited.clock == "recorder" and "rank 3 waited at least 0.2 ms (until rank 1's last recorded event)" \
         in f.details, f.details
+
+
+def test_the_timeline_draws_unfinished_collectives_to_the_recorders_last_event_not_a_file_time(tmp_path):
+    from frexport.analysis.engine import analyze
+    from frexport.decode.load import load
+    from frexport.export.timeline import write_timeline
+
+    src = paths.REAL_FIXTURES / "stuck_before_collective"
+    d = tmp_path / "stuck"
+    d.mkdir()
+    for r in range(4):
+        (d / f"trace_{r}").write_bytes((src / f"trace_{r}").read_bytes())
+    loaded = load([str(_touched(d, Y2030))], workers=1)
+    write_timeline(str(tmp_path / "t.json"), loaded.traces, analyze(loaded.traces, loaded.errors), None)
+    slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    stuck = [e for e in slices if e["args"].get("state") == "not finished when dumped"]
+    assert sorted(e["pid"] for e in stuck) == [0, 1, 3]
+    assert max(e["dur"] for e in slices) < 1e6  # microseconds: no bar to 2030
