@@ -230,16 +230,14 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
 def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> bool:
     """The rank was seen too soon after the op was issued to say it never will issue it.
 
-    A file time older than the rank's own newest entry is not when the dump was taken, so it says
-    nothing; without a clock a rank not seen soon after is only a suspect (see `Root.certain`). A
-    rank whose own recorder went on past the threshold is never fresh, whatever its dump time."""
-    if _outlived(t, created_ns, stall_after_ns):
+    A dump time older than the rank's own newest recorded event is not when the dump was taken (a
+    file touched into the past, live or after the fact), so it says nothing: the rank is not fresh,
+    only a suspect unless other evidence decides (see `Root.certain`). A rank whose own recorder
+    went on past the threshold is never fresh, whatever its dump time. (`clock` does not enter: a
+    dump time close after the op shows a fresh snapshot whether or not it is a clock.)"""
+    if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted:
         return False
-    seen = t.dumped_at_ns if t.dumped_at_is_clock else None
-    if not (clock and seen) and (not seen or (t.last_created_ns and seen < t.last_created_ns)):
-        return False
-    seen = seen or t.last_created_ns
-    return not seen or seen - created_ns < stall_after_ns
+    return t.dumped_at_ns - created_ns < stall_after_ns
 
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,

@@ -104,9 +104,6 @@ class RankDump:
     entries: tuple[Entry, ...]
     notes: tuple[str, ...] = ()
     dumped_at_ns: int | None = None  # when the snapshot was taken, if known (file mtime, poll time)
-    # False: dumped_at_ns is a file time that copies, checkouts and `touch` set (a file that was in a
-    # watched directory before the sidecar started), not when the sidecar saw the rank
-    dumped_at_is_clock: bool = True
     size_bytes: int = 0
     declared_world_size: int | None = None  # from beside the dump: frexport.agent's rank-<N>.json
 

@@ -108,14 +108,13 @@ class RankTrace:
     # discovered): the rank was alive, and its dump not yet taken, at least until then.
     last_event_ns: int | None = None
     timeouts_ms: dict[str, int] = field(default_factory=dict)  # pg_name -> the group's timeout_ms
-    dumped_at_is_clock: bool = True  # RankDump.dumped_at_is_clock
 
     @property
     def dump_time_trusted(self) -> bool:
         """A dump time (a poll, a file's mtime) older than the rank's own newest recorded event is not
         when the dump was taken (a copied or touched file): the recorder's own times are used instead."""
         d, last = self.dumped_at_ns, self.last_event_ns or self.last_created_ns
-        return bool(d) and self.dumped_at_is_clock and (not last or d >= last)
+        return bool(d) and (not last or d >= last)
 
     @property
     def seen_at_ns(self) -> int | None:
@@ -151,7 +150,6 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
         dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), pg_config=dump.pg_config, pg_status=dump.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None),
-        dumped_at_is_clock=dump.dumped_at_is_clock,
     )
     one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
     rows = []

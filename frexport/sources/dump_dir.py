@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -172,10 +172,7 @@ class DumpDirSource:
             return None
         self._decoded[path] = key
         self.health.record(self.name, True, time.monotonic() - start, now_ns)
-        written_since = key[3] >= self._started_ns
-        if not written_since:  # its time is a file time (a copy, a checkout): no clock of when the rank was seen
-            dump = replace(dump, dumped_at_is_clock=False)
-        return Snapshot(dump, self.name, now_ns, timeout_dump=self.cfg.timeout_dumps and written_since)
+        return Snapshot(dump, self.name, now_ns, timeout_dump=self.cfg.timeout_dumps and key[3] >= self._started_ns)
 
     def _rescan(self) -> None:
         self._last_rescan = time.monotonic()

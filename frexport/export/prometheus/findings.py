@@ -46,9 +46,10 @@ def _families() -> _Families:
 
 
 def _stalled_s(x: Finding, now: float) -> float:
-    """Since the issue on this sidecar's clock where the ranks' dump times are its own (polls, files
-    written while it ran); otherwise the wait as the analysis timed it (the recorder's own times, the
-    watchdog's timeout): a file copied in yesterday does not make a stall a day long (analysis/clock.py)."""
+    """Since the issue on this sidecar's clock where the analysis timed the wait by a dump time (a poll,
+    a file's time that agrees with the recorder); otherwise the wait as the analysis timed it (the
+    recorder's own times, the watchdog's timeout): a file touched into the past is no clock
+    (analysis/clock.py)."""
     if x.waited is not None and x.waited.clock != DUMP_TIME:
         return sample_value(x.waited.ns) / 1e9
     return max(0.0, now - sample_value(x.time_ns) / 1e9)

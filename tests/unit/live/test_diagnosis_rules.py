@@ -33,10 +33,10 @@ def test_live_statuses_blame_the_culprit_only(scenario, world, culprit, status):
 
 
 
-def test_live_waits_are_timed_by_the_polls_and_never_by_a_copied_files_time():
-    """Polled 120 s after the newest entry: the wait is 120 s by the poll time. The same dumps as files
-    a directory held before the sidecar started (their times set by a copy): no clock, the recorder's
-    own times instead, and the stall is not a day long."""
+def test_live_waits_are_timed_by_the_polls_and_never_by_a_time_that_contradicts_the_recorder():
+    """Polled 120 s after the newest entry: the wait is 120 s by the poll time. The same dumps with
+    a dump time before their own entries (a file touched to 2020): no clock, the recorder's own
+    times instead, for the finding and for the stall series."""
     from dataclasses import replace
 
     from frexport.export.prometheus.findings import _stalled_s
@@ -44,10 +44,10 @@ def test_live_waits_are_timed_by_the_polls_and_never_by_a_copied_files_time():
     polled = LiveAnalysis(Analysis(stall_after=5.0)).run(_polled("stuck_before_collective", 4))
     [f] = polled.diagnosis.findings
     assert f.certain and f.culprit_ranks == (2,) and f.waited.clock == "dump_time"
-    assert f.waited.text().startswith("120.0 s (from issue to rank 3's dump time)"), f.waited.text()
-    copied = {r: replace(d, dumped_at_ns=d.dumped_at_ns + 86_400 * 10**9, dumped_at_is_clock=False)
-              for r, d in _polled("stuck_before_collective", 4).items()}
-    result = LiveAnalysis(Analysis(stall_after=5.0)).run(copied)
+    assert f.waited.text() == "120.0 s (from issue to rank 3's dump time)", f.waited.text()
+    touched = {r: replace(d, dumped_at_ns=1_577_836_800 * 10**9)
+               for r, d in _polled("stuck_before_collective", 4).items()}
+    result = LiveAnalysis(Analysis(stall_after=5.0)).run(touched)
     [f] = result.diagnosis.findings
     assert (f.culprit_ranks, f.certain, f.waited.clock) == ((2,), False, "recorder")
     assert _stalled_s(f, now=f.time_ns / 1e9 + 86_400) < 1.0

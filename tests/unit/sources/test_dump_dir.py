@@ -112,24 +112,3 @@ def test_corrupt_file_is_counted_once_and_does_not_stop_others(source):
         src._rescan()
         pump(src, state)
     assert src.health.decode_errors() == {"truncated": 1}
-
-
-def test_a_file_there_before_the_source_started_has_a_file_time_not_a_clock(tmp_path):
-    """Copied-in or checked-out dumps (the demo's) keep cp's or git's mtime: not when a rank was seen.
-    A file written while the source runs is a snapshot it saw being taken."""
-    d = tmp_path / "dumps"
-    d.mkdir()
-    (d / "trace_0").write_bytes(_bytes(3))
-    os.utime(d / "trace_0", ns=(1_577_836_800 * 10**9,) * 2)  # touch -d 2020-01-01
-    state, health = LiveState(), HealthRegistry()
-    src = DumpDirSource(health, DumpDir(str(d), polling=True, poll_interval=0.2, settle=0.2))
-    src.state = state
-    src.start()
-    try:
-        assert _pump(src, lambda: _entries(state, 0) == 3)
-        assert state.latest_dumps()[0].dumped_at_is_clock is False
-        (d / "trace_1").write_bytes(_bytes(3))
-        assert _pump(src, lambda: _entries(state, 1) == 3)
-        assert state.latest_dumps()[1].dumped_at_is_clock is True
-    finally:
-        src.stop()
