@@ -50,6 +50,14 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         rows, markers = _rows(entries_raw)
     except (_Unusual, BadEntry, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
         return None
+    return trace_from_rows(raw, rows, markers, source, fmt, rank, dumped_at_ns, size_bytes)
+
+
+def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str, rank: int,
+                    dumped_at_ns: int | None, size_bytes: int) -> RankTrace:
+    """The trace of a dump whose top level is `raw` (its entries are not read) and whose entries gave
+    `rows` (and `markers`: whether any op closes a coalesced group). Shared with the compiled scanner's
+    builder (scanned.py), so both end in the same code."""
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     if markers:  # before judging completion tracking, as normalize completes them before build_rank_trace

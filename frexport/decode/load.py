@@ -14,8 +14,9 @@ from frexport.decode.discover import Discovery, discover
 from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.normalize import normalize
-from frexport.decode.read import DEFAULT_MAX_BYTES, read_raw
+from frexport.decode.read import DEFAULT_MAX_BYTES, decode_raw, read_checked, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
+from frexport.decode.scanned import trace_from_pickle
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import RankTrace, build_rank_trace
 
@@ -44,7 +45,14 @@ def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
     errors = []
     for path in task.paths:
         try:
-            raw, fmt, st = read_raw(path, task.max_bytes, task.follow_symlinks)
+            data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
+            fmt = sniff_format(data[:64])
+            # the compiled scanner where it is built and the dump has the common shape; else the pure path
+            trace = trace_from_pickle(data, path, task.rank, st.st_mtime_ns, st.st_size) if fmt == "pickle" else None
+            if trace is not None:
+                return trace, errors
+            raw = decode_raw(data, path, fmt)
+            del data  # the bytes are not needed any more: the decoded dump is the bigger of the two
             trace = trace_from_raw(raw, path, fmt, task.rank, st.st_mtime_ns, st.st_size)
             if trace is None:  # not the common shape: the general path
                 trace = build_rank_trace(normalize(raw, path, fmt, rank=task.rank, dumped_at_ns=st.st_mtime_ns,

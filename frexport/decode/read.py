@@ -49,8 +49,12 @@ def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: boo
     Unpickles: call it only inside a sandbox worker (see sandbox.py)."""
     data, st = read_checked(path, max_bytes, follow_symlinks)
     fmt = sniff_format(data[:64])
-    raw = _json(data, path) if fmt == "json" else loads_plain(data, path)
-    return raw, fmt, st
+    return decode_raw(data, path, fmt), fmt, st
+
+
+def decode_raw(data: bytes, source: str, fmt: str) -> object:
+    """Plain data from a dump's bytes (`fmt` as sniff_format says). Unpickles: sandbox workers only."""
+    return _json(data, source) if fmt == "json" else loads_plain(data, source)
 
 
 def read_checked(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True) \
