@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+MISMATCH = 3  # a child's exit status when the scanner and the pure path disagreed (sanitizers exit 86)
 OPCODES = b"(.N\x88\x89JKM\x8aG\x8cX\x8d]})t\x85\x86\x87aesuhjqr\x94\x95cR\x93b\x81\x92\x90\x8f\x91LIFSTUBCV\x80\x8bg"
 
 
@@ -138,9 +139,9 @@ def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str |
             if crash_dir:
                 Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
             print(f"MISMATCH seed {seed} input {i}: scanner {fast!r:.200} pure {pure!r:.200}", flush=True)
+    loaded = "loaded" if "asan" in os.environ.get("LD_PRELOAD", "") else "MISSING"
     print(f"chunk {seed}: {answered} of {count - count // check_every} inputs scanned to columns "
-          f"(the rest: None), sanitizer runtime {'loaded' if 'asan' in os.environ.get('LD_PRELOAD', '') else 'MISSING'}",
-          flush=True)
+          f"(the rest: None), sanitizer runtime {loaded}", flush=True)
     return bad
 
 
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         so, seed, count, crash_dir = args.child
-        return 1 if run_chunk(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
+        return MISMATCH if run_chunk(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
 
     os.makedirs(args.crash_dir, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fuzz_scan_"))
@@ -164,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     asan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
     ubsan = subprocess.run(["gcc", "-print-file-name=libubsan.so"], capture_output=True, text=True).stdout.strip()
     env = dict(os.environ, LD_PRELOAD=f"{asan} {ubsan}", PYTHONMALLOC="malloc",
-               ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(ROOT))
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=86",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86", PYTHONPATH=str(ROOT))
     chunks = [(args.seed * 1_000_003 + k, min(args.chunk, args.inputs - k * args.chunk))
               for k in range((args.inputs + args.chunk - 1) // args.chunk)]
     t0, cpu0 = time.monotonic(), os.times()
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         proc, seed, count = running.pop(0)
         rc = proc.wait()
         done += count
-        if rc == 1:
+        if rc == MISMATCH:
             mismatches += 1
         elif rc != 0:  # a sanitizer report or a signal: run it again keeping each input
             crashes += 1
