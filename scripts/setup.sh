@@ -9,9 +9,6 @@ LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
 quiet() { "$@" >"$LOG" 2>&1 || { cat "$LOG" >&2; echo "setup: failed: $*" >&2; exit 1; }; }
 
-[ -x .venv/bin/python ] || quiet "$PY" -m venv .venv
-quiet .venv/bin/python -m pip install --upgrade pip
-quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
 # System tools the tests use for real (test-only; frexport itself needs none of them):
 #   prometheus   promtool and the Prometheus server (Debian's package)
 #   buildah      builds the Dockerfile and runs the image (tests/e2e/test_image.py; vfs storage, chroot isolation)
@@ -20,6 +17,11 @@ APT=()
 command -v promtool >/dev/null 2>&1 || APT+=(prometheus)
 command -v buildah >/dev/null 2>&1 || APT+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || APT+=(debootstrap)
+#   build-essential  gcc for frexport's optional compiled scanner (frexport/decode/_scan.c): the tests
+#                    check it against the pure path and fuzz it, so they need it built
+command -v gcc >/dev/null 2>&1 || APT+=(build-essential)
+"$PY" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || APT+=(python3-dev)
 if [ "${#APT[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -29,6 +31,13 @@ if [ "${#APT[@]}" -gt 0 ]; then
     echo "setup: please install Debian's packages: ${APT[*]} (as root: the image tests need root)" >&2
   fi
 fi
+[ -x .venv/bin/python ] || quiet "$PY" -m venv .venv
+quiet .venv/bin/python -m pip install --upgrade pip
+# the editable install compiles the scanner in place (setup.py; it re-runs on every setup, so a changed
+# _scan.c is rebuilt); optional for users, required here
+quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
+.venv/bin/python -c 'from frexport.decode import scanned; assert scanned.available()' 2>/dev/null \
+  || { echo "setup: the compiled scanner did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
 ./scripts/install-tools.sh
 # Real PyTorch for the tests that run gloo jobs (CPU build; the sidecar itself never imports torch).
 if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then

@@ -40,6 +40,7 @@
 #define MAX_SIZE_ELEMENTS 65536
 #define MAX_DTYPES 65536
 #define MAX_DTYPE_LEN 64
+#define MAX_DURATION_MS 9e15 /* fields.MAX_DURATION_MS */
 #define MAX_DEPTH 100
 
 enum { T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
@@ -649,8 +650,8 @@ static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     /* duration_ms: fields.duration_ms */
     double nan = NAN, d = nan;
     Val *dv = f[F_DURATION];
-    if (dv && dv->t == T_FLOAT) d = dv->u.f >= 0 && dv->u.f < INFINITY ? dv->u.f : nan;
-    else if (dv && dv->t == T_INT) d = dv->u.i >= 0 ? (double)dv->u.i : nan;
+    if (dv && dv->t == T_FLOAT) d = dv->u.f >= 0 && dv->u.f < MAX_DURATION_MS ? dv->u.f : nan;
+    else if (dv && dv->t == T_INT) d = dv->u.i >= 0 && (double)dv->u.i < MAX_DURATION_MS ? (double)dv->u.i : nan;
     *duration = d;
     Py_ssize_t stack = stack_index(s, f[F_FRAMES]);
     if (stack == -2) return -1;

@@ -14,6 +14,7 @@ from __future__ import annotations
 from frexport.decode.fields import (
     INT64_MAX,
     INT64_MIN,
+    MAX_DURATION_MS,
     MAX_ENTRIES,
     MAX_FRAMES,
     BadEntry,
@@ -77,7 +78,6 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
 
 
 _LO, _HI = INT64_MIN, INT64_MAX
-_INF = float("inf")
 
 # Rows as rank_trace.add_rows takes them.
 def _rows(entries_raw: list) -> tuple[list, bool]:
@@ -109,7 +109,7 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
         parsed = names.get(pname) or c.profiling_name(pname)
         pg = (pgs.get(pg_raw) if type(pg_raw) is tuple or type(pg_raw) is str else None) or c.process_group(pg_raw)
         duration = e.get("duration_ms")
-        if duration is not None and (type(duration) is not float or not 0 <= duration < _INF):
+        if duration is not None and (type(duration) is not float or not 0 <= duration < MAX_DURATION_MS):
             duration = duration_ms(duration)
         frames_raw = e.get("frames")
         site = None

@@ -83,7 +83,9 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
-_INF = float("inf")
+# A duration the analysis' microsecond columns (int64) can hold: ~292,000 years. Longer is corrupt, and
+# int(1e300 * 1000) overflowed the column (found by scripts/fuzz_scan.py).
+MAX_DURATION_MS = 9e15
 
 
 def in_int64(v: int) -> bool:
@@ -127,7 +129,7 @@ def duration_ms(v: Any) -> float | None:
     """Only NCCL with timing writes it; an int is accepted, a negative or NaN value is absent."""
     if v is not None and type(v) is not float:
         v = float(v) if type(v) is int and in_int64(v) else None  # float(10**400) would raise
-    return v if v is not None and 0 <= v < _INF else None  # NaN fails both; Infinity is absent too
+    return v if v is not None and 0 <= v < MAX_DURATION_MS else None  # NaN fails both; Infinity is absent too
 
 
 def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None]:

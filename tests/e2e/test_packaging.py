@@ -1,6 +1,8 @@
 """The distributions as a user gets them: `python -m build` makes an sdist and a wheel (the wheel
 built from the sdist, as pip would), `twine check` passes, and the wheel installed into a clean venv
-runs `frexport --version`, `frexport analyze` and `frexport-launch --help` away from the checkout."""
+runs `frexport --version`, `frexport analyze` and `frexport-launch --help` away from the checkout.
+The wheel carries the compiled scanner; the sdist built where no C compiler works still installs and
+analyzes on the pure-Python path."""
 
 import os
 import re
@@ -33,9 +35,11 @@ def dists(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     r = _run([sys.executable, "-m", "build", "--outdir", out, ROOT], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    wheel, sdist = out / f"frexport-{VERSION}-py3-none-any.whl", out / f"frexport-{VERSION}.tar.gz"
-    assert sorted(out.iterdir()) == sorted([wheel, sdist])
-    return wheel, sdist
+    # a platform wheel: it carries the compiled scanner (decode/_scan.c) for this interpreter
+    wheels = list(out.glob(f"frexport-{VERSION}-cp*-linux_*.whl"))
+    sdist = out / f"frexport-{VERSION}.tar.gz"
+    assert len(wheels) == 1 and sorted(out.iterdir()) == sorted([wheels[0], sdist]), list(out.iterdir())
+    return wheels[0], sdist
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +70,11 @@ def test_wheel_carries_the_agent_bootstrap_license_and_entry_points(dists):
     assert "frexport = frexport.cli.main:main" in scripts and "frexport-launch = frexport.agent.launch:main" in scripts
     with tarfile.open(dists[1]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
-    assert {"LICENSE", "CHANGELOG.md", "SECURITY.md", "README.md", "pyproject.toml",
-            "frexport/agent/_bootstrap/sitecustomize.py"} <= members
+    assert {"LICENSE", "CHANGELOG.md", "SECURITY.md", "README.md", "pyproject.toml", "setup.py",
+            "frexport/agent/_bootstrap/sitecustomize.py", "frexport/decode/_scan.c"} <= members
+    assert not any(m.endswith(".so") for m in members)  # sources only
+    assert any(n.startswith("frexport/decode/_scan.") and n.endswith(".so") for n in names)
+    assert "frexport/decode/_scan.c" not in names
 
 
 def test_installed_wheel_runs_away_from_the_checkout(installed, tmp_path):
@@ -85,6 +92,10 @@ def test_installed_wheel_runs_away_from_the_checkout(installed, tmp_path):
     r = _run([installed / "frexport-launch", "--help"], cwd=tmp_path, env=env)
     assert r.returncode == 0 and "usage: frexport-launch" in r.stdout, r.stdout + r.stderr
 
+    r = _run([installed / "python", "-c", "from frexport.decode import scanned; print(scanned.available())"],
+             cwd=tmp_path, env=env)
+    assert r.stdout == "True\n", r.stdout + r.stderr
+
     # Runtime dependencies only: no torch, no test tools came along.
     r = _run([installed / "python", "-m", "pip", "list", "--format=freeze"], cwd=tmp_path, env=env)
     names = {line.split("==")[0].lower().replace("_", "-") for line in r.stdout.split()}
@@ -98,3 +109,21 @@ def test_installed_agent_bootstrap_is_found_by_the_launcher(installed, tmp_path)
             "print(os.path.isfile(p), p)")
     r = _run([installed / "python", "-c", code], cwd=tmp_path, env=_clean_env())
     assert r.stdout.startswith("True ") and str(installed.parent) in r.stdout, r.stdout + r.stderr
+
+
+def test_sdist_installs_and_analyzes_without_a_compiler(dists, tmp_path):
+    """The extension is optional: with no working C compiler the build goes on without it, and
+    analyze gives the same report on the pure-Python path."""
+    env_dir = tmp_path / "v"
+    venv.create(env_dir, with_pip=True)
+    env = dict(_clean_env(), CC="false", LDSHARED="false")  # every compile and link fails
+    r = _run([env_dir / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-cache-dir", dists[1]],
+             timeout=600, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    bin_ = env_dir / "bin"
+    r = _run([bin_ / "python", "-c", "from frexport.decode import scanned; print(scanned.available())"],
+             cwd=tmp_path, env=_clean_env())
+    assert r.stdout == "False\n", r.stdout + r.stderr
+    r = _run([bin_ / "frexport", "analyze", REAL_FIXTURES / "stuck_before_collective"], cwd=tmp_path, env=_clean_env())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "missing_rank [root cause]" in r.stdout and "rank 2 has not issued all_reduce" in r.stdout

@@ -70,7 +70,8 @@ def _shapes(rng: random.Random, raw: dict) -> dict:
             e["process_group"] = rng.choice([list(e["process_group"]), e["process_group"][0], None,
                                              (e["process_group"][0],)])
         if rng.random() < 0.1:
-            e["duration_ms"] = rng.choice([None, -1.0, float("nan"), float("inf"), 3, -2, True, "1", 0.0, -0.0])
+            e["duration_ms"] = rng.choice([None, -1.0, float("nan"), float("inf"), 3, -2, True, "1", 0.0, -0.0,
+                                             1e300, 9e15, 8.9e15, 1 << 62])
         if rng.random() < 0.1:
             e["input_sizes"] = rng.choice([None, [], (), [(1, 2)], [[0]], [[]]])
         if rng.random() < 0.1:
@@ -133,6 +134,15 @@ class _Evil:
 ])
 def test_refused_or_unusual_streams_give_none(payload):
     assert scanned._scan(payload) is None
+
+
+def test_an_absurd_duration_is_absent_on_both_paths():
+    # found by scripts/fuzz_scan.py: 1e300 ms overflowed the int64 microsecond column on both paths
+    raw = dump([entry(0, 1, duration_ms=1e300), entry(1, 2, duration_ms=2.5)], world=2)
+    data = pickle.dumps(raw, protocol=2)
+    trace = scanned.trace_from_pickle(data, "x", 0, 1, 1)
+    assert trace is not None and list(trace.groups["0"].duration_us) == [-1, 2500]
+    assert trace == trace_from_raw(loads_plain(data, "x"), "x", "pickle", 0, 1, 1)
 
 
 def test_every_prefix_and_byte_flip_agrees_with_the_pure_path():
