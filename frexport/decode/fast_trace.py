@@ -55,14 +55,15 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
 
 
 def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str, rank: int,
-                    dumped_at_ns: int | None, size_bytes: int) -> RankTrace:
+                    dumped_at_ns: int | None, size_bytes: int, candidates: list[int] | None = None) -> RankTrace:
     """The trace of a dump whose top level is `raw` (its entries are not read) and whose entries gave
-    `rows` (and `markers`: whether any op closes a coalesced group). Shared with the compiled scanner's
-    builder (scanned.py), so both end in the same code."""
+    `rows` (and `markers`: whether any op closes a coalesced group; `candidates`: see
+    _complete_coalesced). Shared with the compiled scanner's builder (scanned.py), so both end in the
+    same code."""
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     if markers:  # before judging completion tracking, as normalize completes them before build_rank_trace
-        _complete_coalesced(rows)
+        _complete_coalesced(rows, candidates)
     sample = edges(rows)
     tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
@@ -143,7 +144,12 @@ def _row_settled(r: tuple) -> bool:
     return settled(r[ROW_STATE], r[ROW_STATE + 1])
 
 
-def _complete_coalesced(rows: list) -> None:
-    """normalize.complete_coalesced, on rows: state, retired, started, completed are the last four."""
-    for i, j in list(coalesced_completions(rows, _row_op, _row_coalesced_key, _row_settled)):
-        rows[i] = rows[i][:ROW_STATE] + rows[j][ROW_STATE:]
+def _complete_coalesced(rows: list, candidates: list[int] | None = None) -> None:
+    """normalize.complete_coalesced, on rows: state, retired, started, completed are the last four.
+    `candidates`: where known, the indices (in order) of the only rows that can take part, the
+    closing entries and the unsettled ones: a settled op neither closes a group nor waits for one."""
+    if candidates is None:
+        candidates = range(len(rows))
+    part = [rows[i] for i in candidates]
+    for i, j in list(coalesced_completions(part, _row_op, _row_coalesced_key, _row_settled)):
+        rows[candidates[i]] = rows[candidates[i]][:ROW_STATE] + rows[candidates[j]][ROW_STATE:]

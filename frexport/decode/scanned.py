@@ -21,11 +21,11 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 
-from frexport.decode.fast_trace import trace_from_rows
-from frexport.decode.fields import BadEntry, Caches, dtypes, is_coalesced_marker, sizes
-from frexport.decode.normalize import require_dump_fields
+from frexport.decode.fields import BadEntry, Caches, coalesced_completions, dtypes, is_coalesced_marker, sizes
+from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
-from frexport.model.rank_trace import RankTrace
+from frexport.model.outcome import SAMPLE, settled, shows_completion
+from frexport.model.rank_trace import RankTrace, add_columns, add_rows
 from frexport.model.signature import OpSignature
 
 try:
@@ -52,16 +52,44 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     cols = _scan(data)
     if cols is None:
         return None
-    head, kinds, kind_of, ints, durations, stacks, frames = cols
-    require_dump_fields(head, source)  # as trace_from_raw: the same keys, so the same verdict
+    top, kinds, kind_of, ints, durations, stacks, frames = cols
+    require_dump_fields(top, source)  # as trace_from_raw: the same keys, so the same verdict
     try:
-        rows, markers = _rows(kinds, kind_of, ints, durations, stacks, frames)
+        info, markers = _kinds(kinds, stacks, frames)
     except (_Unusual, BadEntry):
         return None
-    return trace_from_rows(head, rows, markers, source, "pickle", rank, dumped_at_ns, size_bytes)
+    which = array("i")
+    which.frombytes(kind_of)
+    nums = array("q")
+    nums.frombytes(ints)
+    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
+    dur = array("d")
+    dur.frombytes(durations)
+    if markers:  # before judging completion tracking, as fast_trace does
+        _complete_coalesced(info, which, seqs, p2p_seqs, started, completed)
+    n = len(which)
+    sample = list(range(n)) if n <= 2 * SAMPLE else [*range(SAMPLE), *range(n - SAMPLE, n)]  # outcome.edges
+    tracks = any(shows_completion(info[which[i]][4][0], info[which[i]][7]) for i in sample)
+    first_last = [created[i] for i in sample if created[i]]
+    head = normalize({**top, "entries": []}, source, "pickle", rank=rank, dumped_at_ns=dumped_at_ns,
+                     size_bytes=size_bytes)
+    trace = RankTrace(
+        rank=rank, source=source, format="pickle", version_text=head.version_text, notes=head.notes,
+        dumped_at_ns=dumped_at_ns, n_entries=n, pg_config=head.pg_config, pg_status=head.pg_status,
+        first_created_ns=min(first_last, default=None), last_created_ns=max(first_last, default=None))
+    if not add_columns(trace, info, which, seqs, p2p_seqs, created, started, dur, tracks):
+        # ops of a coalesced collective: the row by row pass, on fast_trace's rows
+        rows = [(k[0], k[1], k[2], k[3], seq, p2p, k[4], c, None if d != d else d, k[5], k[6], k[7], k[8],
+                 st or None, co or None)
+                for k, seq, p2p, c, st, co, d in
+                zip(map(info.__getitem__, which), seqs, p2p_seqs, created, started, completed, dur)]
+        add_rows(trace, rows, tracks)
+    return trace
 
 
-def _rows(kinds: list, kind_of: bytes, ints: bytes, durations: bytes, stacks: list, frames: list) -> tuple[list, bool]:
+def _kinds(kinds: list, stacks: list, frames: list) -> tuple[list, bool]:
+    """Per kind: (pg_name, pg_desc, pg_id, is_p2p, parsed profiling name, signature 1-tuple, call site,
+    state, retired), by the field rules; and whether any op closes a coalesced group."""
     c = Caches()
     frame_info: dict[int, tuple[Frame, bool]] = {}
     sites: dict[int, Frame | None] = {}
@@ -93,18 +121,40 @@ def _rows(kinds: list, kind_of: bytes, ints: bytes, durations: bytes, stacks: li
             sig = one_sig[key] = (OpSignature(parsed[1], *tensors),)
         site = None
         if stack >= 0:
-            site = sites[stack] if stack in sites else sites.setdefault(stack, site_of(stack))
+            site = sites.get(stack, _Unusual)
+            if site is _Unusual:
+                site = sites[stack] = site_of(stack)
         info.append((pg_name, pg_desc, pg_id, is_p2p, parsed, sig, site, state, retired))
-    nums = array("q")
-    nums.frombytes(ints)
-    dur = array("d")
-    dur.frombytes(durations)
-    which = array("i")
-    which.frombytes(kind_of)
-    # one row per entry, in fast_trace's layout; 0 is "not yet" for the discovered times, NaN no duration
-    rows = [(k[0], k[1], k[2], k[3], seq, p2p, k[4], created, None if d != d else d, k[5], k[6], k[7], k[8],
-             started or None, completed or None)
-            for k, seq, p2p, created, started, completed, d in
-            zip(map(info.__getitem__, which), nums[0::5], nums[1::5], nums[2::5], nums[3::5], nums[4::5], dur)]
     markers = any(is_coalesced_marker(op) for _, op, _, _ in c.names.values())
-    return rows, markers
+    return info, markers
+
+
+def _complete_coalesced(info: list, which: array, seqs: array, p2p_seqs: array, started: array,
+                        completed: array) -> None:
+    """fast_trace._complete_coalesced on columns: an op inside a coalesced group takes the state,
+    retired and times of its group's closing entry. State and retired are its kind's, so it moves to
+    a kind that is its own with the closing entry's state and retired (added at the end of `info`)."""
+    takes_part = [is_coalesced_marker(k[4][1]) or not settled(k[7], k[8]) for k in info]
+    items = [i for i, k in enumerate(which) if takes_part[k]]  # settled ops neither close nor wait
+
+    def op(i: int) -> str:
+        return info[which[i]][4][1]
+
+    def group_key(i: int) -> tuple:
+        k = info[which[i]]
+        return k[0], k[3], p2p_seqs[i] if k[3] else seqs[i]
+
+    def done(i: int) -> bool:
+        k = info[which[i]]
+        return settled(k[7], k[8])
+
+    moved: dict[tuple[int, int], int] = {}
+    for a, b in list(coalesced_completions(items, op, group_key, done)):
+        i, j = items[a], items[b]
+        pair = (which[i], which[j])
+        kind = moved.get(pair)
+        if kind is None:
+            info.append(info[pair[0]][:7] + info[pair[1]][7:9])
+            kind = moved[pair] = len(info) - 1
+        which[i] = kind
+        started[i], completed[i] = started[j], completed[j]

@@ -9,7 +9,10 @@ and equal runs of collectives compare as one bytes comparison.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import groupby, islice, repeat
+from operator import eq, ge, itemgetter
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -238,9 +241,78 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
     for g in groups.values():
-        if any(a >= b for a, b in zip(g.seq, g.seq[1:])):
+        if any(map(ge, g.seq, islice(g.seq, 1, None))):  # out of order: a wrapped or reset recorder
             _sort_group(g)
         g.p2p = _recent_p2p(g.p2p)
+
+
+def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],
+                created: Sequence[int], started: Sequence[int], durations: Sequence[float], tracks: bool) -> bool:
+    """add_rows for entries given as columns: `kinds` are the distinct (pg_name, pg_desc, pg_id, is_p2p,
+    (backend, op, src, dst), signature 1-tuple, call site, state, retired) of the entries, in the order
+    of each one's first entry (a kind added later must repeat an earlier kind's group, signature and
+    call site); per entry its kind (`which`), collective and p2p sequence ids, time created, time
+    started (0: unknown), duration in ms (NaN: unknown). The same trace as add_rows on the same entries
+    as rows, built per group with C-level helpers instead of per entry; False (and the trace left
+    untouched) where add_rows would merge the ops of a coalesced group, whose order of interning the
+    merged signatures only a row by row pass reproduces."""
+    n_kinds = len(kinds)
+    # the entries of each (group, p2p or not), in order: a stable sort by bucket, then its runs
+    bucket_of: list[int] = [-1] * n_kinds
+    buckets: dict[tuple[str, bool], int] = {}
+    for n, (pg_name, _desc, _pg_id, is_p2p, parsed, *_rest) in enumerate(kinds):
+        if is_p2p and parsed[1] == "coalesced":
+            continue  # the end marker of a p2p coalesced group, as in add_rows
+        bucket_of[n] = buckets.setdefault((pg_name, is_p2p), len(buckets))
+    entry_bucket = list(map(bucket_of.__getitem__, which))
+    runs = {b: list(idx) for b, idx in groupby(sorted(range(len(entry_bucket)), key=entry_bucket.__getitem__),
+                                                entry_bucket.__getitem__)}
+    coll = {name: runs[b] for (name, is_p2p), b in buckets.items() if not is_p2p and b in runs}
+    p2p = {name: runs[b] for (name, is_p2p), b in buckets.items() if is_p2p and b in runs}
+    for idx in coll.values():
+        s = array("q", map(seqs.__getitem__, idx))
+        if any(map(eq, s, islice(s, 1, None))):
+            return False  # consecutive ops of one coalesced group: add_rows merges them
+    # interning in the order of first entries, as add_rows does row by row: kinds are in that order
+    sig_index: dict[Signature, int] = {}
+    site_index: dict[Frame, int] = {}
+    groups, signatures, call_sites = trace.groups, trace.signatures, trace.call_sites
+    k_sig, k_site, k_flags = [0] * n_kinds, [-1] * n_kinds, [0] * n_kinds
+    for n, (pg_name, pg_desc, pg_id, _p2p, _parsed, sig, site, state, retired) in enumerate(kinds):
+        if bucket_of[n] < 0:
+            continue
+        if pg_name not in groups:
+            groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
+        if site is not None:
+            k_site[n] = site_index.setdefault(site, len(site_index))
+            if k_site[n] == len(call_sites):
+                call_sites.append(site)
+        k_sig[n] = _intern(sig, sig_index, signatures)
+        k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracks)] | (RETIRED if retired else 0)
+                      | (STARTED if state == STATE_STARTED else 0))
+    for pg_name, idx in coll.items():
+        g = groups[pg_name]
+        ks = list(map(which.__getitem__, idx))
+        g.seq = array("q", map(seqs.__getitem__, idx))
+        g.sig = array("l", map(k_sig.__getitem__, ks))
+        g.flags = array("B", [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, ks),
+                                                                       map(started.__getitem__, idx))])
+        g.created_ns = array("q", map(created.__getitem__, idx))
+        g.duration_us = array("q", [-1 if d != d else int(d * 1000) for d in map(durations.__getitem__, idx)])
+        g.site = array("l", map(k_site.__getitem__, ks))
+    for pg_name, idx in p2p.items():
+        ks = list(map(which.__getitem__, idx))
+        names = [kinds[k][4] for k in ks]
+        flags = [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, ks), map(started.__getitem__, idx))]
+        groups[pg_name].p2p = list(map(_new_tuple, repeat(P2POp), zip(
+            map(p2p_seqs.__getitem__, idx), map(itemgetter(1), names), map(itemgetter(2), names),
+            map(itemgetter(3), names), map(k_sig.__getitem__, ks), flags, map(created.__getitem__, idx),
+            map(k_site.__getitem__, ks))))
+    for g in groups.values():
+        if any(map(ge, g.seq, islice(g.seq, 1, None))):
+            _sort_group(g)
+        g.p2p = _recent_p2p(g.p2p)
+    return True
 
 
 # Ops of one coalesced group (entries sharing a collective_seq_id) whose signatures are compared;
