@@ -348,6 +348,29 @@ def _ratios(results: dict) -> list[str]:
     return out
 
 
+def _shape_args(args: argparse.Namespace, spec: str, ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The generator's options for one --shapes item: '+'-joined tokens over the command line's."""
+    out = argparse.Namespace(**vars(args))
+    for token in spec.split("+"):
+        if token == "default":
+            continue
+        elif token == "unshared":
+            out.unshared = True
+        elif token == "noframes":
+            out.no_frames = True
+        elif token == "json":
+            out.format, out.skip_reference = "json", True
+        elif token == "single":
+            out.p2p = "single"
+        elif re.fullmatch(r"pp\d+", token):
+            out.pp = int(token[2:])
+        elif re.fullmatch(r"xf\d+", token):
+            out.extra_frames = int(token[2:])
+        else:
+            ap.error(f"unknown shape token {token!r} in --shapes (default, ppN, xfN, unshared, noframes, single, json)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="64x2000,1024x2000", help="RANKSxENTRIES, comma separated")
@@ -376,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--no-frames", action="store_true")
     g.add_argument("--extra-frames", type=int, default=0)
     g.add_argument("--unshared", action="store_true", help="no memoized strings or frames in the pickles")
+    g.add_argument("--shapes", default=None,
+                   help="several dump shapes in one run, comma separated; each '+'-joined tokens: default, ppN "
+                        "(pipeline depth), xfN (N extra frames per entry), unshared (no memoized strings or "
+                        "frames), noframes, single (lone p2p), json. E.g. default,pp1+xf20,unshared+pp8,json")
     args = ap.parse_args(argv)
     if args.format == "json":
         args.skip_reference = True
@@ -398,11 +425,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"python: {args.python}; {os.cpu_count()} cores; timeout {args.timeout:.0f} s per run; "
           f"load average {_load()}", flush=True)
+    shapes = [(spec, _shape_args(args, spec, ap)) for spec in args.shapes.split(",")] if args.shapes else [("", args)]
     rows = []
     for ranks, entries in sizes:
-        for fault in faults:
+        for fault, (spec, args) in ((f, sh) for sh in shapes for f in faults):
             d, meta = dump_dir(out_root, ranks, entries, fault, args)
-            size = f"{ranks}x{entries}"
+            size = f"{ranks}x{entries}" + (f" {spec}" if spec else "")
             runs: dict[str, list[str]] = {}
             if not args.skip_frexport:
                 runs["frexport"] = [args.python, "-m", "frexport", "analyze", str(d), "--format", "json",
