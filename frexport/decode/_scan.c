@@ -758,9 +758,15 @@ static PyObject *canon_str(Scan *s, const char *text) {
     return canonical(s, PyUnicode_FromString(text));
 }
 
+/* Set while a scan uses the scratch arrays. Building Python objects can run a garbage collection,
+ * whose finalizers may run Python code and let another thread in: a scan started then declines. */
+static int busy;
+
 static PyObject *scan(PyObject *self, PyObject *arg) {
+    if (busy) Py_RETURN_NONE;
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE)) return NULL;
+    busy = 1;
     Scan s;
     memset(&s, 0, sizeof s);
     s.data = buf.buf;
@@ -784,6 +790,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (parse(&s, &root) == 0) out = columns(&s, root);
 done:
     scan_free(&s);
+    busy = 0;
     PyBuffer_Release(&buf);
     if (!out) {
         /* not for us, whatever the reason (a MemoryError included): the pure path decides */
