@@ -94,6 +94,40 @@ def test_random_jobs_same_trace(seed, protocol):
     assert _check(pickle.dumps(raw, protocol=protocol))
 
 
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**9))
+def test_random_jobs_same_trace_by_columns(columns_spy, seed):
+    """Without coalesced collectives (whose merged ops take add_rows), every trace is built by
+    rank_trace.add_columns: the same trace as fast_trace's rows through add_rows."""
+    rng = random.Random(seed)
+    seen, ops = set(), []
+    for e in _ops(rng):
+        key = (e["process_group"][0], e["collective_seq_id"], e["is_p2p"], e["p2p_seq_id"] if e["is_p2p"] else 0)
+        if e["profiling_name"].endswith("_coalesced") or (not e["is_p2p"] and key in seen):
+            continue
+        seen.add(key)
+        ops.append(e)
+    raw = _shapes(rng, dump(ops, world=2, groups={"5": ("pp", [0, 1])}))
+    columns_spy.clear()
+    assert _check(pickle.dumps(raw, protocol=2))
+    assert columns_spy == [True]
+
+
+@pytest.fixture(scope="module")
+def columns_spy():
+    """The results of add_columns during a test (hypothesis reuses the fixture across examples)."""
+    results: list[bool] = []
+    real = scanned.add_columns
+
+    def spy(*args):
+        results.append(real(*args))
+        return results[-1]
+
+    scanned.add_columns = spy
+    yield results
+    scanned.add_columns = real
+
+
 _UNUSUAL = [
     lambda e: e.update(record_id="0"),  # a str where an int is expected
     lambda e: e.update(collective_seq_id=1 << 70),  # over 64 bits
