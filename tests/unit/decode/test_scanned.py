@@ -19,7 +19,8 @@ from tests.support import paths
 from tests.support.synth import dump, entry, frame
 from tests.unit.decode.test_fast_trace import _ops
 
-pytestmark = pytest.mark.skipif(not scanned.available(), reason="the compiled scanner is not built")
+# Only test_extension_is_built runs without the extension (and fails: setup must build it).
+needs_scanner = pytest.mark.skipif(not scanned.available(), reason="the compiled scanner is not built")
 
 
 def _pure(data: bytes):
@@ -48,6 +49,7 @@ def test_extension_is_built():
     assert scanned.available()
 
 
+@needs_scanner
 def test_real_dumps_take_the_scanner():
     used = sum(_check(Path(p).read_bytes()) for p in glob.glob(str(paths.REAL_FIXTURES / "*" / "trace_*")))
     assert used >= 14
@@ -86,6 +88,7 @@ def _shapes(rng: random.Random, raw: dict) -> dict:
     return raw
 
 
+@needs_scanner
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9), st.sampled_from([2, 3, 4, 5]))
 def test_random_jobs_same_trace(seed, protocol):
@@ -94,6 +97,7 @@ def test_random_jobs_same_trace(seed, protocol):
     assert _check(pickle.dumps(raw, protocol=protocol))
 
 
+@needs_scanner
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**9))
 def test_random_jobs_same_trace_by_columns(columns_spy, seed):
@@ -142,6 +146,7 @@ _UNUSUAL = [
 ]
 
 
+@needs_scanner
 @pytest.mark.parametrize("change", range(len(_UNUSUAL)))
 def test_unusual_entries_fall_back(change):
     raw = dump([entry(0, 1), entry(1, 2)], world=2)
@@ -166,10 +171,12 @@ class _Evil:
     b"\x80\x02(a.",  # APPEND below the mark
     b"\x80\x02]q\x00h\x00a.",  # a list that contains itself
 ])
+@needs_scanner
 def test_refused_or_unusual_streams_give_none(payload):
     assert scanned._scan(payload) is None
 
 
+@needs_scanner
 def test_an_absurd_duration_is_absent_on_both_paths():
     # found by scripts/fuzz_scan.py: 1e300 ms overflowed the int64 microsecond column on both paths
     raw = dump([entry(0, 1, duration_ms=1e300), entry(1, 2, duration_ms=2.5)], world=2)
@@ -179,6 +186,7 @@ def test_an_absurd_duration_is_absent_on_both_paths():
     assert trace == trace_from_raw(loads_plain(data, "x"), "x", "pickle", 0, 1, 1)
 
 
+@needs_scanner
 def test_every_prefix_and_byte_flip_agrees_with_the_pure_path():
     raw = dump([entry(i, i + 1, state="completed" if i < 3 else "started") for i in range(5)], world=2)
     data = pickle.dumps(raw, protocol=2)
@@ -194,6 +202,7 @@ def test_every_prefix_and_byte_flip_agrees_with_the_pure_path():
     assert answered > 100  # flips inside numbers and strings still scan
 
 
+@needs_scanner
 def test_loader_same_with_and_without_the_scanner(tmp_path, monkeypatch):
     rng = random.Random(1)
     for rank in range(4):
