@@ -9,9 +9,9 @@
  *   (head, kinds, kind_of, ints, durations, stacks, frames)
  *   head       the top-level dict as plain Python data, "entries" replaced by []
  *   kinds      list of (pg_name, pg_desc, pg_id, is_p2p, profiling_name, state, retired,
- *              input_sizes, output_sizes, input_dtypes, output_dtypes, stack): the distinct
- *              categorical parts of the entries; sizes are tuples of tuples, dtypes tuples of str,
- *              stack an index into stacks or -1 (no frames)
+ *              input_sizes, output_sizes, input_dtypes, output_dtypes, stack, timeout_ms): the
+ *              distinct categorical parts of the entries; sizes are tuples of tuples, dtypes tuples
+ *              of str, stack an index into stacks or -1 (no frames), timeout_ms an int or None
  *   kind_of    bytes, one native int32 per entry: its kind
  *   ints       bytes, five native int64 per entry: collective_seq_id, p2p_seq_id, time_created_ns,
  *              time_discovered_started_ns, time_discovered_completed_ns (0 where PyTorch wrote None)
@@ -600,11 +600,13 @@ static PyObject *make_kind(Scan *s, void *arg) {
     Val **f = a->f;
     PyObject *in_s = sizes_obj(s, f[F_IN_SIZES]), *out_s = sizes_obj(s, f[F_OUT_SIZES]);
     PyObject *in_d = dtypes_obj(s, f[F_IN_DTYPES]), *out_d = dtypes_obj(s, f[F_OUT_DTYPES]);
+    PyObject *timeout = f[F_TIMEOUT]->t == T_INT ? PyLong_FromLongLong(f[F_TIMEOUT]->u.i) : Py_NewRef(Py_None);
     PyObject *k = NULL;
-    if (in_s && out_s && in_d && out_d)
-        k = Py_BuildValue("(OOLOOOOOOOOn)", a->pg_name, a->pg_desc, (long long)f[F_PG_ID]->u.i,
+    if (in_s && out_s && in_d && out_d && timeout)
+        k = Py_BuildValue("(OOLOOOOOOOOnO)", a->pg_name, a->pg_desc, (long long)f[F_PG_ID]->u.i,
                           f[F_IS_P2P]->u.i ? Py_True : Py_False, f[F_PNAME]->u.s, f[F_STATE]->u.s,
-                          f[F_RETIRED]->u.i ? Py_True : Py_False, in_s, out_s, in_d, out_d, a->stack);
+                          f[F_RETIRED]->u.i ? Py_True : Py_False, in_s, out_s, in_d, out_d, a->stack, timeout);
+    Py_XDECREF(timeout);
     Py_XDECREF(in_s);
     Py_XDECREF(out_s);
     Py_XDECREF(in_d);
@@ -657,7 +659,7 @@ static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     if (stack == -2) return -1;
     if (stack == -3) return -3;
     /* the kind's key: every categorical part, strings by their canonical address */
-    if (key_room(s, 8)) return -3;
+    if (key_room(s, 9)) return -3;
     int64_t *kb = keybuf;
     kb[0] = (int64_t)(uintptr_t)pg_name;
     kb[1] = (int64_t)(uintptr_t)pg_desc;
@@ -666,7 +668,9 @@ static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     kb[4] = (int64_t)(uintptr_t)f[F_PNAME]->u.s;
     kb[5] = (int64_t)(uintptr_t)f[F_STATE]->u.s;
     kb[6] = stack;
-    Py_ssize_t pos = 7;
+    kb[7] = f[F_TIMEOUT]->t == T_INT;
+    kb[8] = f[F_TIMEOUT]->t == T_INT ? f[F_TIMEOUT]->u.i : 0;
+    Py_ssize_t pos = 9;
     if ((pos = put_sizes(s, pos, f[F_IN_SIZES])) < 0 || (pos = put_sizes(s, pos, f[F_OUT_SIZES])) < 0
         || (pos = put_dtypes(s, pos, f[F_IN_DTYPES])) < 0 || (pos = put_dtypes(s, pos, f[F_OUT_DTYPES])) < 0)
         return PyErr_Occurred() ? -3 : -1;

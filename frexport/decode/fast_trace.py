@@ -51,19 +51,19 @@ def trace_from_raw(raw: object, source: str, fmt: str, rank: int, dumped_at_ns: 
         rows, markers = _rows(entries_raw)
     except (_Unusual, BadEntry, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
         return None
-    return trace_from_rows(raw, rows, markers, source, fmt, rank, dumped_at_ns, size_bytes)
+    timeouts = [e.get("timeout_ms") for e in edges(entries_raw)]
+    return trace_from_rows(raw, rows, markers, source, fmt, rank, dumped_at_ns, size_bytes, timeouts)
 
 
 def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str, rank: int,
-                    dumped_at_ns: int | None, size_bytes: int, candidates: list[int] | None = None) -> RankTrace:
+                    dumped_at_ns: int | None, size_bytes: int, timeouts: list) -> RankTrace:
     """The trace of a dump whose top level is `raw` (its entries are not read) and whose entries gave
-    `rows` (and `markers`: whether any op closes a coalesced group; `candidates`: see
-    _complete_coalesced). Shared with the compiled scanner's builder (scanned.py), so both end in the
-    same code."""
+    `rows` (and `markers`: whether any op closes a coalesced group; `timeouts`: the raw timeout_ms of
+    the entries outcome.edges samples)."""
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     if markers:  # before judging completion tracking, as normalize completes them before build_rank_trace
-        _complete_coalesced(rows, candidates)
+        _complete_coalesced(rows)
     sample = edges(rows)
     tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
@@ -73,8 +73,7 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
     add_rows(trace, rows, tracks)
     # rows are one per entry, in entry order: the sample's rows and raw entries line up
-    recorder_times(trace, [(r[0], r[ROW_CREATED], r[-2], r[-1], e.get("timeout_ms"))
-                           for r, e in zip(sample, edges(entries_raw))])
+    recorder_times(trace, [(r[0], r[ROW_CREATED], r[-2], r[-1], t) for r, t in zip(sample, timeouts)])
     return trace
 
 
@@ -144,12 +143,7 @@ def _row_settled(r: tuple) -> bool:
     return settled(r[ROW_STATE], r[ROW_STATE + 1])
 
 
-def _complete_coalesced(rows: list, candidates: list[int] | None = None) -> None:
-    """normalize.complete_coalesced, on rows: state, retired, started, completed are the last four.
-    `candidates`: where known, the indices (in order) of the only rows that can take part, the
-    closing entries and the unsettled ones: a settled op neither closes a group nor waits for one."""
-    if candidates is None:
-        candidates = range(len(rows))
-    part = [rows[i] for i in candidates]
-    for i, j in list(coalesced_completions(part, _row_op, _row_coalesced_key, _row_settled)):
-        rows[candidates[i]] = rows[candidates[i]][:ROW_STATE] + rows[candidates[j]][ROW_STATE:]
+def _complete_coalesced(rows: list) -> None:
+    """normalize.complete_coalesced, on rows: state, retired, started, completed are the last four."""
+    for i, j in list(coalesced_completions(rows, _row_op, _row_coalesced_key, _row_settled)):
+        rows[i] = rows[i][:ROW_STATE] + rows[j][ROW_STATE:]

@@ -5,8 +5,9 @@ builds every frame dict, every size list and every field of every entry first. T
 `_scan` (see _scan.c and docs/performance.md) walks the opcode stream once and hands back the dump's
 top level as plain data and its entries as columns: the distinct categorical parts ("kinds": group, op
 name, state, sizes, dtypes, stack), and per entry a kind index and its numbers. This module turns those
-into the rows fast_trace builds, with the same field rules (fields.py) and the same last step
-(fast_trace.trace_from_rows), so the rules are applied once per kind instead of once per entry.
+into the trace fast_trace builds, with the same field rules (fields.py) and the same last steps
+(normalize for the top level, rank_trace.recorder_times; rank_trace.add_columns, which equals
+add_rows, or add_rows itself), so the rules are applied once per kind instead of once per entry.
 
 It only ever accepts less: the scanner returns None for anything outside the common 2.10 shape or
 outside its opcode allow-list (every opcode safe_pickle refuses is outside it), and so does this
@@ -25,7 +26,7 @@ from frexport.decode.fields import BadEntry, Caches, coalesced_completions, dtyp
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.outcome import SAMPLE, settled, shows_completion
-from frexport.model.rank_trace import RankTrace, add_columns, add_rows
+from frexport.model.rank_trace import RankTrace, add_columns, add_rows, recorder_times
 from frexport.model.signature import OpSignature
 
 try:
@@ -71,6 +72,8 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     sample = list(range(n)) if n <= 2 * SAMPLE else [*range(SAMPLE), *range(n - SAMPLE, n)]  # outcome.edges
     tracks = any(shows_completion(info[which[i]][4][0], info[which[i]][7]) for i in sample)
     first_last = [created[i] for i in sample if created[i]]
+    edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
+                  for i in sample]
     head = normalize({**top, "entries": []}, source, "pickle", rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     trace = RankTrace(
@@ -84,12 +87,13 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
                 for k, seq, p2p, c, st, co, d in
                 zip(map(info.__getitem__, which), seqs, p2p_seqs, created, started, completed, dur)]
         add_rows(trace, rows, tracks)
+    recorder_times(trace, edge_times)
     return trace
 
 
 def _kinds(kinds: list, stacks: list, frames: list) -> tuple[list, bool]:
     """Per kind: (pg_name, pg_desc, pg_id, is_p2p, parsed profiling name, signature 1-tuple, call site,
-    state, retired), by the field rules; and whether any op closes a coalesced group."""
+    state, retired, timeout_ms), by the field rules; and whether any op closes a coalesced group."""
     c = Caches()
     frame_info: dict[int, tuple[Frame, bool]] = {}
     sites: dict[int, Frame | None] = {}
@@ -112,7 +116,7 @@ def _kinds(kinds: list, stacks: list, frames: list) -> tuple[list, bool]:
 
     info = []
     one_sig: dict[tuple, tuple] = {}
-    for pg_name, pg_desc, pg_id, is_p2p, pname, state, retired, in_s, out_s, in_d, out_d, stack in kinds:
+    for pg_name, pg_desc, pg_id, is_p2p, pname, state, retired, in_s, out_s, in_d, out_d, stack, timeout in kinds:
         parsed = c.profiling_name(pname)
         tensors = (sizes(in_s, c), sizes(out_s, c), dtypes(in_d, c), dtypes(out_d, c))
         key = (parsed[1], *tensors)
@@ -124,7 +128,7 @@ def _kinds(kinds: list, stacks: list, frames: list) -> tuple[list, bool]:
             site = sites.get(stack, _Unusual)
             if site is _Unusual:
                 site = sites[stack] = site_of(stack)
-        info.append((pg_name, pg_desc, pg_id, is_p2p, parsed, sig, site, state, retired))
+        info.append((pg_name, pg_desc, pg_id, is_p2p, parsed, sig, site, state, retired, timeout))
     markers = any(is_coalesced_marker(op) for _, op, _, _ in c.names.values())
     return info, markers
 
@@ -154,7 +158,7 @@ def _complete_coalesced(info: list, which: array, seqs: array, p2p_seqs: array, 
         pair = (which[i], which[j])
         kind = moved.get(pair)
         if kind is None:
-            info.append(info[pair[0]][:7] + info[pair[1]][7:9])
+            info.append(info[pair[0]][:7] + info[pair[1]][7:9] + info[pair[0]][9:])  # its own timeout
             kind = moved[pair] = len(info) - 1
         which[i] = kind
         started[i], completed[i] = started[j], completed[j]

@@ -249,7 +249,7 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],
                 created: Sequence[int], started: Sequence[int], durations: Sequence[float], tracks: bool) -> bool:
     """add_rows for entries given as columns: `kinds` are the distinct (pg_name, pg_desc, pg_id, is_p2p,
-    (backend, op, src, dst), signature 1-tuple, call site, state, retired) of the entries, in the order
+    (backend, op, src, dst), signature 1-tuple, call site, state, retired, ...) of the entries, in the order
     of each one's first entry (a kind added later must repeat an earlier kind's group, signature and
     call site); per entry its kind (`which`), collective and p2p sequence ids, time created, time
     started (0: unknown), duration in ms (NaN: unknown). The same trace as add_rows on the same entries
@@ -278,7 +278,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
     site_index: dict[Frame, int] = {}
     groups, signatures, call_sites = trace.groups, trace.signatures, trace.call_sites
     k_sig, k_site, k_flags = [0] * n_kinds, [-1] * n_kinds, [0] * n_kinds
-    for n, (pg_name, pg_desc, pg_id, _p2p, _parsed, sig, site, state, retired) in enumerate(kinds):
+    for n, (pg_name, pg_desc, pg_id, _p2p, _parsed, sig, site, state, retired, *_rest) in enumerate(kinds):
         if bucket_of[n] < 0:
             continue
         if pg_name not in groups:
