@@ -242,25 +242,28 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> b
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
                 clock: bool = False, scope: frozenset[int] | None = None) -> list[Root]:
-    edges: dict[int, set[int]] = {}
+    # The wait-for graph, with its edges shared: every waiter of one collective waits for the same
+    # members (classified once per collective, one tuple), so a rank's edges go through that tuple, a
+    # hub, to the members. In a 4096-rank hang the millions of rank-to-rank edges are a few hundred hubs.
+    hubs: dict[tuple, tuple[int, ...]] = {}  # hub -> the ranks waited for
+    out: dict[int, dict[tuple, None]] = {}  # waiting rank -> its hubs (ordered)
     # target rank -> the op that shows best that it is the one missing: the one where the fewest
     # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
     # miss everyone blocked behind it too), then the oldest
     first_edge: dict[int, Wait] = {}
     left_edge: dict[int, Wait] = {}  # member that failed out -> the collective its peers still wait in
     evidence: dict[int, bool] = {}  # target -> its absence is proven (by a clock, or by peers failing out)
+    settled: dict[tuple, bool] = {}  # hub -> the evidence it gave so far: later waiters of it add no edge
     for w in sorted(waits, key=lambda w: (len(w.edges), w.created_ns, w.rank)):
-        for m in w.edges:
-            edges.setdefault(w.rank, set()).add(m)
-            first_edge.setdefault(m, w)
+        if w.missing or w.no_dump:
+            # the tuples are shared by the collective's waiters and alive as long as `waits`: ids are keys
+            hub = ("wait", id(w.missing), id(w.no_dump))
             # peers finished a collective this member never issued: they failed out of it (a collective
             # cannot complete without every member), so the member is not merely late
-            evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
+            _edge(hub, w, w.edges, w.proven or bool(w.left), hubs, out, settled, evidence, first_edge,
+                  w.outlived)
         if not w.p2p and not w.edges and not w.not_yet and w.left:
-            for m in w.left:
-                edges.setdefault(w.rank, set()).add(m)
-                left_edge.setdefault(m, w)
-                evidence[m] = evidence.get(m, False) or w.proven
+            _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
@@ -270,8 +273,8 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
                 inside[w.rank] = w
 
     roots: list[Root] = []
-    waiting = set(edges)
-    targets = {m for ms in edges.values() for m in ms}
+    waiting = set(out)
+    targets = set().union(*hubs.values())
     for m in sorted(targets - waiting):
         if m not in traces:
             roots.append(Root(NO_DUMP if scope is None or m in scope else REMOTE, (m,), first_edge[m]))
@@ -283,27 +286,36 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
             roots.append(Root(IDLE, (m,), first_edge[m], certain=evidence[m]))
     for r in sorted(set(inside) - waiting - targets):
         roots.append(Root(INSIDE, (r,), inside[r], certain=_stuck_long(inside[r], stall_after_ns)))
-    for cycle in _closed_cycles(edges):
+    for cycle in _closed_cycles(hubs, out):
         # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
         # is needed to know that none of them can move
         w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
         root = Root(CYCLE, tuple(sorted(cycle)), w)
         roots.append(root)
 
-    reverse: dict[int, set[int]] = {}
-    for a, bs in edges.items():
-        for b in bs:
-            reverse.setdefault(b, set()).add(a)
+    waiters: dict[tuple, list[int]] = {}  # hub -> the ranks that wait through it
+    for a, hs in out.items():
+        for hub in hs:
+            waiters.setdefault(hub, []).append(a)
+    hubs_of: dict[int, list[tuple]] = {}  # target -> the hubs that lead to it
+    for hub, ms in hubs.items():
+        for m in ms:
+            hubs_of.setdefault(m, []).append(hub)
     for root in roots:
         seen: set[int] = set()
+        expanded: set[tuple] = set()
         stack = list(root.ranks)
         while stack:
-            for a in reverse.get(stack.pop(), ()):
-                if a not in seen:
-                    seen.add(a)
-                    stack.append(a)
+            for hub in hubs_of.get(stack.pop(), ()):
+                if hub not in expanded:  # each hub's waiters are looked at once per root, not once per edge
+                    expanded.add(hub)
+                    for a in waiters[hub]:
+                        if a not in seen:
+                            seen.add(a)
+                            stack.append(a)
         root.blocked = tuple(sorted(seen - set(root.ranks)))
-        root.waited_by = tuple(sorted(set().union(*(reverse.get(r, set()) for r in root.ranks)) - set(root.ranks)))
+        direct = {a for r in root.ranks for hub in hubs_of.get(r, ()) for a in waiters[hub]}
+        root.waited_by = tuple(sorted(direct - set(root.ranks)))
     return roots
 
 
@@ -311,6 +323,25 @@ def _stuck_long(w: Wait, stall_after_ns: int) -> bool:
     """A collective every member issued lasted past the stall threshold: by a clock (the watchdog, a
     live poll), or by the recorder of a member still in it that wrote an event that much later."""
     return w.proven or bool(w.waited and w.waited.clock == RECORDER and w.waited.ns >= stall_after_ns)
+
+
+def _edge(hub: tuple, w: Wait, ranks: tuple[int, ...], proven: bool, hubs: dict, out: dict, settled: dict,
+          evidence: dict[int, bool], first: dict[int, Wait], outlived: tuple[int, ...] = ()) -> None:
+    """w.rank waits for `ranks` through `hub`. Waits come oldest first, so the first one through a hub
+    names it in `first`; a later one only adds its evidence, once, where the earlier ones had none
+    (`outlived`, the members proven absent by their own recorders, is the hub's: one per collective)."""
+    hubs[hub] = ranks
+    out.setdefault(w.rank, {})[hub] = None
+    before = settled.get(hub)
+    if before is None:
+        for m in ranks:
+            first.setdefault(m, w)
+            evidence[m] = evidence.get(m, False) or proven or m in outlived
+        settled[hub] = proven
+    elif proven and not before:
+        for m in ranks:
+            evidence[m] = True
+        settled[hub] = True
 
 
 def cycle_path(edges_of: dict[int, set[int]], start: int) -> tuple[int, ...]:
@@ -333,21 +364,26 @@ def cycle_path(edges_of: dict[int, set[int]], start: int) -> tuple[int, ...]:
     return ()
 
 
-def _closed_cycles(edges: dict[int, set[int]]) -> list[set[int]]:
-    """Strongly connected components with more than one rank and no edge leaving them."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    comps: list[set[int]] = []
+def _closed_cycles(hubs: dict[tuple, tuple[int, ...]], out: dict[int, dict[tuple, None]]) -> list[set[int]]:
+    """Strongly connected components of the wait-for graph with more than one rank and no edge leaving
+    them. Tarjan's algorithm over ranks and hubs (a rank's edges go through its hubs): ranks are
+    mutually reachable through hubs exactly when they are through their direct edges."""
+    index: dict = {}
+    low: dict = {}
+    on_stack: set = set()
+    stack: list = []
+    comps: list[set] = []
     counter = [0]
 
-    def visit(v: int) -> None:  # iterative Tarjan would be longer; depth is bounded by the world size
+    def successors(v):
+        return hubs[v] if isinstance(v, tuple) else out.get(v, ())
+
+    def visit(v) -> None:  # iterative Tarjan would be longer; depth is bounded by ranks and hubs
         index[v] = low[v] = counter[0]
         counter[0] += 1
         stack.append(v)
         on_stack.add(v)
-        for w in edges.get(v, ()):
+        for w in successors(v):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -366,11 +402,16 @@ def _closed_cycles(edges: dict[int, set[int]]) -> list[set[int]]:
     import sys
 
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * (len(edges) + 100)))
+    sys.setrecursionlimit(max(limit, 4 * (len(out) + len(hubs) + 100)))
     try:
-        for v in sorted(edges):
+        for v in sorted(out):
             if v not in index:
                 visit(v)
     finally:
         sys.setrecursionlimit(limit)
-    return [c for c in comps if len(c) > 1 and all(edges.get(v, set()) <= c for v in c)]
+    closed = []
+    for comp in comps:
+        ranks = {v for v in comp if not isinstance(v, tuple)}
+        if len(ranks) > 1 and all(set(hubs[h]) <= ranks for v in ranks for h in out.get(v, ())):
+            closed.append(ranks)
+    return closed

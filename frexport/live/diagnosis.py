@@ -175,8 +175,15 @@ def _passed_by_peers(traces: list[RankTrace]) -> set[int]:
                 completed.setdefault(name, {})[t.rank] = done
     out = set()
     for name, by_rank in issued.items():
-        done = completed.get(name, {})
+        done = completed.get(name)
+        if not done:
+            continue
+        # the highest completed seq among a rank's peers is the group's highest, or the second highest
+        # for the rank that holds it: one pass over the group, not one per member (4096^2 at scale)
+        best_rank, best = max(done.items(), key=lambda kv: kv[1])
+        second = max((seq for peer, seq in done.items() if peer != best_rank), default=None)
         for rank, last in by_rank.items():
-            if any(seq > last for peer, seq in done.items() if peer != rank):
+            beyond = second if rank == best_rank else best
+            if beyond is not None and beyond > last:
                 out.add(rank)
     return out

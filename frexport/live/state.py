@@ -43,10 +43,9 @@ class Histogram:
     count: int = 0
 
     def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(DURATION_BUCKETS):
-            if seconds <= bound:
-                self.counts[i] += 1
-                break
+        i = bisect_left(DURATION_BUCKETS, seconds)  # the first bucket whose bound is >= seconds
+        if i < len(DURATION_BUCKETS):
+            self.counts[i] += 1
         self.total += seconds
         self.count += 1
 
@@ -122,7 +121,7 @@ class LiveState:
                 rs.max_record, rs.pending, rs.groups = -1, set(), {}
             events, changed = self._advance(rs, dump, now_ns)
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
-            rs.by_record = {e.record_id: e for e in dump.entries}
+            rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
             self._progress(rs, changed, now_ns)
             self._held(dump, now_ns)
         return events
@@ -185,7 +184,7 @@ class LiveState:
         creation time, means the rank restarted (or the recorder was reset)."""
         if not dump.entries or rs.max_record < 0:
             return False
-        newest = max(e.record_id for e in dump.entries)
+        newest = max(map(_record_id, dump.entries))
         if newest < rs.max_record:
             return True
         for e in dump.entries[:1] + dump.entries[-1:]:
@@ -241,7 +240,7 @@ class LiveState:
         seen = self.pair_seen_ns
         if not seen:
             return
-        for pair in {(e.pg_desc, e.op) for e in dump.entries}:
+        for pair in set(map(_pair, dump.entries)):
             if pair in seen:
                 seen[pair] = now_ns
 
@@ -274,7 +273,7 @@ class LiveState:
         if not first_sight:
             for name in advanced:
                 rs.groups[name].last_progress_ns = now_ns
-        for name in {e.pg_name for e in rs.dump.entries} if rs.dump is not None else ():
+        for name in set(map(_pg_name, rs.dump.entries)) if rs.dump is not None else ():
             if name in rs.groups:
                 rs.groups[name].seen_ns = now_ns
         for g in rs.groups.values():
@@ -305,7 +304,10 @@ def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]):
     return [entries[i] for i in older] + list(entries[cut:])
 
 
+# C-level field access: ingest runs on every rank's every snapshot (4096 x 256 entries in a job's view)
 _record_id = attrgetter("record_id")
+_pair = attrgetter("pg_desc", "op")
+_pg_name = attrgetter("pg_name")
 
 
 def _duration_s(e: Entry) -> float | None:

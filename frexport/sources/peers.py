@@ -17,8 +17,10 @@ import base64
 import socket
 import ssl
 import time
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from urllib.parse import urlsplit
 
 from frexport import logs
@@ -28,6 +30,7 @@ from frexport.decode.peer_rows import PeerRank, parse_body
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
+from frexport.model.outcome import first_unsettled
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
@@ -47,7 +50,8 @@ class _Held:
 
     peer: str
     epoch: int
-    entries: dict[int, Entry] = field(default_factory=dict)
+    entries: list[Entry] = field(default_factory=list)  # in record order
+    cursor: int = -1  # the next poll's: the oldest entry unfinished here, else the newest + 1; -1: none yet
     pg_config: tuple = ()
     handlers: frozenset[str] = frozenset()
     dump: RankDump | None = None
@@ -79,6 +83,7 @@ class PeersSource:
         self._pool: ThreadPoolExecutor | None = None
         self._tls = _tls_context(cfg)
         self._headers = _auth_headers(cfg)
+        self._interned: dict = {}  # sizes and dtypes seen in bodies (decode/peer_rows.py)
 
     # --- the Source protocol -------------------------------------------------------------------
 
@@ -128,11 +133,11 @@ class PeersSource:
     def _poll_peer(self, peer: str) -> list[Snapshot]:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
-        cursors = ",".join(f"{r}:{h.epoch}:{_cursor(h)}:{len(h.pg_config)}" for r, h in sorted(self._ranks.items())
+        cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in sorted(self._ranks.items())
                            if h.peer == peer and h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
-            _, ranks = parse_body(body, peer)
+            _, ranks = parse_body(body, peer, self._interned)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
@@ -151,22 +156,29 @@ class PeersSource:
         if r.pg_config is not None:
             held.pg_config = r.pg_config
         held.handlers = r.handlers
-        newest = next(reversed(held.entries), -1)
-        ordered = True  # entries arrive in record order: a sort is needed only when one does not
-        for e in r.entries:
-            if e.record_id > newest:
-                newest = e.record_id
-            elif e.record_id not in held.entries:
-                ordered = False
-            held.entries[e.record_id] = e
-        entries = list(held.entries.values())
-        if not ordered:
-            entries.sort(key=lambda e: e.record_id)
+        # Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the
+        # peer sends the entries from the cursor on, so only the held ones from the first sent on can
+        # change; the older ones were finished when the cursor was taken and are kept as they are.
+        entries, unchanged_below = held.entries, held.cursor
+        if r.entries:
+            lo = min(map(_record_id, r.entries))
+            p = bisect_left(entries, lo, key=_record_id)
+            entries = entries[:p] + _merged(entries[p:], r.entries)
+            unchanged_below = min(unchanged_below, lo)
         if r.first is not None:  # out of the peer's window, unless still unfinished
-            entries = [e for e in entries if e.record_id >= r.first or not e.finished]
+            q = bisect_left(entries, r.first, key=_record_id)
+            if q:
+                entries = [e for e in entries[:q] if not e.finished] + entries[q:]
         cut = max(0, len(entries) - self.window)
-        entries = [e for e in entries[:cut] if not e.finished] + entries[cut:]
-        held.entries = {e.record_id: e for e in entries}
+        if cut:
+            entries = [e for e in entries[:cut] if not e.finished] + entries[cut:]
+        held.entries = entries
+        if entries:
+            # every entry older than the last cursor was finished then and, unless sent again, is the same
+            # object now: the oldest unfinished one is at or after both
+            start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
+            i = first_unsettled(entries[start:])
+            held.cursor = entries[start + i].record_id if i is not None else entries[-1].record_id + 1
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
@@ -225,11 +237,18 @@ class _PickleJob:
         return decode_bytes(self.body, self.path, rank=self.rank)
 
 
-def _cursor(h: _Held) -> int:
-    """Where the next pass starts: the oldest entry still unfinished here (it may have finished since),
-    else the one after the newest."""
-    unfinished = [rid for rid, e in h.entries.items() if not e.finished]
-    return min(unfinished) if unfinished else max(h.entries) + 1
+def _merged(held: list[Entry], sent: tuple[Entry, ...]) -> list[Entry]:
+    """The held entries from the first sent one on, updated by what was sent, in record order."""
+    if not held:
+        rids = list(map(_record_id, sent))
+        if all(map(int.__lt__, rids, rids[1:])):
+            return list(sent)
+    by_record = {e.record_id: e for e in held}
+    by_record.update((e.record_id, e) for e in sent)
+    return sorted(by_record.values(), key=_record_id)
+
+
+_record_id = attrgetter("record_id")
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
