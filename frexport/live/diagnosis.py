@@ -36,7 +36,8 @@ from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
 from frexport.config import Analysis
 from frexport.model.dump import RankDump
-from frexport.model.rank_trace import FINISHED, RankTrace, build_rank_trace
+from frexport.model.rank_trace import FINISHED, RankTrace
+from frexport.model.trace_window import TraceWindow
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN)
@@ -66,8 +67,9 @@ class LiveAnalysis:
         self._reported: set[tuple] = set()
         self.failed_ranks: set[int] = set()  # ranks whose snapshot could not be analyzed (logged once)
         # rank -> (snapshot, its trace) of the last pass; the snapshot object is the key (a new poll is
-        # a new object), so a rank not polled since costs nothing in the next pass
-        self._traces: dict[int, tuple[RankDump, RankTrace]] = {}
+        # a new object), so a rank not polled since costs nothing in the next pass, and a rank polled
+        # again has its trace moved along its window (model/trace_window.py), not rebuilt
+        self._traces: dict[int, tuple[RankDump, TraceWindow]] = {}
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset()) -> LiveResult:
         """`down`: watched ranks whose process is known gone (a refused socket, a pid gone), maybe
@@ -82,13 +84,14 @@ class LiveAnalysis:
             hit = cache.get(d.rank)
             if hit is not None and hit[0] is d:  # the same snapshot as in the last pass: the same trace
                 self._traces[d.rank] = hit
-                traces.append(hit[1])
+                traces.append(hit[1].trace)
                 continue
             try:  # one rank's data must never disable the analysis of all
-                trace = build_rank_trace(d, tail=self.cfg.window)
-                self._traces[d.rank] = (d, trace)
+                follower = hit[1] if hit is not None else TraceWindow(self.cfg.window)
+                trace = follower.update(d)
+                self._traces[d.rank] = (d, follower)
                 traces.append(trace)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 (the rank's follower is dropped: the next one starts afresh)
                 if d.rank not in self.failed_ranks:
                     logs.get().error("rank %s left out of the analysis: %s: %s", d.rank, type(exc).__name__, exc,
                                      extra={"rank": d.rank})

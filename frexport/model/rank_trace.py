@@ -16,7 +16,7 @@ from operator import eq, ge, itemgetter
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
-from frexport.model.dump import RankDump
+from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import COMPLETED as STATE_COMPLETED
 from frexport.model.outcome import STARTED as STATE_STARTED
 from frexport.model.outcome import Outcome, classify, edges, first_unsettled, tracks_completion
@@ -140,20 +140,48 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
     rank = dump.rank if rank is None else rank
     if rank is None:
         raise ValueError(f"{dump.source}: the rank of this dump is unknown")
-    entries = dump.entries
+    entries = window(dump.entries, tail)
+    trace = new_trace(dump, rank, entries)
+    add_rows(trace, entry_rows(entries), tracks_completion(entries))
+    return trace
+
+
+def window(entries: Sequence[Entry], tail: int | None) -> Sequence[Entry]:
+    """The newest `tail` entries and every older unfinished one (all of them without a tail)."""
     if tail is not None and len(entries) > tail:
         cut = len(entries) - tail
         first = first_unsettled(entries[:cut])  # the older unfinished entries stay (Entry.finished, inlined)
         older = () if first is None else \
             tuple(e for e in entries[first:cut] if e.state != STATE_COMPLETED and not e.retired)
         entries = older + entries[cut:]
-    tracks = tracks_completion(entries)
-    created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
+    return entries
+
+
+def new_trace(dump: RankDump, rank: int, entries: Sequence[Entry]) -> RankTrace:
+    """A trace of these entries with no rows yet."""
     trace = RankTrace(
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
-        dumped_at_ns=dump.dumped_at_ns, n_entries=len(entries), pg_config=dump.pg_config, pg_status=dump.pg_status,
-        first_created_ns=min(created, default=None), last_created_ns=max(created, default=None),
-    )
+        dumped_at_ns=dump.dumped_at_ns, n_entries=0, pg_config=dump.pg_config, pg_status=dump.pg_status,
+        first_created_ns=None, last_created_ns=None)
+    set_header(trace, dump, entries)
+    return trace
+
+
+def set_header(trace: RankTrace, dump: RankDump, entries: Sequence[Entry]) -> None:
+    """What a trace says of its dump as a whole (everything but the rows)."""
+    created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
+    trace.source, trace.format, trace.version_text, trace.notes = dump.source, dump.format, dump.version_text, \
+        dump.notes
+    trace.dumped_at_ns, trace.n_entries, trace.pg_config, trace.pg_status = dump.dumped_at_ns, len(entries), \
+        dump.pg_config, dump.pg_status
+    trace.first_created_ns, trace.last_created_ns = min(created, default=None), max(created, default=None)
+    trace.timeouts_ms = {}
+    recorder_times(trace, [(e.pg_name, e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.timeout_ms)
+                           for e in edges(entries)])
+
+
+def entry_rows(entries: Sequence[Entry]) -> list:
+    """One row per entry, as add_rows takes them."""
     one_sig: dict[tuple, Signature] = {}  # keyed by ids: the entries keep the shapes alive meanwhile
     rows = []
     for e in entries:
@@ -166,10 +194,7 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         rows.append((e.pg_name, e.pg_desc, e.pg_id, e.is_p2p, e.collective_seq_id, e.p2p_seq_id,
                      (e.backend, e.op, e.p2p_src, e.p2p_dst), e.time_created_ns, e.duration_ms, sig,
                      e.call_site, e.state, e.retired, e.time_started_ns, e.time_completed_ns))
-    add_rows(trace, rows, tracks)
-    recorder_times(trace, [(e.pg_name, e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.timeout_ms)
-                           for e in edges(entries)])
-    return trace
+    return rows
 
 
 def recorder_times(trace: RankTrace, sample: list[tuple[str, int, int | None, int | None, int | None]]) -> None:
@@ -191,17 +216,61 @@ def recorder_times(trace: RankTrace, sample: list[tuple[str, int, int | None, in
 # Positions in a row of what fast_trace reads back; state, retired, started, completed are the last four.
 ROW_PARSED, ROW_CREATED, ROW_STATE = 6, 7, 11
 
+# What a row became (RowMark.kind): nothing (a p2p coalesced end marker), a p2p op, a new position in
+# its group's columns, or merged into the group's last position (another op of one coalesced group).
+SKIPPED, P2P, COLUMN, MERGED = 0, 1, 2, 3
+
+
+class RowMark(NamedTuple):
+    """Where one row went, for a trace kept up to date row by row (model/trace_window.py)."""
+
+    pg_name: str
+    kind: int
+    head: int  # COLUMN: its own row number; MERGED: the row of the position it merged into
+    site: bool  # it added a call site reference
+
+
+@dataclass
+class RowIndex:
+    """The interning tables of one trace's rows, kept between appends."""
+
+    sig_index: dict = field(default_factory=dict)
+    site_index: dict = field(default_factory=dict)
+    outcome_flags: dict = field(default_factory=dict)
+    heads: dict[str, list[int]] = field(default_factory=dict)  # pg_name -> row number of each position
+
 
 def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
     """`tracks`: whether the dump's recorder tracks completion (model/outcome.py)."""
-    sig_index: dict[Signature, int] = {}
-    site_index: dict[Frame, int] = {}
-    outcome_flags: dict[tuple, int] = {}  # (state, retired) -> flags: a handful of distinct pairs per dump
+    append_rows(trace, rows, tracks)
+    for g in trace.groups.values():
+        finish_group(g)
+
+
+def finish_group(g: GroupTrace) -> bool:
+    """Sort a group whose rows came out of seq order, keep its recent p2p ops; True: it was sorted."""
+    unsorted = any(map(ge, g.seq, islice(g.seq, 1, None)))  # out of order: a wrapped or reset recorder
+    if unsorted:
+        _sort_group(g)
+    g.p2p = recent_p2p(g.p2p)
+    return unsorted
+
+
+def append_rows(trace: RankTrace, rows: list, tracks: bool, index: RowIndex | None = None,
+                marks: list[RowMark] | None = None, first_row: int = 0) -> None:
+    """Add rows at the end of the trace's columns. With `index` and `marks` (numbering rows from
+    `first_row`) it can be called again with more rows: the way a trace follows a sliding window."""
+    index = index or RowIndex()
+    sig_index, site_index, outcome_flags, heads = index.sig_index, index.site_index, index.outcome_flags, index.heads
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
+    n = first_row - 1
     for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), created, duration, sig,
          call_site, state, retired, started, _completed) in rows:
+        n += 1
         if is_p2p and op == "coalesced":
+            if marks is not None:
+                marks.append(RowMark(pg_name, SKIPPED, n, False))
             continue  # the end marker of a p2p coalesced group; its members are recorded individually
         g = groups.get(pg_name)
         if g is None:
@@ -224,6 +293,8 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
             i = _intern(sig, sig_index, signatures)
         if is_p2p:
             g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, flags, created, site)))
+            if marks is not None:
+                marks.append(RowMark(pg_name, P2P, n, site >= 0))
             continue
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
@@ -233,6 +304,8 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
             g.flags[k] = _merge_flags(g.flags[k], flags)
             if g.site[k] < 0:
                 g.site[k] = site
+            if marks is not None:
+                marks.append(RowMark(pg_name, MERGED, heads[pg_name][-1], site >= 0))
             continue
         gseq.append(seq)
         g.sig.append(i)
@@ -240,10 +313,9 @@ def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
         g.created_ns.append(created)
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
-    for g in groups.values():
-        if any(map(ge, g.seq, islice(g.seq, 1, None))):  # out of order: a wrapped or reset recorder
-            _sort_group(g)
-        g.p2p = _recent_p2p(g.p2p)
+        if marks is not None:
+            heads.setdefault(pg_name, []).append(n)
+            marks.append(RowMark(pg_name, COLUMN, n, site >= 0))
 
 
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],
@@ -311,7 +383,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
     for g in groups.values():
         if any(map(ge, g.seq, islice(g.seq, 1, None))):
             _sort_group(g)
-        g.p2p = _recent_p2p(g.p2p)
+        g.p2p = recent_p2p(g.p2p)
     return True
 
 
@@ -321,7 +393,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
 MAX_COALESCED_OPS = 256
 
 
-def _recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
+def recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
     """Pending p2p ops plus the last few per peer pair: enough to judge the frontier, small to ship."""
     seen: dict[tuple, int] = {}
     out = []

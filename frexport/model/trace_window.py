@@ -1,0 +1,182 @@
+"""One rank's trace kept in step with its sliding window, instead of rebuilt from every snapshot.
+
+The job-level view gets a new snapshot of every rank on every pass (a busy job records new entries
+everywhere), and building 4096 traces of 256 entries from scratch was most of a pass. Between two
+snapshots of a rank the window slides: a few entries leave at the front, the ones from the peers'
+cursor on are new or changed, the rest are the same `Entry` objects. `TraceWindow.update` takes the
+rows of what left out of the columns and appends the rows of what is new, and gives exactly the
+trace `build_rank_trace(dump, tail=...)` gives (tests/unit/model/test_trace_window.py checks it on
+random sequences of snapshots). Where that is not cheap to do exactly it rebuilds: the first
+snapshot, one with mostly other entry objects (a sidecar's own polls decode fresh entries), a
+recorder that changed how it reports completion, entries or a group's columns out of order, a
+coalesced group cut by the window's front, rows with call sites leaving (the trace lists every call
+site of its window), interning tables grown well past the window.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from operator import attrgetter, is_
+
+from frexport.model.dump import Entry, RankDump
+from frexport.model.outcome import tracks_completion
+from frexport.model.rank_trace import (
+    COLUMN,
+    MERGED,
+    P2P,
+    SKIPPED,
+    GroupTrace,
+    P2POp,
+    RankTrace,
+    RowIndex,
+    RowMark,
+    append_rows,
+    entry_rows,
+    finish_group,
+    new_trace,
+    recent_p2p,
+    set_header,
+    window,
+)
+
+_record_id = attrgetter("record_id")
+
+
+class TraceWindow:
+    """The trace of one rank's window; `update` with each new snapshot of the rank."""
+
+    def __init__(self, tail: int | None) -> None:
+        self.tail = tail
+        self.trace: RankTrace | None = None
+        self.rebuilds = 0  # how often `update` built from scratch (tests, and the benchmark's curiosity)
+        self._entries: list[Entry] = []  # the window's entries, in record order
+        self._marks: list[RowMark] = []  # what each entry's row became; row numbers from `_base`
+        self._base = 0  # row number of _entries[0]: numbers grow for good, so marks never shift
+        self._index = RowIndex()
+        self._p2p: dict[str, list[P2POp]] = {}  # every p2p op per group (the trace keeps the recent ones)
+        self._tracks = False
+        self._followable = False  # the last build left columns in row order: it can be followed
+        self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
+
+    def update(self, dump: RankDump, rank: int | None = None) -> RankTrace:
+        rank = dump.rank if rank is None else rank
+        if rank is None:
+            raise ValueError(f"{dump.source}: the rank of this dump is unknown")
+        entries = window(dump.entries, self.tail)
+        if self.trace is None or self.trace.rank != rank or not self._follow(dump, entries):
+            self._rebuild(dump, rank, entries)
+        return self.trace
+
+    # --- from scratch ----------------------------------------------------------------------------
+
+    def _rebuild(self, dump: RankDump, rank: int, entries: Sequence[Entry]) -> None:
+        self.rebuilds += 1
+        trace = new_trace(dump, rank, entries)
+        self._index, self._marks, self._base = RowIndex(), [], 0
+        self._tracks = tracks_completion(entries)
+        append_rows(trace, entry_rows(entries), self._tracks, self._index, self._marks, 0)
+        self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
+        sorted_out = [finish_group(g) for g in trace.groups.values()]
+        rids = list(map(_record_id, entries))
+        self._followable = not any(sorted_out) and all(map(int.__lt__, rids, rids[1:]))
+        self._merged = [i for i, m in enumerate(self._marks) if m.kind == MERGED]
+        self._entries = list(entries)
+        self.trace = trace
+
+    # --- following the window --------------------------------------------------------------------
+
+    def _follow(self, dump: RankDump, new: Sequence[Entry]) -> bool:
+        """Move the trace to `new`; False where only a rebuild is exact (the caller rebuilds, so an
+        update given up half way leaves nothing behind)."""
+        old, trace = self._entries, self.trace
+        if not self._followable or not new or tracks_completion(new) != self._tracks:
+            return False
+        rids = list(map(_record_id, new))
+        if not all(map(int.__lt__, rids, rids[1:])):
+            return False
+        k = bisect_left(old, rids[0], key=_record_id)  # the entries before it left the window
+        same = next((i for i, s in enumerate(map(is_, new, old[k:])) if not s), min(len(new), len(old) - k))
+        if same < len(new) // 2 or len(trace.signatures) > 2 * len(new) + 64:
+            return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
+        b = k + same  # rows from b on are taken out, and the new ones appended
+        base, marks = self._base, self._marks
+        merged = [(marks[i].head - base, i) for i in self._merged]  # coalesced ops (rare): (position's row, row)
+        if any(head < k <= i for head, i in merged):
+            return False  # the front cuts a coalesced group: its first position would change
+        while True:  # a coalesced group the cut at b splits is taken out whole
+            heads = [head for head, i in merged if head < b <= i]
+            if not heads:
+                break
+            b = min(heads)
+        if any(m.site for m in marks[:k]) or any(m.site for m in marks[b:]):
+            return False  # the trace lists its window's call sites: one may have left
+        touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
+        kept, added = old[k:b], new[b - k:]
+        self._base = base + k
+        self._marks = marks[k:b]
+        self._merged = [i - k for head, i in merged if k <= i < b]
+        recent = {}
+        for name, g in trace.groups.items():  # rows are appended to every p2p op, then the recent ones kept
+            recent[name], g.p2p = g.p2p, self._p2p[name]
+        n_kept = len(self._marks)
+        columns_before = {name: len(g.seq) for name, g in trace.groups.items()}
+        append_rows(trace, entry_rows(added), self._tracks, self._index, self._marks, self._base + n_kept)
+        for i, m in enumerate(self._marks[n_kept:], n_kept):
+            if m.kind == P2P:
+                touched.add(m.pg_name)
+            elif m.kind == MERGED:
+                self._merged.append(i)
+        for name, g in trace.groups.items():
+            if name not in recent:  # opened by the new rows
+                self._p2p[name], recent[name] = g.p2p, []
+                touched.add(name)
+            g.p2p = recent_p2p(self._p2p[name]) if name in touched else recent[name]
+        self._entries = kept + list(added)
+        if not self._settle(columns_before):
+            return False
+        set_header(trace, dump, new)
+        return True
+
+    def _drop(self, marks: list[RowMark], front: bool) -> set[str]:
+        """Take the rows of `marks` out of the columns: the first ones of each group, or the last.
+        Returns the groups that lost p2p ops."""
+        columns: dict[str, int] = {}
+        p2p: dict[str, int] = {}
+        for m in marks:
+            if m.kind == COLUMN:
+                columns[m.pg_name] = columns.get(m.pg_name, 0) + 1
+            elif m.kind == P2P:
+                p2p[m.pg_name] = p2p.get(m.pg_name, 0) + 1
+        groups, heads = self.trace.groups, self._index.heads
+        for name, n in columns.items():
+            g = groups[name]
+            for col in (g.seq, g.sig, g.flags, g.created_ns, g.duration_us, g.site, heads[name]):
+                del col[slice(0, n) if front else slice(len(col) - n, None)]
+        for name, n in p2p.items():
+            ops = self._p2p[name]
+            del ops[slice(0, n) if front else slice(len(ops) - n, None)]
+        return set(p2p)
+
+    def _settle(self, columns_before: dict[str, int]) -> bool:
+        """Groups as a rebuild has them: in the order of their first rows, described by those rows,
+        none without rows. False where the appended rows left a group's columns out of seq order."""
+        trace, entries = self.trace, self._entries
+        first: dict[str, int] = {}
+        for i, m in enumerate(self._marks):
+            if m.kind != SKIPPED and m.pg_name not in first:  # (a p2p end marker opens no group)
+                first[m.pg_name] = i
+                if len(first) == len(trace.groups):
+                    break
+        groups: dict[str, GroupTrace] = {}
+        for name, i in first.items():
+            g = groups[name] = trace.groups[name]
+            g.pg_desc, g.pg_id = entries[i].pg_desc, entries[i].pg_id
+            n = max(1, columns_before.get(name, 0))
+            if len(g.seq) > n and not all(map(int.__lt__, g.seq[n - 1:], g.seq[n:])):
+                return False
+        for name in set(trace.groups) - set(groups):
+            self._p2p.pop(name, None)
+            self._index.heads.pop(name, None)
+        trace.groups = groups
+        return True

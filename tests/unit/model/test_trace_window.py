@@ -1,0 +1,139 @@
+"""A trace moved along its window (model/trace_window.py) is the trace built from scratch.
+
+Random sequences of snapshots of a rank, shaped the way the job-level view gets them: each pass
+appends new entries, the ones from the oldest unfinished on come again as new objects (the peers'
+cursor) with their states moved on, the window slides. Coalesced collectives, p2p ops and their end
+markers, several groups, shapes that change, the odd call site, a recorder that changes how it
+reports completion, and seq ids out of order all occur. After every pass the followed trace, and the
+live analysis of ranks followed that way, must equal what a from-scratch build gives.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frexport.analysis.engine import Options, analyze
+from frexport.config import Analysis
+from frexport.live.diagnosis import LiveAnalysis
+from frexport.model.call_site import Frame
+from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
+from frexport.model.rank_trace import RankTrace, build_rank_trace
+from frexport.model.trace_window import TraceWindow
+
+SHAPES = [((4, 4),), ((8, 2),), ((16,),)]
+GROUPS = [("0", "default_pg", 0), ("1", "tp", 1), ("2", "pp", 2)]
+
+
+class Stream:
+    """One rank's recorder as a sequence of snapshots."""
+
+    def __init__(self, rng: random.Random, rank: int, world: int, tail: int, odd: bool) -> None:
+        self.rng, self.rank, self.world, self.tail, self.odd = rng, rank, world, tail, odd
+        self.entries: list[Entry] = []
+        self.rid = 1000 + rank
+        self.seq = {name: 0 for name, _, _ in GROUPS}
+        self.p2p_seq = 0
+        self.now = 10**12
+        self.backend = "nccl"
+
+    def entry(self, group, seq, op, is_p2p=False, p2p_seq=0, src=None, dst=None, state="scheduled"):
+        name, desc, pg_id = group
+        shape = self.rng.choice(SHAPES) if self.rng.random() < 0.2 else SHAPES[0]
+        site = Frame("train.py", self.rng.randrange(3), "step") if self.odd and self.rng.random() < 0.1 else None
+        self.rid += 1
+        self.now += 1000
+        return Entry(self.rid, pg_id, name, desc, seq, p2p_seq, None, is_p2p, f"{self.backend}:{op}", self.backend,
+                     op, src, dst, shape, shape, ("Float",), ("Float",), state, False, self.now, None, None,
+                     None, 60000, None, None, (), site)
+
+    def step(self) -> RankDump:
+        rng = self.rng
+        for _ in range(rng.randrange(0, 12)):
+            r = rng.random()
+            group = rng.choice(GROUPS)
+            if r < 0.55:
+                name = group[0]
+                coalesced = self.entries and rng.random() < 0.15
+                if not coalesced:
+                    self.seq[name] += 1
+                if self.odd and rng.random() < 0.03:
+                    self.seq[name] -= rng.randrange(1, 4)  # a recorder out of seq order
+                self.entries.append(self.entry(group, self.seq[name], rng.choice(["all_reduce", "all_gather"])))
+            elif r < 0.85:
+                self.p2p_seq += 1
+                op = rng.choice(["send", "recv"])
+                self.entries.append(self.entry(GROUPS[2], 0, op, True, self.p2p_seq,
+                                               0 if op == "recv" else 1, 1 if op == "recv" else 0))
+            else:
+                self.entries.append(self.entry(GROUPS[2], 0, "coalesced", True, self.p2p_seq))
+        if self.odd and rng.random() < 0.05:
+            self.backend = "gloo" if self.backend == "nccl" else "nccl"
+        # finish some unfinished entries; everything from the oldest unfinished on is sent again
+        first = next((i for i, e in enumerate(self.entries) if not e.finished), len(self.entries))
+        moved = []
+        for e in self.entries[first:]:
+            if not e.finished and rng.random() < 0.9:  # most ops finish within a pass
+                e = e._replace(state="completed" if rng.random() < 0.9 else "started")
+            elif rng.random() < 0.1:
+                e = e._replace(retired=True)
+            moved.append(e._replace())  # a new object, as a new body's row is
+        self.entries[first:] = moved
+        # the view keeps the window and every older unfinished entry
+        cut = max(0, len(self.entries) - self.tail - rng.randrange(0, 4))
+        self.entries = [e for e in self.entries[:cut] if not e.finished] + self.entries[cut:]
+        self.now += 5 * 10**9
+        config = tuple(ProcessGroupConfig(name, desc, tuple(range(self.world)) if name == "0" else
+                                          tuple(range(self.world))) for name, desc, _ in GROUPS)
+        return RankDump(self.rank, f"peer:rank{self.rank}", "json", (2, 10), "2.10", None, config, (),
+                        tuple(self.entries), dumped_at_ns=self.now)
+
+
+def resolved(t: RankTrace) -> tuple:
+    """A trace with its interning resolved: what the analysis can read of it."""
+    groups = []
+    for name, g in t.groups.items():
+        p2p = [(op.seq, op.op, op.src, op.dst, t.signatures[op.sig], op.flags, op.created_ns, t.call_site(op.site))
+               for op in g.p2p]
+        groups.append((name, g.pg_desc, g.pg_id, list(g.seq), [t.signatures[i] for i in g.sig], list(g.flags),
+                       list(g.created_ns), list(g.duration_us), [t.call_site(i) for i in g.site], p2p))
+    return (t.rank, t.source, t.format, t.version_text, t.notes, t.dumped_at_ns, t.n_entries, t.pg_config,
+            t.pg_status, t.first_created_ns, t.last_created_ns, t.last_event_ns, t.timeouts_ms, set(t.call_sites),
+            groups)
+
+
+@given(st.integers(0, 2**32), st.integers(4, 40), st.booleans())
+def test_a_followed_trace_is_the_trace_built_from_scratch(seed, tail, odd):
+    stream = Stream(random.Random(seed), 0, 2, tail, odd)
+    follower = TraceWindow(tail)
+    for _ in range(25):
+        dump = stream.step()
+        assert resolved(follower.update(dump)) == resolved(build_rank_trace(dump, tail=tail))
+
+
+def test_a_window_that_slides_is_followed_not_rebuilt():
+    updates = rebuilds = 0
+    for seed in range(10):
+        stream, follower = Stream(random.Random(seed), 0, 2, 40, False), TraceWindow(40)
+        for _ in range(25):
+            follower.update(stream.step())
+        updates, rebuilds = updates + 25, rebuilds + follower.rebuilds
+    assert rebuilds < updates / 2, (rebuilds, updates)  # (coalesced groups at the front are rebuilt)
+
+
+@given(st.integers(0, 2**32), st.booleans())
+def test_the_live_analysis_of_followed_traces_is_the_analysis_from_scratch(seed, odd):
+    world, tail = 3, 24
+    rng = random.Random(seed)
+    streams = [Stream(random.Random(rng.random()), r, world, tail, odd) for r in range(world)]
+    live = LiveAnalysis(Analysis(window=tail, stall_after=30.0), scoped=False)
+    for _ in range(12):
+        dumps = {s.rank: s.step() for s in streams if rng.random() < 0.9 or s.rank not in live._traces}
+        latest = {**{r: d for r, (d, _) in live._traces.items()}, **dumps}
+        result = live.run(latest)
+        scratch = analyze([build_rank_trace(d, tail=tail) for d in latest.values()],
+                          options=Options(stall_after_s=30.0, clock=True,
+                                          straggler_lateness_s=live.cfg.straggler_lateness))
+        assert repr(result.diagnosis) == repr(scratch)
