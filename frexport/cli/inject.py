@@ -16,7 +16,7 @@ import sys
 
 import yaml
 
-from frexport.inject.pod import InjectError, Settings
+from frexport.inject.pod import InjectError, Settings, check_settings
 from frexport.inject.workloads import inject_object
 
 
@@ -46,17 +46,28 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
                    help="kubernetes.io/tls Secret the web config's TLS files come from (mounted at /etc/frexport/tls)")
     p.add_argument("--web-basic-auth", action="store_true",
                    help="the web config asks for basic auth: probe the port with tcpSocket")
+    p.add_argument("--peers-api", action="store_true",
+                   help="the sidecar serves its ranks' live window to the job-level view (/api/v1/ranks, "
+                        "`frexport jobview`); needs --web-config-secret or --peers-api-unauthenticated")
+    p.add_argument("--peers-api-unauthenticated", action="store_true",
+                   help="serve the peers endpoint without a web config (only on a network nothing else reaches)")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(image=args.image, shared_dir=args.shared_dir, agent_dir=args.agent_dir, port=args.port,
                     cpu=args.cpu, memory=args.memory, containers=args.container, drain_seconds=args.drain_seconds,
                     web_config_secret=args.web_config_secret, web_tls_secret=args.web_tls_secret,
-                    web_basic_auth=args.web_basic_auth)
+                    web_basic_auth=args.web_basic_auth, peers_api=args.peers_api,
+                    peers_api_unauthenticated=args.peers_api_unauthenticated)
 
 
 def run_inject(args: argparse.Namespace) -> int:
     s = settings_from(args)
+    try:
+        check_settings(s)
+    except InjectError as exc:
+        print(f"frexport inject: {exc}", file=sys.stderr)
+        return 2
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from frexport import logs
 from frexport.cli.inject import add_settings_args, settings_from
 from frexport.inject.admission import review
-from frexport.inject.pod import Settings
+from frexport.inject.pod import Settings, check_settings
 
 MAX_BODY = 8 * 1024 * 1024  # the API server caps requests at 3 MiB; more is not an AdmissionReview
 
@@ -95,7 +95,9 @@ def run_webhook(args: argparse.Namespace) -> int:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(args.tls_cert_file, args.tls_key_file)
-        server = _Server((host.strip("[]") or "::", int(port)), settings_from(args), ctx)
+        settings = settings_from(args)
+        check_settings(settings)  # refused at start, not pod by pod (each would be admitted uninjected)
+        server = _Server((host.strip("[]") or "::", int(port)), settings, ctx)
     except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"frexport webhook: {exc}", file=sys.stderr)
         return 2

@@ -62,10 +62,21 @@ class Settings:
     web_config_secret: str = ""  # key web-config.yml, read with --web-config-file
     web_tls_secret: str = ""  # kubernetes.io/tls Secret at /etc/frexport/tls; probes use HTTPS
     web_basic_auth: bool = False  # every path needs auth: probes use tcpSocket
+    # The peers endpoint (/api/v1/ranks, `serve --peers-api`) for the job-level view: it serves every
+    # rank's recorder, so, as the chart does, only behind the web config unless said otherwise
+    peers_api: bool = False
+    peers_api_unauthenticated: bool = False  # a network nothing else reaches: no web config needed
 
 
 class InjectError(ValueError):
     """The pod template cannot be patched as asked (the message says why)."""
+
+
+def check_settings(s: Settings) -> None:
+    """Refuse what the chart refuses (raises InjectError): the peers endpoint open to anyone."""
+    if s.peers_api and not s.web_config_secret and not s.peers_api_unauthenticated:
+        raise InjectError("the peers endpoint (--peers-api) serves every rank's recorder: give --web-config-secret "
+                          "(TLS, basic auth) or, on a network nothing else reaches, --peers-api-unauthenticated")
 
 
 def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | None]) -> bool:
@@ -73,6 +84,7 @@ def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | N
     value to set or None where the workload's controller sets that label on its pods)."""
     if _already(spec):
         return False
+    check_settings(s)
     trainers = [c for c in spec.get("containers", []) if not s.containers or c.get("name") in s.containers]
     missing = set(s.containers) - {c.get("name") for c in trainers}
     if missing or not trainers:
@@ -170,6 +182,8 @@ def _sidecar(s: Settings, job_label: str) -> dict:
     }
     if s.web_config_secret:
         c["args"] += ["--web-config-file", "/etc/frexport/web/web-config.yml"]
+    if s.peers_api:  # behind the same listener and web config as /metrics (docs/multi-node.md)
+        c["args"] += ["--peers-api"] + ([] if s.web_config_secret else ["--peers-api-unauthenticated"])
     if s.drain_seconds > 0:  # keep serving a little after the trainer ended: the last scrape sees the end
         c["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(s.drain_seconds)]}}}
     return c

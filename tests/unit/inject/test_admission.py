@@ -31,3 +31,16 @@ def test_label_keys_with_slashes_are_escaped_and_an_injected_pod_is_left_alone()
     assert first["patchType"] == "JSONPatch" and json.loads(base64.b64decode(first["patch"]))
     pod["spec"]["initContainers"] = [{"name": "frexport"}]  # already has the sidecar (e.g. inject + webhook)
     assert "patch" not in _review(pod)
+
+
+def test_the_webhook_turns_the_peers_endpoint_on_and_refuses_it_open():
+    pod = {"metadata": {"name": "p", "annotations": {"frexport.io/inject": "true"}},
+           "spec": {"containers": [{"name": "t"}]}}
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "u1", "kind": {"kind": "Pod"}, "object": pod}}).encode()
+    resp = review(body, Settings(peers_api=True, web_config_secret="frexport-web-config"))["response"]
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    inits = next(op["value"] for op in ops if op["path"] == "/spec/initContainers")
+    assert "--peers-api" in next(c for c in inits if c["name"] == "frexport")["args"]
+    open_resp = review(body, Settings(peers_api=True))["response"]
+    assert "patch" not in open_resp and "--peers-api-unauthenticated" in open_resp["warnings"][0]

@@ -192,3 +192,29 @@ def test_web_config_secrets_are_mounted_and_the_probes_follow(monkeypatch, capsy
     assert side["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     trainer_mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert "/etc/frexport/web" not in trainer_mounts  # the trainer never sees the credentials
+
+
+def test_the_peers_endpoint_is_turned_on_behind_the_web_config_as_the_chart_does(monkeypatch, capsys):
+    """--peers-api gives the job-level view its source; never open without a web config unless asked."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(WORKLOADS.read_text()))
+    assert main(["inject", "-", "--peers-api"]) == 2
+    assert "--web-config-secret" in capsys.readouterr().err  # refused: the recorders would be open to anyone
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(WORKLOADS.read_text()))
+    assert main(["inject", "-", "--peers-api", "--web-config-secret", "frexport-web-config"]) == 0
+    side = next(c for c in next(yaml.safe_load_all(capsys.readouterr()[0]))["spec"]["initContainers"]
+                if c["name"] == "frexport")
+    assert "--peers-api" in side["args"] and "--peers-api-unauthenticated" not in side["args"]
+    assert side["args"][side["args"].index("--web-config-file") + 1] == "/etc/frexport/web/web-config.yml"
+
+    pod = {"containers": [{"name": "trainer"}]}
+    inject_pod({}, pod, Settings(peers_api=True, peers_api_unauthenticated=True), ("frexport.io/job", "x"))
+    args = next(c for c in pod["initContainers"] if c["name"] == "frexport")["args"]
+    # the injected command is one `frexport serve` accepts, with the endpoint on
+    assert main([*args, "--check-config"]) == 0
+    effective = yaml.safe_load(capsys.readouterr()[0])
+    assert effective["peers"]["serve"] is True and effective["peers"]["allow_unauthenticated"] is True
+
+    plain = {"containers": [{"name": "trainer"}]}
+    inject_pod({}, plain, Settings(), ("frexport.io/job", "x"))
+    assert not any("peers" in a for a in next(c for c in plain["initContainers"] if c["name"] == "frexport")["args"])
