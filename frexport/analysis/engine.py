@@ -68,8 +68,14 @@ class _Context:
         self.membership = membership
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
+        of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
         for rank, t in traces.items():
-            self.canon[rank] = [canon_ids.setdefault(canonical(sig), len(canon_ids)) for sig in t.signatures]
+            ids = self.canon[rank] = []
+            for sig in t.signatures:
+                i = of_sig.get(sig)
+                if i is None:
+                    i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
+                ids.append(i)
 
     def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
         cols = {}

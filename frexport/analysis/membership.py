@@ -50,11 +50,18 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
     notes: list[str] = []
     configs: dict[str, dict[tuple[int, ...], set[int]]] = {}  # name -> members -> ranks reporting it
     descs: dict[str, str] = {}
+    # Ranks whose configs hold the same member tuple (a job-level view interns them) sort and hash it
+    # once: a 4096-rank default group is 4096 members in every one of 4096 ranks' configs.
+    reporting: dict[tuple[str, int], set[int]] = {}
     for rank, t in traces.items():
         for c in t.pg_config:
             descs.setdefault(c.name, c.desc)
             if c.ranks is not None:
-                configs.setdefault(c.name, {}).setdefault(tuple(sorted(c.ranks)), set()).add(rank)
+                ranks = reporting.get((c.name, id(c.ranks)))  # (the traces keep the tuples alive meanwhile)
+                if ranks is None:
+                    ranks = reporting[(c.name, id(c.ranks))] = \
+                        configs.setdefault(c.name, {}).setdefault(tuple(sorted(c.ranks)), set())
+                ranks.add(rank)
     users: dict[str, set[int]] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():

@@ -64,7 +64,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None) -> tuple[in
 def _rank(r: dict, intern: dict) -> PeerRank:
     pg_config = None
     if r.get("pg_config") is not None:
-        pg_config = tuple(ProcessGroupConfig(str(n), str(d), tuple(_int(x) for x in ranks) if ranks is not None
+        pg_config = tuple(ProcessGroupConfig(str(n), str(d), _members(ranks, intern) if ranks is not None
                                              else None) for n, d, ranks in r["pg_config"])
     ws = r.get("world_size")
     return PeerRank(_int(r["rank"]), _int(r["epoch"]), _opt_int(r.get("dumped_at_ns")),
@@ -95,6 +95,15 @@ def _entry(row: list, intern: dict) -> Entry:
         row[i] = intern.setdefault(key, key)
     row += _NO_FRAMES
     return _new_tuple(Entry, row)
+
+
+def _members(ranks: list, intern: dict) -> tuple[int, ...]:
+    """A group's member ranks, one shared tuple per distinct list: every rank of a 4096-rank job lists
+    the default group's 4096 members."""
+    members = tuple(ranks)
+    if not all(type(x) is int for x in members):
+        raise ValueError("pg_config: member ranks must be integers")
+    return intern.setdefault(("members", members), members)
 
 
 def _int(v) -> int:
