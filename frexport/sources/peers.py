@@ -84,6 +84,7 @@ class PeersSource:
         self._tls = _tls_context(cfg)
         self._headers = _auth_headers(cfg)
         self._interned: dict = {}  # sizes and dtypes seen in bodies (decode/peer_rows.py)
+        self._held_by_peer: dict[str, list[tuple[int, _Held]]] = {}
 
     # --- the Source protocol -------------------------------------------------------------------
 
@@ -123,6 +124,10 @@ class PeersSource:
             return []
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
+        # each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)
+        self._held_by_peer = {}
+        for r, h in sorted(self._ranks.items()):
+            self._held_by_peer.setdefault(h.peer, []).append((r, h))
         out: list[Snapshot] = []
         for snaps in self._pool.map(self._poll_peer, due):
             out.extend(snaps)
@@ -133,8 +138,8 @@ class PeersSource:
     def _poll_peer(self, peer: str) -> list[Snapshot]:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
-        cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in sorted(self._ranks.items())
-                           if h.peer == peer and h.entries)
+        cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
+                           if h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
             _, ranks = parse_body(body, peer, self._interned)
