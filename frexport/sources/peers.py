@@ -142,7 +142,7 @@ class PeersSource:
                            if h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
-            _, ranks = parse_body(body, peer, self._interned)
+            ranks = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
@@ -154,12 +154,24 @@ class PeersSource:
         self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
         return [s for r in ranks if (s := self._merge(peer, r)) is not None]
 
+    def _parse(self, body: bytes, peer: str) -> list[PeerRank]:
+        """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
+        every untrusted input, and in a 512-pod job the reading runs on the decoders' cores while
+        this process merges what came before. In this process where there are no decoders."""
+        if self.decoder is None:
+            return parse_body(body, peer, self._interned)[1]
+        out = self.decoder.run(_BodyJob(body, peer))
+        if isinstance(out, DecodeError):
+            raise out
+        return out
+
     def _merge(self, peer: str, r: PeerRank) -> Snapshot | None:
         held = self._ranks.get(r.rank)
         if held is None or held.epoch != r.epoch or r.full or held.peer != peer:
             held = self._ranks[r.rank] = _Held(peer, r.epoch)
-        if r.pg_config is not None:
-            held.pg_config = r.pg_config
+        if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
+            held.pg_config = tuple(c._replace(ranks=self._interned.setdefault(("members", c.ranks), c.ranks))
+                                   if c.ranks is not None else c for c in r.pg_config)
         held.handlers = r.handlers
         # Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the
         # peer sends the entries from the cursor on, so only the held ones from the first sent on can
@@ -230,6 +242,15 @@ class PeersSource:
                 continue
             out[rank] = dump
         return out
+
+
+@dataclass(frozen=True)
+class _BodyJob:
+    body: bytes
+    path: str
+
+    def __call__(self) -> list[PeerRank]:
+        return parse_body(self.body, self.path)[1]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from frexport.cli.serve import build_sidecar, peer_api, start_web
 from frexport.config import Config, DumpDir, Peers, validate
 from frexport.decode.normalize import normalize
+from frexport.decode.sandbox import DecoderPool, Limits
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
@@ -93,12 +94,15 @@ def _ingest(state, rank, entries, at):
     state.ingest(d, "test", at)
 
 
-def test_cursors_move_only_what_changed_and_keep_the_window():
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["in-process", "decoders"])
+def test_cursors_move_only_what_changed_and_keep_the_window(sandboxed):
     state, web = _state_server(window=8)
+    decoder = DecoderPool(1, Limits(require_memory_limit=False)) if sandboxed else None
     try:
         steps = [entry(i, i + 1) for i in range(40)]
         _ingest(state, 0, steps[:30], 1)
-        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8)
+        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8,
+                          decoder)
         first = src.collect()
         assert [e.record_id for e in first[0].dump.entries] == list(range(22, 30))
         full = src.bytes_total
@@ -116,6 +120,8 @@ def test_cursors_move_only_what_changed_and_keep_the_window():
         assert src.collect() == []  # nothing has changed since
     finally:
         web.stop()
+        if decoder is not None:
+            decoder.close()
 
 
 def test_a_headless_service_is_every_address_it_resolves_to():
