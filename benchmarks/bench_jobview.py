@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     states = [LiveState() for _ in range(args.pods)]
     apis = {f"http://pod-{p}:9464": PeerApi(states[p], args.window) for p in range(args.pods)}
     cfg = Analysis(stall_after=30.0)
-    view_state, analysis = LiveState(max_ranks=args.ranks), LiveAnalysis(cfg, scoped=False)
+    view_state, analysis = LiveState(max_ranks=args.ranks, count=False), LiveAnalysis(cfg, scoped=False)  # as jobview's
     decoder = DecoderPool(Decode.workers, Limits(require_memory_limit=False))
     source = InProcessPeers(apis, args.window, decoder)
     full_json = sum(len(to_json(d)) for d in dumps.values())

@@ -83,7 +83,7 @@ def build_jobview(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         ev = cfg.evidence
         sinks.append(JobEvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), peers,
                                      cfg.analysis.window, ev.pyspy, ev.deadline, cfg.peers.stacks))
-    state = LiveState(max_ranks=cfg.max_ranks)
+    state = LiveState(max_ranks=cfg.max_ranks, count=False)  # only the latest snapshots: see the note below
     sidecar = Sidecar(cfg.analysis, state, health, [peers], sinks, None, decoder, scoped=False)
     # Only the view's own health: the ranks' series come from their pods' sidecars, and exporting
     # them twice would double every job-wide rule's input.

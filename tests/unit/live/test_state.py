@@ -103,3 +103,14 @@ def test_unseen_entries_are_those_the_full_loop_would_look_at():
         assert got == want
         if rids == sorted(rids) and max_record >= 0:
             assert len(list(_unseen(entries, max_record, pending))) == len(want)
+
+
+def test_a_state_that_does_not_count_keeps_only_the_latest_snapshots():
+    """The job-level view's state: its ranks' counts come from their pods' sidecars."""
+    state = LiveState(count=False)
+    first, newer = _snap([entry(0, 1)], at=T0 + 10), _snap([entry(0, 1), entry(1, 2)], at=T0 + 20)
+    assert state.ingest(first, "s", T0 + 10) == [] and state.ingest(newer, "s", T0 + 20) == []
+    assert state.latest_dumps() == {0: newer}
+    state.ingest(_snap([entry(0, 1)], at=T0), "s", T0 + 21)  # an older snapshot changes nothing
+    assert state.latest_dumps() == {0: newer} and state.view().collectives == {}
+    assert state.expire(T0 + 10**9, after_ns=10) == [0] and state.latest_dumps() == {}
