@@ -11,7 +11,7 @@ the last to arrive in most collectives, by a margin, holds the group back.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -42,51 +42,78 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     hi = min(cols[r].last_seq for r in members)
     if lo > hi:
         return []
-    rows: list[tuple[int, dict[int, tuple[int, int]]]] = []
     recent = max(2 * min_samples, min(RECENT, CELLS // len(members)))
-    cols_of = [cols[r] for r in members]
-    for s in range(max(lo, hi - recent + 1), hi + 1):
-        row = {}
-        for r, g in zip(members, cols_of):
-            i = s - g.seq[0]
-            if not (0 <= i < len(g.seq) and g.seq[i] == s):
-                i = g.position(s)
-            if i is None or not g.flags[i] & FINISHED or not g.created_ns[i]:
-                break
-            row[r] = (g.created_ns[i], g.duration_us[i])
-        else:
-            rows.append((s, row))
-    if len(rows) < min_samples:
+    first = max(lo, hi - recent + 1)
+    n = hi - first + 1
+    # Each member's columns over the seqs judged, as slices (a job-level view judges ~1600 groups a
+    # pass): a seq is a sample where every member finished it and has its enqueue time.
+    created, durations = [], []
+    every = int.from_bytes(b"\x01" * n, "little")  # byte j: seq first + j usable on every member so far
+    for r in members:
+        usable, c, d = _columns(cols[r], first, n)
+        every &= int.from_bytes(usable, "little")
+        created.append(c)
+        durations.append(d)
+    samples = [j for j, ok in enumerate(every.to_bytes(n, "little")) if ok]
+    if len(samples) < min_samples:
         return []
-    by_duration = all(v[1] >= 0 for _, row in rows for v in row.values())
+    by_duration = all(d[j] >= 0 for d in durations for j in samples)
     lateness: dict[int, list[int]] = {r: [] for r in members}
     last_count = {r: 0 for r in members}
     first_late: dict[int, int] = {}
-    for s, row in rows:
+    k = len(members) - 1  # the others of a member: its lateness is against their median
+    half = k // 2
+    for j in samples:
         # arrival on a common axis: later is larger
-        arrival = {r: -row[r][1] * 1000 if by_duration else row[r][0] for r in members}
-        last_count[max(members, key=lambda r: (arrival[r], -r))] += 1
-        ordered = sorted(arrival.values())
-        for r in members:
-            late = arrival[r] - _median_without(ordered, arrival[r])
+        arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
+        latest = max(arrival)
+        last_count[min(r for r, a in zip(members, arrival) if a == latest)] += 1
+        o = sorted(arrival)
+        s = first + j
+        for r, a in zip(members, arrival):
+            # the median of the others, `o` without one `a` (a is above o[i] exactly when removing it
+            # leaves o[i] in place)
+            if k % 2:
+                med = o[half] if a > o[half] else o[half + 1]
+            elif a > o[half]:
+                med = (o[half - 1] + o[half]) / 2
+            elif a > o[half - 1]:
+                med = (o[half - 1] + o[half + 1]) / 2
+            else:
+                med = (o[half] + o[half + 1]) / 2
+            late = a - med
             lateness[r].append(late)
-            if late >= min_lateness_ns:
-                first_late.setdefault(r, s)
+            if late >= min_lateness_ns and r not in first_late:
+                first_late[r] = s
     out = []
     for r in members:
         late = median(lateness[r])
-        fraction = last_count[r] / len(rows)
+        fraction = last_count[r] / len(samples)
         if late >= min_lateness_ns and fraction >= min_late_fraction:
-            out.append(Straggler(r, group, int(late), fraction, len(rows), first_late.get(r, rows[0][0]), by_duration))
+            out.append(Straggler(r, group, int(late), fraction, len(samples), first_late.get(r, first + samples[0]),
+                                 by_duration))
     return out
 
 
-def _median_without(ordered: list[int], value: int) -> float:
-    """Median of `ordered` (sorted) with one occurrence of `value` removed, in O(log n)."""
-    p = bisect_left(ordered, value)
-    n = len(ordered) - 1
+_FINISHED_BYTE = bytes(1 if v & FINISHED else 0 for v in range(256))
 
-    def at(i: int) -> int:
-        return ordered[i] if i < p else ordered[i + 1]
 
-    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+def _columns(g: GroupTrace, first: int, n: int) -> tuple[bytes, Sequence[int], Sequence[int]]:
+    """(usable, enqueue times, durations) of seqs first..first+n-1 in one rank's group columns; usable:
+    one byte per seq, 1 where the rank finished it and recorded when it was enqueued."""
+    i0 = first - g.seq[0]
+    if g.contiguous():  # the common case: slices (first and the last seq lie within the columns)
+        cut = slice(i0, i0 + n)
+        usable, created, durations = g.flags[cut].tobytes().translate(_FINISHED_BYTE), g.created_ns[cut], \
+            g.duration_us[cut]
+    else:
+        usable, created, durations = bytearray(n), [0] * n, [0] * n
+        for j in range(n):
+            i = g.position(first + j)
+            if i is not None:
+                usable[j] = 1 if g.flags[i] & FINISHED else 0
+                created[j], durations[j] = g.created_ns[i], g.duration_us[i]
+        usable = bytes(usable)
+    if 0 in created:  # no enqueue time: not a sample
+        usable = bytes(u if c else 0 for u, c in zip(usable, created))
+    return usable, created, durations

@@ -1,7 +1,15 @@
 """Stragglers: a rank that is consistently the last to arrive, by at least the threshold, is named."""
 
-from frexport.analysis.membership import build_membership
-from frexport.analysis.straggler import find_stragglers
+import random
+from bisect import bisect_left
+from statistics import median
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frexport.analysis.membership import Group, build_membership
+from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers
+from frexport.model.rank_trace import FINISHED, GroupTrace
 from tests.support.synth import STEP_NS, T0, dump, entry, traces
 
 MS = 1_000_000
@@ -63,3 +71,89 @@ def test_too_few_collectives_or_a_member_without_records_judge_nobody():
     dumps = _job(lambda i, r: 80 if r == 3 else 0)
     dumps[1]["entries"] = []  # rank 1 recorded nothing in the group: arrival order cannot be told
     assert _stragglers(dumps) == []
+
+
+# The straightforward version the sliced one replaced: the same verdicts, row by row.
+def _reference(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
+                    min_samples: int = 5, min_late_fraction: float = 0.6) -> list[Straggler]:
+    members = [r for r in group.members if r in cols and len(cols[r].seq)]
+    if len(members) < 2 or len(members) < len(group.members):
+        return []
+    lo = max(cols[r].first_seq for r in members)
+    hi = min(cols[r].last_seq for r in members)
+    if lo > hi:
+        return []
+    rows: list[tuple[int, dict[int, tuple[int, int]]]] = []
+    recent = max(2 * min_samples, min(RECENT, CELLS // len(members)))
+    cols_of = [cols[r] for r in members]
+    for s in range(max(lo, hi - recent + 1), hi + 1):
+        row = {}
+        for r, g in zip(members, cols_of):
+            i = s - g.seq[0]
+            if not (0 <= i < len(g.seq) and g.seq[i] == s):
+                i = g.position(s)
+            if i is None or not g.flags[i] & FINISHED or not g.created_ns[i]:
+                break
+            row[r] = (g.created_ns[i], g.duration_us[i])
+        else:
+            rows.append((s, row))
+    if len(rows) < min_samples:
+        return []
+    by_duration = all(v[1] >= 0 for _, row in rows for v in row.values())
+    lateness: dict[int, list[int]] = {r: [] for r in members}
+    last_count = {r: 0 for r in members}
+    first_late: dict[int, int] = {}
+    for s, row in rows:
+        # arrival on a common axis: later is larger
+        arrival = {r: -row[r][1] * 1000 if by_duration else row[r][0] for r in members}
+        last_count[max(members, key=lambda r: (arrival[r], -r))] += 1
+        ordered = sorted(arrival.values())
+        for r in members:
+            late = arrival[r] - _median_without(ordered, arrival[r])
+            lateness[r].append(late)
+            if late >= min_lateness_ns:
+                first_late.setdefault(r, s)
+    out = []
+    for r in members:
+        late = median(lateness[r])
+        fraction = last_count[r] / len(rows)
+        if late >= min_lateness_ns and fraction >= min_late_fraction:
+            out.append(Straggler(r, group, int(late), fraction, len(rows), first_late.get(r, rows[0][0]), by_duration))
+    return out
+
+
+def _median_without(ordered: list[int], value: int) -> float:
+    """Median of `ordered` (sorted) with one occurrence of `value` removed, in O(log n)."""
+    p = bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(i: int) -> int:
+        return ordered[i] if i < p else ordered[i + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+@given(st.integers(0, 2**32), st.integers(2, 9), st.integers(3, 40), st.booleans(), st.booleans())
+def test_the_sliced_columns_judge_as_the_row_by_row_reference(seed, world, steps, timed, gaps):
+    rng = random.Random(seed)
+    late_rank = rng.randrange(world)
+
+    def late(i, r):  # whole milliseconds: ties in arrival happen
+        return rng.choice([0, 30, 60, 120]) if r == late_rank and rng.random() < 0.8 else rng.randrange(40)
+
+    dumps = _job(late, world, steps, (lambda r: rng.choice([5.0, 50.0, 120.0])) if timed else None)
+    if gaps:  # an unfinished collective, a missing enqueue time, a rank whose columns skip a seq
+        d = dumps[rng.randrange(world)]
+        es = list(d["entries"])
+        j = rng.randrange(len(es))
+        es[j] = {**es[j], "state": "scheduled", "retired": False} if rng.random() < 0.5 else \
+            {**es[j], "time_created_ns": 0}
+        if rng.random() < 0.3 and len(es) > 3:
+            del es[rng.randrange(1, len(es) - 1)]
+        d["entries"] = es
+    by_rank = traces(dumps)
+    group = build_membership(by_rank).groups["0"]
+    cols = {r: t.groups["0"] for r, t in by_rank.items() if "0" in t.groups}
+    for threshold, fraction in ((-10**18, 0.0), (0, 0.0), (10 * MS, 0.6), (THRESHOLD_NS, 0.6)):  # (every median shown)
+        assert find_stragglers(group, cols, threshold, min_late_fraction=fraction) == \
+            _reference(group, cols, threshold, min_late_fraction=fraction)
