@@ -16,7 +16,6 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import NamedTuple
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import Outcome, outcome_of, tracks_completion
@@ -27,7 +26,8 @@ DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 
 
-class EntryEvent(NamedTuple):  # (a tuple: one per finished entry, ~80,000 a pass in a job's view)
+@dataclass(frozen=True)
+class EntryEvent:
     rank: int
     epoch: int
     entry: Entry
