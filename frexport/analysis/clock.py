@@ -57,13 +57,29 @@ def recorder_bound(traces: dict[int, RankTrace], ranks: Iterable[int], since_ns:
     """The latest event any of `ranks` recorded after `since_ns`. Only ranks whose records show the
     wait still on belong here (the waiting rank, members still in the op, members whose dumps lack
     it): another rank's later event says nothing, its dump may have been taken after the wait ended."""
-    best = None
+    return bound_since(latest_event(traces, ranks), since_ns)
+
+
+Latest = tuple[int, int]  # (last_event_ns, rank): the newest event among some ranks
+
+
+def latest_event(traces: dict[int, RankTrace], ranks: Iterable[int], also: Latest | None = None) -> Latest | None:
+    """The newest event among `ranks` (and `also`, one found before); on a tie the lowest rank. The
+    members of a collective are looked at once for all its waiters (4096 of them in a job's view)."""
+    best = also
     for r in sorted(set(ranks)):
         t = traces.get(r)
         last = t.last_event_ns if t is not None else None
-        if last and since_ns and last > since_ns and (best is None or last - since_ns > best.ns):
-            best = Waited(last - since_ns, RECORDER, r)
+        if last and (best is None or last > best[0] or (last == best[0] and r < best[1])):
+            best = (last, r)
     return best
+
+
+def bound_since(latest: Latest | None, since_ns: int) -> Waited | None:
+    """The recorder's bound of a wait that began at `since_ns`, from the newest event of its ranks."""
+    if latest is None or not since_ns or latest[0] <= since_ns:
+        return None
+    return Waited(latest[0] - since_ns, RECORDER, latest[1])
 
 
 def timeout_bound(trace: RankTrace, group_name: str, rank: int) -> Waited | None:

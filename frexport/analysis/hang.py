@@ -31,7 +31,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frexport.analysis.clock import RECORDER, Waited, dump_bound, longest, recorder_bound, timeout_bound
+from frexport.analysis.clock import (
+    RECORDER,
+    Latest,
+    Waited,
+    bound_since,
+    dump_bound,
+    latest_event,
+    longest,
+    timeout_bound,
+)
 from frexport.analysis.membership import Group, Membership
 from frexport.model.call_site import Frame
 from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
@@ -122,17 +131,20 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock, scope,
                                        stalled)
         still = classes[-1]
+        members = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
         for w in ws:
             w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-1]
-            _measure(w, traces, (w.rank, *still, *w.missing), clock)
+            _measure(w, traces, (w.rank,), clock, members)
     return waits
 
 
-def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], clock: bool) -> None:
-    """How long `w` waited by the best clock (clock.py). `ranks`: those whose records show it still
-    on: the waiting rank, members still in the op, members whose dumps lack it."""
+def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], clock: bool,
+             members: Latest | None = None) -> None:
+    """How long `w` waited by the best clock (clock.py). `ranks` (with `members`, the newest event of
+    some already looked at): those whose records show it still on: the waiting rank, members still
+    in the op, members whose dumps lack it."""
     t = traces[w.rank]
-    w.waited = longest(recorder_bound(traces, ranks, w.created_ns),
+    w.waited = longest(bound_since(latest_event(traces, ranks, members), w.created_ns),
                        timeout_bound(t, w.group.name, w.rank) if w.timed_out else None,
                        dump_bound(t, w.created_ns, w.rank, clock))
 

@@ -1,7 +1,26 @@
 """The wait-for graph of a hang: who waits for whom, and which ranks are the root causes."""
 
-from frexport.analysis.hang import CYCLE, IDLE, INSIDE, NO_DUMP, find_waits, root_causes
-from frexport.analysis.membership import build_membership
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from frexport.analysis.hang import (
+    CYCLE,
+    IDLE,
+    INSIDE,
+    LEFT,
+    NO_DUMP,
+    REMOTE,
+    Root,
+    Wait,
+    _fresh,
+    _stuck_long,
+    find_waits,
+    root_causes,
+)
+from frexport.analysis.membership import Group, build_membership
+from frexport.model.rank_trace import RankTrace
 from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job
 from tests.support.synth import traces as decode
 
@@ -86,3 +105,160 @@ def test_collectives_issued_in_different_orders_across_groups_are_a_cycle():
     _, roots = _roots({r: dump(es, world=2, groups={"5": ("pp", [0, 1])}) for r, es in job.items()},
                       seen_after_s=10)
     assert [(r.kind, r.ranks) for r in roots] == [(CYCLE, (0, 1))]
+
+
+# The wait-for graph with one edge per pair of ranks, as it was before edges went through shared hubs:
+# the reference the hub version must agree with.
+def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
+                clock: bool = False, scope: frozenset[int] | None = None) -> list[Root]:
+    edges: dict[int, set[int]] = {}
+    # target rank -> the op that shows best that it is the one missing: the one where the fewest
+    # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
+    # miss everyone blocked behind it too), then the oldest
+    first_edge: dict[int, Wait] = {}
+    left_edge: dict[int, Wait] = {}  # member that failed out -> the collective its peers still wait in
+    evidence: dict[int, bool] = {}  # target -> its absence is proven (by a clock, or by peers failing out)
+    for w in sorted(waits, key=lambda w: (len(w.edges), w.created_ns, w.rank)):
+        for m in w.edges:
+            edges.setdefault(w.rank, set()).add(m)
+            first_edge.setdefault(m, w)
+            # peers finished a collective this member never issued: they failed out of it (a collective
+            # cannot complete without every member), so the member is not merely late
+            evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
+        if not w.p2p and not w.edges and not w.not_yet and w.left:
+            for m in w.left:
+                edges.setdefault(w.rank, set()).add(m)
+                left_edge.setdefault(m, w)
+                evidence[m] = evidence.get(m, False) or w.proven
+    inside = {}
+    for w in waits:
+        if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
+                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns, clock)):
+            prev = inside.get(w.rank)
+            if prev is None or w.created_ns < prev.created_ns:
+                inside[w.rank] = w
+
+    roots: list[Root] = []
+    waiting = set(edges)
+    targets = {m for ms in edges.values() for m in ms}
+    for m in sorted(targets - waiting):
+        if m not in traces:
+            roots.append(Root(NO_DUMP if scope is None or m in scope else REMOTE, (m,), first_edge[m]))
+        elif m in left_edge and m not in first_edge:
+            roots.append(Root(LEFT, (m,), left_edge[m], certain=evidence[m]))
+        elif m in inside:
+            roots.append(Root(INSIDE, (m,), inside[m], certain=_stuck_long(inside[m], stall_after_ns)))
+        else:
+            roots.append(Root(IDLE, (m,), first_edge[m], certain=evidence[m]))
+    for r in sorted(set(inside) - waiting - targets):
+        roots.append(Root(INSIDE, (r,), inside[r], certain=_stuck_long(inside[r], stall_after_ns)))
+    for cycle in _reference_cycles(edges):
+        # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
+        # is needed to know that none of them can move
+        w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
+        root = Root(CYCLE, tuple(sorted(cycle)), w)
+        roots.append(root)
+
+    reverse: dict[int, set[int]] = {}
+    for a, bs in edges.items():
+        for b in bs:
+            reverse.setdefault(b, set()).add(a)
+    for root in roots:
+        seen: set[int] = set()
+        stack = list(root.ranks)
+        while stack:
+            for a in reverse.get(stack.pop(), ()):
+                if a not in seen:
+                    seen.add(a)
+                    stack.append(a)
+        root.blocked = tuple(sorted(seen - set(root.ranks)))
+        root.waited_by = tuple(sorted(set().union(*(reverse.get(r, set()) for r in root.ranks)) - set(root.ranks)))
+    return roots
+
+
+def _reference_cycles(edges: dict[int, set[int]]) -> list[set[int]]:
+    """Strongly connected components with more than one rank and no edge leaving them."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    comps: list[set[int]] = []
+    counter = [0]
+
+    def visit(v: int) -> None:  # iterative Tarjan would be longer; depth is bounded by the world size
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                x = stack.pop()
+                on_stack.discard(x)
+                comp.add(x)
+                if x == v:
+                    break
+            comps.append(comp)
+
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * (len(edges) + 100)))
+    try:
+        for v in sorted(edges):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return [c for c in comps if len(c) > 1 and all(edges.get(v, set()) <= c for v in c)]
+
+
+@given(st.integers(0, 2**32))
+def test_the_graph_through_hubs_finds_the_roots_of_the_graph_of_pairs(seed):
+    """Random waits shaped as find_waits makes them: the waiters of one collective share its tuples;
+    p2p waits, members that failed out or outlived the wait, ranks without a dump, cycles and fresh
+    ranks all occur."""
+    rng = random.Random(seed)
+    world = rng.randrange(2, 12)
+    group = Group("0", "0", "default_pg", tuple(range(world)))
+    traces = {}
+    for r in range(world):
+        if rng.random() < 0.9:  # the others left no dump
+            traces[r] = RankTrace(r, "x", "json", None, (), T0 + rng.choice([0, 2, 10]) * 10**9, 1, (), (), T0, T0)
+    waits = []
+    for _ in range(rng.randrange(0, 7)):
+        ranks = rng.sample(range(world), rng.randrange(1, world + 1))
+        shared = tuple(sorted(rng.sample(range(world), rng.randrange(0, min(4, world + 1)))))
+        no_dump = tuple(m for m in shared if m not in traces)
+        missing = tuple(m for m in shared if m in traces)
+        outlived = tuple(m for m in missing if rng.random() < 0.3)
+        # members that finished it have a dump
+        left = tuple(sorted(rng.sample(sorted(traces), min(len(traces), 1)))) if rng.random() < 0.3 else ()
+        p2p = rng.random() < 0.2
+        for r in ranks:
+            w = Wait(r, group, rng.randrange(1, 4), p2p, (), T0 - rng.choice([0, 1, 20]) * 10**9, None, False,
+                     rng.choice([0, 10 * 10**9]))
+            w.proven = rng.random() < 0.15
+            if p2p:  # a p2p wait's tuples are its own
+                w.missing, w.no_dump = tuple(missing[:1]), tuple(no_dump[:1])
+                w.outlived = tuple(m for m in w.missing if m in outlived)
+            else:
+                w.missing, w.no_dump, w.left, w.outlived = missing, no_dump, left, outlived
+                w.not_yet = () if rng.random() < 0.8 else (rng.randrange(world),)
+                w.completed = rng.random() < 0.1
+            waits.append(w)
+    for clock in (False, True):
+        for scope in (None, frozenset(range(world // 2))):
+            got = root_causes(waits, traces, STALL_AFTER_NS, clock, scope)
+            want = _reference_roots(waits, traces, STALL_AFTER_NS, clock, scope)
+
+            def key(root):
+                return (root.kind, root.ranks, id(root.wait), root.blocked, root.waited_by, root.certain)
+
+            assert sorted(map(key, got)) == sorted(map(key, want))
