@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from frexport import logs
 from frexport.config import Peers
 from frexport.decode.errors import DecodeError
-from frexport.decode.peer_rows import PeerRank, parse_body
+from frexport.decode.peer_rows import MAX_INTERNED, PeerRank, parse_body
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
@@ -170,6 +170,8 @@ class PeersSource:
         if held is None or held.epoch != r.epoch or r.full or held.peer != peer:
             held = self._ranks[r.rank] = _Held(peer, r.epoch)
         if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
+            if len(self._interned) > MAX_INTERNED:  # a peer sending ever new groups must not grow it for good
+                self._interned.clear()
             held.pg_config = tuple(c._replace(ranks=self._interned.setdefault(("members", c.ranks), c.ranks))
                                    if c.ranks is not None else c for c in r.pg_config)
         held.handlers = r.handlers
