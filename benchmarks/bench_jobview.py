@@ -41,6 +41,7 @@ from frexport.decode.sandbox import DecoderPool, Limits  # noqa: E402
 from frexport.export.encode import to_json  # noqa: E402
 from frexport.export.peer_api import PeerApi  # noqa: E402
 from frexport.live.diagnosis import LiveAnalysis  # noqa: E402
+from frexport.live.gc_pacing import GcPacing  # noqa: E402
 from frexport.live.state import LiveState  # noqa: E402
 from frexport.sources.health import HealthRegistry  # noqa: E402
 from frexport.sources.peers import PeersSource  # noqa: E402
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=20, help="new entries per rank per steady pass")
     ap.add_argument("--passes", type=int, default=3, help="steady-state passes after the first")
     ap.add_argument("--window", type=int, default=Analysis.window)
+    ap.add_argument("--no-gc-pacing", action="store_true", help="leave the collector as CPython paces it "
+                    "(the loop turns automatic collection off, collects the young once a pass and freezes "
+                    "the survivors: live/gc_pacing.py)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="frx-jobview-") as tmp:
@@ -91,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Analysis(stall_after=30.0)
     view_state, analysis = LiveState(max_ranks=args.ranks, count=False), LiveAnalysis(cfg, scoped=False)  # as jobview's
     decoder = DecoderPool(Decode.workers, Limits(require_memory_limit=False))
+    pacing = GcPacing()
+    if not args.no_gc_pacing:
+        pacing.start()
     source = InProcessPeers(apis, args.window, decoder)
     full_json = sum(len(to_json(d)) for d in dumps.values())
     start_ns = max(d.dumped_at_ns or 0 for d in dumps.values())
@@ -110,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             view_state.ingest(s.dump, s.source, s.taken_ns)
         t2 = time.process_time() - served
         result = analysis.run(view_state.latest_dumps())
+        if not args.no_gc_pacing:
+            pacing.after_pass()  # as the loop does after each pass (it also freezes the simulated pods' data)
         t3 = time.process_time() - served
         wall, decoding = time.perf_counter() - wall, decoders_cpu_s() - d0
         moved = source.bytes_total - before
@@ -132,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
               f"moved {row['bytes'] / 1e6:7.1f} MB ({row['bytes'] / full_json:.1%} of full dumps)  "
               f"{row['root_causes']}")
     print(json.dumps(rows))
+    if not args.no_gc_pacing:  # (it walks the simulated pods' data too: an upper bound)
+        t = time.process_time()
+        pacing.stop()
+        gc.collect()
+        full = time.process_time() - t
+        print(f"  the full collection the loop runs every {pacing.full_every} passes: {full:.2f} s "
+              f"({full / pacing.full_every:.2f} s per pass)")
     decoder.close()
     return 0
 

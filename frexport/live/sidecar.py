@@ -19,6 +19,7 @@ from frexport import logs
 from frexport.config import Analysis
 from frexport.decode.sandbox import DecoderPool
 from frexport.live.diagnosis import LiveAnalysis, LiveResult
+from frexport.live.gc_pacing import GcPacing
 from frexport.live.sink import Pass, Sink
 from frexport.live.state import EntryEvent, LiveState
 from frexport.sources.base import Source
@@ -40,6 +41,7 @@ class Sidecar:
         self.stop_event = threading.Event()
         self.ready_event = threading.Event()
         self._was_down: set[int] = set()
+        self.gc_pacing = GcPacing()
 
     def run(self, install_signals: bool = True) -> None:
         log = logs.get()
@@ -51,6 +53,7 @@ class Sidecar:
         log.info("frexport serve: sources: %s; sinks: %s", ", ".join(s.name for s in self.sources) or "none",
                  ", ".join(s.name for s in self.sinks) or "none")
         next_analysis = 0.0
+        self.gc_pacing.start()
         try:
             while not self.stop_event.is_set():
                 events = self._collect()
@@ -60,6 +63,7 @@ class Sidecar:
                     result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
                     self.ready_event.set()
+                    self.gc_pacing.after_pass()
                 self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")
                 self._hand_out(events, result, down)
                 self.stop_event.wait(0.2)
@@ -70,6 +74,7 @@ class Sidecar:
         for part in [*self.sinks, *self.sources]:
             self._guarded(lambda p=part: p.stop(2.0) if p in self.sinks else p.stop(), f"stopping {part.name}")
         self._guarded(self.decoder.close, "stopping the decoders")
+        self.gc_pacing.stop()
 
     # --- one pass ------------------------------------------------------------------------------
 
