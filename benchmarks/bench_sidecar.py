@@ -251,35 +251,60 @@ def bench_latency() -> None:
           f"{statistics.median(samples) * 1000:.1f} ms, max {max(samples) * 1000:.1f} ms (target < 1 s)")
 
 
-def bench_agent(polls: int = 30) -> None:
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time of each thread of a process, in ns (schedstat: finer than the 10 ms of /proc/stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def bench_agent(polls: int = 40) -> None:
     from frexport.sources.http_client import Target, request
     from tests.support.torchjob import TorchJob
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-agent-"))
     shared = tmp / "shared"
-    env = {"STEPS": "2100", "STEP_S": "0", "HOLD_S": "600", "MARK_DIR": str(tmp)}
+    env = {"STEPS": "2100", "STEP_S": "0", "HOLD_S": "900", "MARK_DIR": str(tmp)}
     with TorchJob("train.py", shared, nproc=2, env=env) as job:
         job.wait_for(lambda: (tmp / "done_0").exists(), timeout=300, what="2100 collectives")
         meta = json.loads((shared / "rank-0.json").read_text())
         pid = meta["pid"]
         sock = Target(unix_path=str(shared / "rank-0.sock"))
         time.sleep(1)
-        for handler in ("fr_trace_json", "frexport_fr_pickle"):
-            request(sock, "POST", f"/handler/{handler}")  # warm-up (the first pickle symbolizes frames)
-            idle0, t0 = cpu_seconds(pid), time.monotonic()
-            time.sleep(3)
-            idle = (cpu_seconds(pid) - idle0) / (time.monotonic() - t0)  # the held trainer's own baseline
-            c0, t0 = cpu_seconds(pid), time.monotonic()
-            sizes, lat = [], []
-            for _ in range(polls):
-                s = time.monotonic()
-                sizes.append(len(request(sock, "POST", f"/handler/{handler}", timeout=30).body))
-                lat.append(time.monotonic() - s)
-            elapsed = time.monotonic() - t0
-            per_poll = (cpu_seconds(pid) - c0 - idle * elapsed) / polls
-            print(f"agent {handler}: trainer CPU {per_poll * 1000:.1f} ms per poll of a 2000-entry buffer "
-                  f"({statistics.median(sizes) / 1024:.0f} KiB, client latency {statistics.median(lat) * 1000:.1f} ms)"
-                  f" = {per_poll / 5 * 100:.3f} % of one core at a 5 s interval (target < 0.5 %)")
+        newest = json.loads(request(sock, "POST", "/handler/frexport_fr_live").body)["entries"][-1]["record_id"]
+        # a live poll in a busy job: the sidecar's cursor is ~100 entries behind the newest
+        variants = [("fr_trace_json", "fr_trace_json"), ("frexport_fr_pickle", "frexport_fr_pickle"),
+                    ("frexport_fr_live (all)", "frexport_fr_live"),
+                    ("frexport_fr_live (100 after the cursor)", f"frexport_fr_live?after={newest - 99}")]
+        results = {}
+        for _label, path in variants:
+            for _ in range(3):
+                request(sock, "POST", f"/handler/{path}", timeout=60)  # warm-up (the first pickle symbolizes)
+        for _ in range(2):  # interleaved rounds: the machine's load changes alike for every variant
+            for label, path in variants:
+                for _ in range(polls // 2):
+                    before = thread_cpu_ns(pid)
+                    s = time.monotonic()
+                    size = len(request(sock, "POST", f"/handler/{path}", timeout=30).body)
+                    lat = time.monotonic() - s
+                    after = thread_cpu_ns(pid)
+                    deltas = [after[t] - before.get(t, 0) for t in after]
+                    results.setdefault(label, []).append((sum(deltas), max(deltas), lat, size))
+        base = statistics.median(r[1] for r in results["fr_trace_json"])
+        for label, _ in variants:
+            rows = results[label]
+            total, handler = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+            print(f"agent {label}: trainer CPU per poll of a 2000-entry buffer, median of {len(rows)}: "
+                  f"{total / 1e6:.1f} ms in the process, {handler / 1e6:.1f} ms in the serving thread "
+                  f"({handler / base:.2f}x fr_trace_json), {statistics.median(r[3] for r in rows) / 1024:.0f} KiB, "
+                  f"client latency {statistics.median(r[2] for r in rows) * 1000:.1f} ms, "
+                  f"{total / 1e9 / 5 * 100:.3f} % of one core at a 5 s interval")
+        print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> int:

@@ -21,8 +21,10 @@ In each rank process it:
    import order and start-up cost do not change), then starts PyTorch's worker server on
    <dir>/rank-<RANK>.sock. torchrun sets no TORCH_WORKER_SERVER_SOCKET, and one socket path
    cannot serve several ranks; a stale socket file left by a dead process is removed first;
-3. registers the handler `frexport_fr_pickle`: the pickle dump, which carries each entry's Python
-   stack frames (the JSON handlers never do);
+3. registers two handlers: `frexport_fr_pickle`, the pickle dump, which carries each entry's
+   Python stack frames (the JSON handlers never do), for evidence; and `frexport_fr_live` (live.py),
+   what the sidecar polls: only the entries after its cursor, as JSON, without frames, at less
+   than half the trainer's CPU of PyTorch's `fr_trace_json`;
 4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count.
 Where the worker server does not exist (older torch) it writes atomic JSON snapshots to
 <dir>/snapshots/trace_<RANK>.json every FREXPORT_AGENT_SNAPSHOT_INTERVAL seconds (default 5)
@@ -184,13 +186,18 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         resp.set_content(pickle_dump(), "application/octet-stream")
         resp.set_status(200)
 
-    if PICKLE_HANDLER not in c10d._get_handler_names():
-        c10d._register_handler(PICKLE_HANDLER, handler)
-        # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
-        # handler after Python has finalized, and deallocating then aborts the process ("Fatal
-        # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
-        # never released keeps the handler from ever being deallocated.
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
+    from frexport.agent.live import LIVE_HANDLER  # here: every process imports this module, few serve
+    from frexport.agent.live import make_handler as make_live_handler
+
+    names = c10d._get_handler_names()
+    for name, fn in ((PICKLE_HANDLER, handler), (LIVE_HANDLER, make_live_handler(pickle_dump))):
+        if name not in names:
+            c10d._register_handler(name, fn)
+            # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
+            # handler after Python has finalized, and deallocating then aborts the process ("Fatal
+            # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
+            # never released keeps the handler from ever being deallocated.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(fn))
     _server = c10d._WorkerServer(path)
     owner_pid = os.getpid()
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
