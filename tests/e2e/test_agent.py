@@ -99,3 +99,38 @@ def test_no_rank_no_agent(monkeypatch, tmp_path):
     monkeypatch.delenv("RANK", raising=False)
     assert agent.enable(str(tmp_path)) is False
     assert not (tmp_path / "dumps").exists()
+
+
+@pytest.mark.torchjob
+def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
+    # a ring buffer of 300 that wraps while the sidecar polls: every poll after the first asks the
+    # agent's frexport_fr_live for the entries from its cursor on and joins them to what it had
+    shared = tmp_path / "shared"
+    env = {"STEPS": "900", "STEP_S": "0.01", "HOLD_S": "120", "MARK_DIR": str(tmp_path),
+           "TORCH_FR_BUFFER_SIZE": "300"}
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        state = LiveState()
+        src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared), poll_interval=0.0))
+        sizes: dict[int, list[int]] = {0: [], 1: []}
+        done = [tmp_path / "done_0", tmp_path / "done_1"]
+        while not all(p.exists() for p in done):
+            for snap in src.collect():
+                state.ingest(snap.dump, snap.source, snap.taken_ns)
+                sizes[snap.dump.rank].append(snap.dump.size_bytes)
+            time.sleep(0.3)
+            assert job.proc.poll() is None, job.output()
+        time.sleep(0.5)
+        pump(src, state)  # the last entries, settled
+        for r in range(2):
+            assert src.handlers(r) >= {"frexport_fr_live", "fr_trace_json"}
+            sock = Target(unix_path=str(shared / f"rank-{r}.sock"))
+            full_body = request(sock, "POST", "/handler/fr_trace_json").body
+            full = decode_bytes(full_body, "json", rank=r, only="json")
+            live = state.latest_dumps()[r]
+            assert live.entries == full.entries  # every field of every entry
+            assert len(live.entries) == 300 and live.entries[0].record_id > 300  # the ring wrapped
+            assert (live.version, live.pg_status) == (full.version, full.pg_status)
+            # polls after the first carried a tail, not the buffer
+            assert len(sizes[r]) >= 3 and max(sizes[r][1:]) < len(full_body) / 2, (sizes[r], len(full_body))
+        src.stop()
