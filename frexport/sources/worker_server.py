@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from bisect import bisect_left
@@ -225,7 +226,12 @@ class WorkerServerSource:
             return None
         rids, resume, _ = _cursor(last.entries)
         body = self.fetch(t, f"{LIVE_HANDLER}?after={rids[resume]}")
-        return self._decode_tail(t, body, now_ns, last, window=True)
+        dump = self._decode_tail(t, body, now_ns, last, window=True)
+        if dump is None and _holds_whole_buffer(body, rids[resume]):
+            # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
+            # every entry came, so this body is decoded whole rather than asked for a second time
+            dump = self._decode(t, body, now_ns)
+        return dump
 
     def _decode_tail(self, t: RankTarget, body: bytes, now_ns: int, last: RankDump,
                      window: bool = False) -> RankDump | None:
@@ -342,6 +348,17 @@ class BodyJob:
     def __call__(self) -> RankDump:
         return decode_bytes(self.body, self.path, rank=self.rank, dumped_at_ns=self.now_ns, keep_frames=False,
                             only="json", max_entries=self.max_entries)
+
+
+_FIRST_RECORD = re.compile(rb'"%s"\s*:\s*(\d{1,20})[,}\s]' % FIRST_RECORD_KEY.encode())
+
+
+def _holds_whole_buffer(body: bytes, since: int) -> bool:
+    """Whether an answer from `since` on holds every entry of the buffer: its oldest is newer than
+    `since`. The agent writes the key before "entries"; only that head is searched."""
+    end = body.find(b'"entries"')
+    m = _FIRST_RECORD.search(body, 0, end if end >= 0 else min(len(body), 1 << 16))
+    return m is not None and int(m.group(1)) > since
 
 
 def _cursor(entries: tuple) -> tuple[list[int], int, bool]:
