@@ -50,6 +50,7 @@ _record_id = attrgetter("record_id")
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
 JSON_HANDLERS = (LIVE_HANDLER, "dump_nccl_trace_json", "fr_trace_json")  # in order of preference
+LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class _Backoff:
     was_up: bool = False  # answered at least once
     refused: bool = False  # the last attempt found nothing listening
     pid: tuple[int, int] | None = None  # (mtime_ns of rank-<N>.json, pid) when the pid can be checked from here
+    live_off_until: float = 0.0  # monotonic time before which the agent's live handler is not asked (it failed)
 
 
 class WorkerServerSource:
@@ -169,8 +171,20 @@ class WorkerServerSource:
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            dump = self._poll_live(t, now_ns) if b.handler == LIVE_HANDLER else None
-            if dump is None:
+            try:
+                dump = self._poll_live(t, now_ns) if b.handler == LIVE_HANDLER else None
+                if dump is None:
+                    dump = self._decode(t, self.fetch(t, b.handler), now_ns)
+            except PeerError as exc:
+                if b.handler != LIVE_HANDLER or exc.down:
+                    raise
+                # The agent's handler is Python: it cannot answer while a thread of the trainer holds
+                # the GIL (a rank stuck in native code), where PyTorch's C++ handlers still do. Ask
+                # one of those now, and for LIVE_RETRY_S.
+                b.live_off_until = time.monotonic() + LIVE_RETRY_S
+                b.handler = self._choose_handler(t)
+                if b.handler == LIVE_HANDLER:
+                    raise
                 dump = self._decode(t, self.fetch(t, b.handler), now_ns)
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
@@ -323,8 +337,9 @@ class WorkerServerSource:
         except (ValueError, TypeError, RecursionError):
             names = frozenset()
         self._backoff[t.name].names = names
+        live_off = time.monotonic() < self._backoff[t.name].live_off_until
         for h in JSON_HANDLERS:
-            if h in names:
+            if h in names and not (h == LIVE_HANDLER and live_off):
                 return h
         return "fr_trace_json"  # servers too old to list handlers
 

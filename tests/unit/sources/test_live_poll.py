@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
@@ -48,8 +49,8 @@ def dumps(tmp_path_factory) -> list[bytes]:
 class AgentRank:
     """A worker server with the agent's live handler over a recorder that is at `self.dump`."""
 
-    def __init__(self, path: str, dump: bytes) -> None:
-        self.dump, self.asked = dump, []
+    def __init__(self, path: str, dump: bytes, live_hangs: bool = False) -> None:
+        self.dump, self.asked, self.release = dump, [], threading.Event()
         rank = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,10 +59,14 @@ class AgentRank:
 
             def do_POST(self):  # noqa: N802
                 url = urlsplit(self.path)
+                if url.path == "/handler/fr_trace_json":  # the layout of PyTorch's JSON, all entries
+                    return self._send(live_dump(lambda *flags: rank.dump, None))
                 if url.path != f"/handler/{LIVE_HANDLER}":
                     return self._send(b"", 404)
                 after = parse_qs(url.query).get("after", [""])[0]
                 rank.asked.append(after)
+                if live_hangs:
+                    rank.release.wait(30)
                 self._send(live_dump(lambda *flags: rank.dump, int(after) if after else None))
 
             def _send(self, body: bytes, status: int = 200) -> None:
@@ -102,3 +107,21 @@ def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
 def _cursor(dump: bytes) -> str:
     entries = pickle.loads(dump)["entries"]
     return str(next((e for e in entries if not e["retired"]), entries[-1])["record_id"])
+
+
+@pytest.mark.torchjob
+def test_a_live_handler_that_cannot_answer_gives_way_to_pytorchs(tmp_path, dumps):
+    # a trainer thread holding the GIL: the agent's Python handler hangs, PyTorch's C++ one answers
+    rank = AgentRank(str(tmp_path / "rank-0.sock"), dumps[0], live_hangs=True)
+    src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), poll_interval=0.0, timeout=0.5))
+    state = LiveState()
+    try:
+        assert pump(src, state) == 1 and len(state.latest_dumps()[0].entries) == 250  # the same poll
+        rank.dump = dumps[1]
+        assert pump(src, state) == 1
+        assert state.latest_dumps()[0].entries[-1].record_id == pickle.loads(dumps[1])["entries"][-1]["record_id"]
+        assert rank.asked == [""]  # asked once, then left alone for a while
+    finally:
+        src.stop()
+        rank.release.set()
+        rank.server.shutdown()
