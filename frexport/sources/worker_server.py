@@ -174,7 +174,7 @@ class WorkerServerSource:
             try:
                 dump = self._poll_live(t, now_ns) if b.handler == LIVE_HANDLER else None
                 if dump is None:
-                    dump = self._decode(t, self.fetch(t, b.handler), now_ns)
+                    dump = self._decode(t, self.fetch(t, _whole_buffer_handler(b)), now_ns)
             except PeerError as exc:
                 if b.handler != LIVE_HANDLER or exc.down:
                     raise
@@ -363,6 +363,15 @@ class BodyJob:
     def __call__(self) -> RankDump:
         return decode_bytes(self.body, self.path, rank=self.rank, dumped_at_ns=self.now_ns, keep_frames=False,
                             only="json", max_entries=self.max_entries)
+
+
+def _whole_buffer_handler(b: _Backoff) -> str:
+    """The handler to ask for a whole buffer (a rank's first poll, an answer that could not be
+    joined): where the agent's live handler is chosen, PyTorch's C++ JSON handler if listed. For the
+    whole buffer it costs the trainer as much as the live one, and it runs without the GIL."""
+    if b.handler != LIVE_HANDLER:
+        return b.handler
+    return next((h for h in JSON_HANDLERS[1:] if h in b.names), LIVE_HANDLER)
 
 
 _FIRST_RECORD = re.compile(rb'"%s"\s*:\s*(\d{1,20})[,}\s]' % FIRST_RECORD_KEY.encode())

@@ -60,6 +60,7 @@ class AgentRank:
             def do_POST(self):  # noqa: N802
                 url = urlsplit(self.path)
                 if url.path == "/handler/fr_trace_json":  # the layout of PyTorch's JSON, all entries
+                    rank.asked.append("fr_trace_json")
                     return self._send(live_dump(lambda *flags: rank.dump, None))
                 if url.path != f"/handler/{LIVE_HANDLER}":
                     return self._send(b"", 404)
@@ -95,10 +96,10 @@ def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
             # every field but the frames, which the live view never reads (evidence fetches the pickle)
             assert got.entries == tuple(e._replace(frames=(), call_site=None) for e in want.entries), n
             assert got.pg_status == want.pg_status and len(got.entries) == 250
-        # one request per poll: the whole buffer first, then from the oldest entry that may change
-        # (the first not retired, else the newest), and after the ring passed that cursor, the one
-        # answer that holds the whole buffer is decoded as it is
-        assert rank.asked == ["", _cursor(dumps[0]), _cursor(dumps[1])]
+        # one request per poll: the whole buffer first (from PyTorch's fr_trace_json), then from the
+        # oldest entry that may change (the first not retired, else the newest), and after the ring
+        # passed that cursor, the one answer that holds the whole buffer is decoded as it is
+        assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), _cursor(dumps[1])]
     finally:
         src.stop()
         rank.server.shutdown()
@@ -116,11 +117,13 @@ def test_a_live_handler_that_cannot_answer_gives_way_to_pytorchs(tmp_path, dumps
     src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), poll_interval=0.0, timeout=0.5))
     state = LiveState()
     try:
-        assert pump(src, state) == 1 and len(state.latest_dumps()[0].entries) == 250  # the same poll
-        rank.dump = dumps[1]
-        assert pump(src, state) == 1
-        assert state.latest_dumps()[0].entries[-1].record_id == pickle.loads(dumps[1])["entries"][-1]["record_id"]
-        assert rank.asked == [""]  # asked once, then left alone for a while
+        for dump in dumps:
+            rank.dump = dump
+            assert pump(src, state) == 1
+            assert state.latest_dumps()[0].entries[-1].record_id == pickle.loads(dump)["entries"][-1]["record_id"]
+        # the first poll takes the whole buffer from fr_trace_json; the live handler, asked once from
+        # the cursor, hangs: that poll and the next are answered by fr_trace_json
+        assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), "fr_trace_json", "fr_trace_json"]
     finally:
         src.stop()
         rank.release.set()
