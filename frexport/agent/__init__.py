@@ -45,6 +45,7 @@ import time
 ENV_DIR = "FREXPORT_AGENT_DIR"
 ENV_RANK_PID = "FREXPORT_AGENT_RANK_PID"  # the rank process's pid, inherited by its children
 PICKLE_HANDLER = "frexport_fr_pickle"
+_DRAIN_S = 0.5  # at exit, between removing the socket and stopping the server (see _serve's stop)
 
 _lock = threading.Lock()
 _enabled = False
@@ -208,12 +209,16 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     def stop() -> None:
         if os.getpid() != owner_pid:
             return  # a forked child inherited this exit hook: the socket is its parent's
-        try:
-            if hasattr(_server, "shutdown"):
-                _server.shutdown()
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
+        # PyTorch's shutdown() joins the server's threads while holding the GIL; a Python handler
+        # (ours) that was called a moment before waits for the GIL in one of them: both wait for
+        # ever (seen at exit with torch 2.13 under live polls). So the socket goes first (no new
+        # request can reach the server), then a sleep, which releases the GIL, lets the requests
+        # already accepted finish, and only then the server is shut down.
+        if os.path.exists(path):
+            os.unlink(path)
+        time.sleep(_DRAIN_S)
+        if hasattr(_server, "shutdown"):
+            _server.shutdown()
 
     atexit.register(stop)
 

@@ -1,6 +1,7 @@
 """frexport.agent in real torch 2.13 gloo jobs under torchrun, with no change to the training code."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -58,6 +59,35 @@ def test_clean_exit_removes_sockets_and_does_not_crash(tmp_path):
     with TorchJob("train.py", shared, nproc=2, env={"STEPS": "3", "MARK_DIR": str(tmp_path)}) as job:
         assert job.proc.wait(90) == 0, job.output()
     assert not list(shared.glob("*.sock")) and "Fatal Python error" not in job.output()
+
+
+@pytest.mark.torchjob
+def test_ranks_exit_while_the_sidecar_polls_their_python_handler(tmp_path):
+    # the agent's handlers are Python; PyTorch's server shutdown at exit holds the GIL while it waits
+    # for them: a rank polled right up to its exit must still exit
+    shared = tmp_path / "shared"
+    env = {"STEPS": "300", "STEP_S": "0.01", "MARK_DIR": str(tmp_path)}
+    stop = threading.Event()
+    answered = []
+
+    def poll(r: int) -> None:
+        sock = Target(unix_path=str(shared / f"rank-{r}.sock"))
+        while not stop.is_set():
+            try:
+                answered.append(request(sock, "POST", "/handler/frexport_fr_live?after=0", timeout=5).status)
+            except Exception:  # noqa: BLE001 - refused once the socket is gone
+                time.sleep(0.01)
+
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        pollers = [threading.Thread(target=poll, args=(r,), daemon=True) for r in range(2) for _ in range(2)]
+        for p in pollers:
+            p.start()
+        try:
+            assert job.proc.wait(120) == 0, job.output()
+        finally:
+            stop.set()
+    assert answered.count(200) > 10 and not list(shared.glob("*.sock"))
 
 
 @pytest.mark.torchjob
