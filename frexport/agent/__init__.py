@@ -45,11 +45,32 @@ import time
 ENV_DIR = "FREXPORT_AGENT_DIR"
 ENV_RANK_PID = "FREXPORT_AGENT_RANK_PID"  # the rank process's pid, inherited by its children
 PICKLE_HANDLER = "frexport_fr_pickle"
-_DRAIN_S = 0.5  # at exit, between removing the socket and stopping the server (see _serve's stop)
+_DRAIN_QUIET_S = 0.3  # at exit, how long no handler may run before the server is stopped (_serve's stop)
+_DRAIN_MAX_S = 10.0  # ... and the longest the exit waits for that
 
 _lock = threading.Lock()
 _enabled = False
 _server = None  # keeps PyTorch's worker server alive
+_closing = False  # the process is exiting: handlers answer at once
+_in_flight = 0  # handlers running now (changed under the GIL)
+
+
+def _drained(handler):
+    """`handler` counted while it runs, and answering 503 at once once the process is exiting."""
+
+    def wrapper(req, resp) -> None:
+        global _in_flight
+        if _closing:
+            resp.set_content("exiting", "text/plain")
+            resp.set_status(503)
+            return
+        _in_flight += 1
+        try:
+            handler(req, resp)
+        finally:
+            _in_flight -= 1
+
+    return wrapper
 
 
 def enable(directory: str | None = None) -> bool:
@@ -191,7 +212,8 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     from frexport.agent.live import make_handler as make_live_handler
 
     names = c10d._get_handler_names()
-    for name, fn in ((PICKLE_HANDLER, handler), (LIVE_HANDLER, make_live_handler(pickle_dump))):
+    for name, raw in ((PICKLE_HANDLER, handler), (LIVE_HANDLER, make_live_handler(pickle_dump))):
+        fn = _drained(raw)
         if name not in names:
             c10d._register_handler(name, fn)
             # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
@@ -209,14 +231,26 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     def stop() -> None:
         if os.getpid() != owner_pid:
             return  # a forked child inherited this exit hook: the socket is its parent's
-        # PyTorch's shutdown() joins the server's threads while holding the GIL; a Python handler
-        # (ours) that was called a moment before waits for the GIL in one of them: both wait for
-        # ever (seen at exit with torch 2.13 under live polls). So the socket goes first (no new
-        # request can reach the server), then a sleep, which releases the GIL, lets the requests
-        # already accepted finish, and only then the server is shut down.
+        # PyTorch's shutdown() joins the server's threads while holding the GIL; one of our Python
+        # handlers still running then (a first pickle with frames takes seconds) waits for the GIL
+        # in one of them: both wait for ever (seen at exit with torch 2.13 under live polls). So
+        # the socket goes first (no new request reaches the server), the handlers still running
+        # finish, and requests already accepted are answered at once (_drained), while this thread
+        # sleeps, which releases the GIL; only then the server is shut down.
+        global _closing
+        _closing = True
         if os.path.exists(path):
             os.unlink(path)
-        time.sleep(_DRAIN_S)
+        deadline = time.monotonic() + _DRAIN_MAX_S
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            if _in_flight:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= _DRAIN_QUIET_S:
+                break
+        else:
+            return  # a handler that does not end: leave the server be rather than hang the exit
         if hasattr(_server, "shutdown"):
             _server.shutdown()
 
