@@ -1,6 +1,6 @@
 """Benchmarks of the sidecar: what it costs, how fast it reacts.
 
-    python benchmarks/bench_sidecar.py [--seconds 60] [--only scrape,poll,traces,latency,agent]
+    python benchmarks/bench_sidecar.py [--seconds 60] [--only scrape,poll,poll-live,traces,latency,agent]
 
 - scrape:  one /metrics scrape built from the live state of 8 ranks x 10 process groups
            (2000-entry snapshots, pending ops, findings); median of 50; series count.
@@ -8,12 +8,15 @@
            worker server (unix socket) whose 2000-entry ring buffer advances by 100 collectives per
            5 s, like a busy job; CPU (% of one core, the sidecar and its decoder processes) and RSS
            of the sidecar over --seconds.
+- poll-live: the same, the replay servers also serving frexport.agent's frexport_fr_live (the
+           sidecar then asks each rank for the entries from its cursor on).
 - traces:  the same with OTLP export on, to a real gRPC receiver: spans/s and sidecar CPU.
 - latency: a dump file written into a watched directory -> the rank's snapshot in the state
            (inotify), 20 samples: median and max.
 - agent:   frexport.agent inside a real torch gloo trainer with a full 2000-entry buffer: trainer
-           CPU per poll of /handler/fr_trace_json and of frexport_fr_pickle, and the equivalent
-           share of one core at a 5 s poll interval.
+           CPU per poll (medians of per-thread CPU, interleaved rounds) of /handler/fr_trace_json,
+           frexport_fr_pickle and frexport_fr_live (whole, and 100 entries after a cursor), and the
+           equivalent share of one core at a 5 s poll interval.
 The replay servers stand in for 8 trainers (a 2-core machine cannot run 8 busy ones besides the
 sidecar); the agent benchmark measures the trainer side with real torch.
 """
@@ -85,17 +88,22 @@ def _entry(rid: int, seq: int, pg: tuple, created: int) -> dict:
 
 
 class ReplayRank:
-    """A rank's recorder that advances by `rate` collectives per second, over `groups` groups."""
+    """A rank's recorder that advances by `rate` collectives per second, over `groups` groups.
+    `live`: it also serves frexport.agent's frexport_fr_live (the entries from `?after=` on)."""
 
     def __init__(self, rank: int, path: str, groups: int = 10, entries: int = 2000, rate: float = 20.0,
-                 base: int = 5000) -> None:
+                 base: int = 5000, live: bool = False) -> None:
         self.rank, self.groups, self.entries, self.rate, self.base = rank, groups, entries, rate, base
         self.start = time.time()
         rank_self = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
-                body = rank_self.body()
+                name, _, query = self.path.partition("?")
+                after = None
+                if name == "/handler/frexport_fr_live" and live:
+                    after = int(query.split("after=", 1)[1]) if "after=" in query else -1
+                body = rank_self.body(after)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -103,7 +111,7 @@ class ReplayRank:
                 self.wfile.write(body)
 
             def do_GET(self):  # noqa: N802
-                body = b'["fr_trace_json", "ping"]'
+                body = b'["frexport_fr_live", "fr_trace_json", "ping"]' if live else b'["fr_trace_json", "ping"]'
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -114,14 +122,14 @@ class ReplayRank:
 
         self.server = serve_unix(path, Handler)
 
-    def body(self) -> bytes:
-        return replay_body(self.start, self.entries, self.groups, self.rate, base=self.base)
+    def body(self, after: int | None = None) -> bytes:
+        return replay_body(self.start, self.entries, self.groups, self.rate, base=self.base, after=after)
 
 
 def replay_body(start: float, entries: int = 2000, groups: int = 10, rate: float = 20.0,
-                now: float | None = None, base: int = 5000) -> bytes:
+                now: float | None = None, base: int = 5000, after: int | None = None) -> bytes:
     """The JSON a busy rank's recorder returns `now - start` seconds into the job (`base`
-    collectives had run before `start`)."""
+    collectives had run before `start`); with `after`, frexport_fr_live's answer (-1: no cursor)."""
     total = base + int(((now or time.time()) - start) * rate)
     t0 = int(start * 1e9)
     es = [_entry(r, r // groups, (str(r % groups), f"g{r % groups}"), t0 + r * 10_000_000)
@@ -129,14 +137,19 @@ def replay_body(start: float, entries: int = 2000, groups: int = 10, rate: float
     for e in es[-3:]:
         e.update(state="started", retired=False, time_discovered_completed_ns=0)
         del e["duration_ms"]
-    return json.dumps({"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": {}, "pg_status": {},
-                       "nccl_comm_state": {}, "entries": es}).encode()
+    doc = {"version": "2.10", "comm_lib_version": "2.21.5", "pg_config": {}, "pg_status": {},
+           "nccl_comm_state": {}}
+    if after is not None:
+        doc["frexport_first_record"] = es[0]["record_id"] if es else None
+        es = [e for e in es if e["record_id"] >= after]
+    doc["entries"] = es
+    return json.dumps(doc).encode()
 
 
-def _serve_replays(directory: str, ranks: int, rate: float) -> None:
+def _serve_replays(directory: str, ranks: int, rate: float, live: bool = False) -> None:
     """Run in a child process: the replay servers must not share the sidecar's CPU accounting."""
     for r in range(ranks):
-        ReplayRank(r, os.path.join(directory, f"rank-{r}.sock"), rate=rate)
+        ReplayRank(r, os.path.join(directory, f"rank-{r}.sock"), rate=rate, live=live)
     while True:
         time.sleep(3600)
 
@@ -172,11 +185,11 @@ def bench_scrape() -> None:
           f"max {max(times) * 1000:.1f} ms, {series} series, {len(text) / 1024:.0f} KiB (target < 50 ms)")
 
 
-def bench_poll(seconds: float, traces: bool) -> None:
+def bench_poll(seconds: float, traces: bool, live: bool = False) -> None:
     from multiprocessing import Process
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-bench-"))
-    replay = Process(target=_serve_replays, args=(str(tmp), 8, 20.0), daemon=True)
+    replay = Process(target=_serve_replays, args=(str(tmp), 8, 20.0, live), daemon=True)
     replay.start()
     while len(list(tmp.glob("rank-*.sock"))) < 8:
         time.sleep(0.1)
@@ -204,7 +217,7 @@ def bench_poll(seconds: float, traces: bool) -> None:
         elapsed = time.monotonic() - t0
         cpu = (tree_cpu_seconds(proc.pid) - c0) / elapsed
         main_cpu = (cpu_seconds(proc.pid) - m0) / elapsed
-        label = "poll+traces" if traces else "poll"
+        label = ("poll+traces" if traces else "poll") + (" (frexport_fr_live)" if live else " (fr_trace_json)")
         extra = ""
         if receiver:
             rate = (len(receiver.received.spans) - spans0) / (time.monotonic() - t0)
@@ -251,41 +264,66 @@ def bench_latency() -> None:
           f"{statistics.median(samples) * 1000:.1f} ms, max {max(samples) * 1000:.1f} ms (target < 1 s)")
 
 
-def bench_agent(polls: int = 30) -> None:
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time of each thread of a process, in ns (schedstat: finer than the 10 ms of /proc/stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def bench_agent(polls: int = 40) -> None:
     from frexport.sources.http_client import Target, request
     from tests.support.torchjob import TorchJob
 
     tmp = Path(tempfile.mkdtemp(prefix="frx-agent-"))
     shared = tmp / "shared"
-    env = {"STEPS": "2100", "STEP_S": "0", "HOLD_S": "600", "MARK_DIR": str(tmp)}
+    env = {"STEPS": "2100", "STEP_S": "0", "HOLD_S": "900", "MARK_DIR": str(tmp)}
     with TorchJob("train.py", shared, nproc=2, env=env) as job:
         job.wait_for(lambda: (tmp / "done_0").exists(), timeout=300, what="2100 collectives")
         meta = json.loads((shared / "rank-0.json").read_text())
         pid = meta["pid"]
         sock = Target(unix_path=str(shared / "rank-0.sock"))
         time.sleep(1)
-        for handler in ("fr_trace_json", "frexport_fr_pickle"):
-            request(sock, "POST", f"/handler/{handler}")  # warm-up (the first pickle symbolizes frames)
-            idle0, t0 = cpu_seconds(pid), time.monotonic()
-            time.sleep(3)
-            idle = (cpu_seconds(pid) - idle0) / (time.monotonic() - t0)  # the held trainer's own baseline
-            c0, t0 = cpu_seconds(pid), time.monotonic()
-            sizes, lat = [], []
-            for _ in range(polls):
-                s = time.monotonic()
-                sizes.append(len(request(sock, "POST", f"/handler/{handler}", timeout=30).body))
-                lat.append(time.monotonic() - s)
-            elapsed = time.monotonic() - t0
-            per_poll = (cpu_seconds(pid) - c0 - idle * elapsed) / polls
-            print(f"agent {handler}: trainer CPU {per_poll * 1000:.1f} ms per poll of a 2000-entry buffer "
-                  f"({statistics.median(sizes) / 1024:.0f} KiB, client latency {statistics.median(lat) * 1000:.1f} ms)"
-                  f" = {per_poll / 5 * 100:.3f} % of one core at a 5 s interval (target < 0.5 %)")
+        newest = json.loads(request(sock, "POST", "/handler/frexport_fr_live").body)["entries"][-1]["record_id"]
+        # a live poll in a busy job: the sidecar's cursor is ~100 entries behind the newest
+        variants = [("fr_trace_json", "fr_trace_json"), ("frexport_fr_pickle", "frexport_fr_pickle"),
+                    ("frexport_fr_live (all)", "frexport_fr_live"),
+                    ("frexport_fr_live (100 after the cursor)", f"frexport_fr_live?after={newest - 99}")]
+        results = {}
+        for _label, path in variants:
+            for _ in range(3):
+                request(sock, "POST", f"/handler/{path}", timeout=60)  # warm-up (the first pickle symbolizes)
+        for _ in range(2):  # interleaved rounds: the machine's load changes alike for every variant
+            for label, path in variants:
+                for _ in range(polls // 2):
+                    before = thread_cpu_ns(pid)
+                    s = time.monotonic()
+                    size = len(request(sock, "POST", f"/handler/{path}", timeout=30).body)
+                    lat = time.monotonic() - s
+                    after = thread_cpu_ns(pid)
+                    deltas = [after[t] - before.get(t, 0) for t in after]
+                    results.setdefault(label, []).append((sum(deltas), max(deltas), lat, size))
+        base = statistics.median(r[1] for r in results["fr_trace_json"])
+        for label, _ in variants:
+            rows = results[label]
+            total, handler = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+            print(f"agent {label}: trainer CPU per poll of a 2000-entry buffer, median of {len(rows)}: "
+                  f"{total / 1e6:.1f} ms in the process, {handler / 1e6:.1f} ms in the serving thread "
+                  f"({handler / base:.2f}x fr_trace_json), {statistics.median(r[3] for r in rows) / 1024:.0f} KiB, "
+                  f"client latency {statistics.median(r[2] for r in rows) * 1000:.1f} ms, "
+                  f"{total / 1e9 / 5 * 100:.3f} % of one core at a 5 s interval")
+        print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60.0, help="measuring time of the poll benchmarks")
-    ap.add_argument("--only", default="scrape,latency,poll,traces,agent")
+    ap.add_argument("--only", default="scrape,latency,poll,poll-live,traces,agent")
     args = ap.parse_args()
     todo = args.only.split(",")
     if "scrape" in todo:
@@ -294,6 +332,8 @@ def main() -> int:
         bench_latency()
     if "poll" in todo:
         bench_poll(args.seconds, traces=False)
+    if "poll-live" in todo:
+        bench_poll(args.seconds, traces=False, live=True)
     if "traces" in todo:
         bench_poll(args.seconds, traces=True)
     if "agent" in todo:

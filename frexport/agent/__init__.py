@@ -21,8 +21,10 @@ In each rank process it:
    import order and start-up cost do not change), then starts PyTorch's worker server on
    <dir>/rank-<RANK>.sock. torchrun sets no TORCH_WORKER_SERVER_SOCKET, and one socket path
    cannot serve several ranks; a stale socket file left by a dead process is removed first;
-3. registers the handler `frexport_fr_pickle`: the pickle dump, which carries each entry's Python
-   stack frames (the JSON handlers never do);
+3. registers two handlers: `frexport_fr_pickle`, the pickle dump, which carries each entry's
+   Python stack frames (the JSON handlers never do), for evidence; and `frexport_fr_live` (live.py),
+   what the sidecar polls: only the entries after its cursor, as JSON, without frames, at less
+   than half the trainer's CPU of PyTorch's `fr_trace_json`;
 4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count.
 Where the worker server does not exist (older torch) it writes atomic JSON snapshots to
 <dir>/snapshots/trace_<RANK>.json every FREXPORT_AGENT_SNAPSHOT_INTERVAL seconds (default 5)
@@ -43,10 +45,32 @@ import time
 ENV_DIR = "FREXPORT_AGENT_DIR"
 ENV_RANK_PID = "FREXPORT_AGENT_RANK_PID"  # the rank process's pid, inherited by its children
 PICKLE_HANDLER = "frexport_fr_pickle"
+_DRAIN_QUIET_S = 0.3  # at exit, how long no handler may run before the server is stopped (_serve's stop)
+_DRAIN_MAX_S = 10.0  # ... and the longest the exit waits for that
 
 _lock = threading.Lock()
 _enabled = False
 _server = None  # keeps PyTorch's worker server alive
+_closing = False  # the process is exiting: handlers answer at once
+_in_flight = 0  # handlers running now (changed under the GIL)
+
+
+def _drained(handler):
+    """`handler` counted while it runs, and answering 503 at once once the process is exiting."""
+
+    def wrapper(req, resp) -> None:
+        global _in_flight
+        if _closing:
+            resp.set_content("exiting", "text/plain")
+            resp.set_status(503)
+            return
+        _in_flight += 1
+        try:
+            handler(req, resp)
+        finally:
+            _in_flight -= 1
+
+    return wrapper
 
 
 def enable(directory: str | None = None) -> bool:
@@ -184,13 +208,19 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         resp.set_content(pickle_dump(), "application/octet-stream")
         resp.set_status(200)
 
-    if PICKLE_HANDLER not in c10d._get_handler_names():
-        c10d._register_handler(PICKLE_HANDLER, handler)
-        # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
-        # handler after Python has finalized, and deallocating then aborts the process ("Fatal
-        # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
-        # never released keeps the handler from ever being deallocated.
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handler))
+    from frexport.agent.live import LIVE_HANDLER  # here: every process imports this module, few serve
+    from frexport.agent.live import make_handler as make_live_handler
+
+    names = c10d._get_handler_names()
+    for name, raw in ((PICKLE_HANDLER, handler), (LIVE_HANDLER, make_live_handler(pickle_dump))):
+        fn = _drained(raw)
+        if name not in names:
+            c10d._register_handler(name, fn)
+            # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
+            # handler after Python has finalized, and deallocating then aborts the process ("Fatal
+            # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
+            # never released keeps the handler from ever being deallocated.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(fn))
     _server = c10d._WorkerServer(path)
     owner_pid = os.getpid()
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
@@ -201,12 +231,28 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     def stop() -> None:
         if os.getpid() != owner_pid:
             return  # a forked child inherited this exit hook: the socket is its parent's
-        try:
-            if hasattr(_server, "shutdown"):
-                _server.shutdown()
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
+        # PyTorch's shutdown() joins the server's threads while holding the GIL; one of our Python
+        # handlers still running then (a first pickle with frames takes seconds) waits for the GIL
+        # in one of them: both wait for ever (seen at exit with torch 2.13 under live polls). So
+        # the socket goes first (no new request reaches the server), the handlers still running
+        # finish, and requests already accepted are answered at once (_drained), while this thread
+        # sleeps, which releases the GIL; only then the server is shut down.
+        global _closing
+        _closing = True
+        if os.path.exists(path):
+            os.unlink(path)
+        deadline = time.monotonic() + _DRAIN_MAX_S
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            if _in_flight:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= _DRAIN_QUIET_S:
+                break
+        else:
+            return  # a handler that does not end: leave the server be rather than hang the exit
+        if hasattr(_server, "shutdown"):
+            _server.shutdown()
 
     atexit.register(stop)
 

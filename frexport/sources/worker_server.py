@@ -2,8 +2,10 @@
 
 Targets are unix sockets found in a directory (`rank-<N>.sock`, as frexport.agent
 creates them; any name carrying a rank works) and configured TCP URLs. Each poll
-POSTs the JSON handler the server lists: `dump_nccl_trace_json` on CUDA builds
-(the NCCL recorder), else `fr_trace_json`. A refused connection means the rank
+POSTs the JSON handler the server lists: frexport.agent's `frexport_fr_live` where the
+agent runs (it sends only the entries from a cursor on: `?after=<record id>`, at less than
+half the trainer's CPU), else `dump_nccl_trace_json` on CUDA builds (the NCCL recorder),
+else PyTorch's `fr_trace_json`. A refused connection means the rank
 is down: counted, backed off, never a crash. Polls run with bounded concurrency.
 Only socket files are targets (symlinks in the directory are not followed), at most
 `max_ranks` of them; a name that is not UTF-8 is labeled with its bytes escaped.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from bisect import bisect_left
@@ -41,7 +44,13 @@ from frexport.sources.http_client import PeerError, Target, fetch_within, reques
 
 _record_id = attrgetter("record_id")
 
-JSON_HANDLERS = ("dump_nccl_trace_json", "fr_trace_json")  # in order of preference
+# frexport.agent's live-poll handler (frexport/agent/live.py; the sidecar imports nothing of the
+# agent, a unit test keeps the names equal): the entries from `?after=<record id>` on, and the
+# record id of the oldest entry the buffer still holds under FIRST_RECORD_KEY.
+LIVE_HANDLER = "frexport_fr_live"
+FIRST_RECORD_KEY = "frexport_first_record"
+JSON_HANDLERS = (LIVE_HANDLER, "dump_nccl_trace_json", "fr_trace_json")  # in order of preference
+LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class _Backoff:
     was_up: bool = False  # answered at least once
     refused: bool = False  # the last attempt found nothing listening
     pid: tuple[int, int] | None = None  # (mtime_ns of rank-<N>.json, pid) when the pid can be checked from here
+    live_off_until: float = 0.0  # monotonic time before which the agent's live handler is not asked (it failed)
 
 
 class WorkerServerSource:
@@ -161,8 +171,21 @@ class WorkerServerSource:
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            body = self.fetch(t, b.handler)
-            dump = self._decode(t, body, now_ns)
+            try:
+                dump = self._poll_live(t, now_ns) if b.handler == LIVE_HANDLER else None
+                if dump is None:
+                    dump = self._decode(t, self.fetch(t, _whole_buffer_handler(b)), now_ns)
+            except PeerError as exc:
+                if b.handler != LIVE_HANDLER or exc.down:
+                    raise
+                # The agent's handler is Python: it cannot answer while a thread of the trainer holds
+                # the GIL (a rank stuck in native code), where PyTorch's C++ handlers still do. Ask
+                # one of those now, and for LIVE_RETRY_S.
+                b.live_off_until = time.monotonic() + LIVE_RETRY_S
+                b.handler = self._choose_handler(t)
+                if b.handler == LIVE_HANDLER:
+                    raise
+                dump = self._decode(t, self.fetch(t, b.handler), now_ns)
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,
@@ -209,24 +232,43 @@ class WorkerServerSource:
                             previous={e.record_id: e for e in last.entries} if last is not None else None,
                             max_entries=self.cfg.max_entries)
 
-    def _decode_tail(self, t: RankTarget, body: bytes, now_ns: int, last: RankDump) -> RankDump | None:
+    def _poll_live(self, t: RankTarget, now_ns: int) -> RankDump | None:
+        """Ask the agent only for the entries from the first one that may still change; None where
+        that answer cannot be joined to the last snapshot (the caller then fetches the whole buffer)."""
+        last = self._last.get(t.rank)
+        if last is None or not last.entries:
+            return None
+        rids, resume, _ = _cursor(last.entries)
+        body = self.fetch(t, f"{LIVE_HANDLER}?after={rids[resume]}")
+        dump = self._decode_tail(t, body, now_ns, last, window=True)
+        if dump is None and _holds_whole_buffer(body, rids[resume]):
+            # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
+            # every entry came, so this body is decoded whole rather than asked for a second time
+            dump = self._decode(t, body, now_ns)
+        return dump
+
+    def _decode_tail(self, t: RankTarget, body: bytes, now_ns: int, last: RankDump,
+                     window: bool = False) -> RankDump | None:
         """The same process, further along: keep the older entries of `last`, decode the rest; None
-        where that cannot be done (the caller parses it all)."""
+        where that cannot be done (the caller parses it all). `window`: the body is the agent's
+        answer from a cursor, which says where the buffer starts (FIRST_RECORD_KEY) instead of
+        holding every entry."""
         entries = last.entries
-        rids = list(map(_record_id, entries))
-        ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
-        at = first_unsettled(entries)
-        resume = at if at is not None else len(entries) - 1
+        rids, resume, ordered = _cursor(entries)
         since = rids[resume]
         # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
         tail = parse_tail(body, since, self.in_process_max_bytes)
         if tail is None:
             return None
+        first = tail.meta.pop(FIRST_RECORD_KEY, None) if window else tail.first_record
+        if window and (type(first) is not int or first > since):
+            return None  # the buffer no longer holds the cursor's entry: more than a buffer's worth since
         anchor = entries[resume] if ordered else next((e for e in entries if e.record_id == since), None)
         if anchor is None or tail.entries[0].get("time_created_ns") != anchor.time_created_ns \
-                or (tail.first_record is not None and tail.first_record < rids[0]):
+                or (first is not None and first < rids[0]):
             return None
-        first = tail.first_record if tail.first_record is not None else since
+        if first is None:
+            first = since
         if ordered:  # the entries in [first, since): a slice
             carry = entries[bisect_left(rids, first):resume]
         else:
@@ -295,8 +337,9 @@ class WorkerServerSource:
         except (ValueError, TypeError, RecursionError):
             names = frozenset()
         self._backoff[t.name].names = names
+        live_off = time.monotonic() < self._backoff[t.name].live_off_until
         for h in JSON_HANDLERS:
-            if h in names:
+            if h in names and not (h == LIVE_HANDLER and live_off):
                 return h
         return "fr_trace_json"  # servers too old to list handlers
 
@@ -320,6 +363,35 @@ class BodyJob:
     def __call__(self) -> RankDump:
         return decode_bytes(self.body, self.path, rank=self.rank, dumped_at_ns=self.now_ns, keep_frames=False,
                             only="json", max_entries=self.max_entries)
+
+
+def _whole_buffer_handler(b: _Backoff) -> str:
+    """The handler to ask for a whole buffer (a rank's first poll, an answer that could not be
+    joined): where the agent's live handler is chosen, PyTorch's C++ JSON handler if listed. For the
+    whole buffer it costs the trainer as much as the live one, and it runs without the GIL."""
+    if b.handler != LIVE_HANDLER:
+        return b.handler
+    return next((h for h in JSON_HANDLERS[1:] if h in b.names), LIVE_HANDLER)
+
+
+_FIRST_RECORD = re.compile(rb'"%s"\s*:\s*(\d{1,20})[,}\s]' % FIRST_RECORD_KEY.encode())
+
+
+def _holds_whole_buffer(body: bytes, since: int) -> bool:
+    """Whether an answer from `since` on holds every entry of the buffer: its oldest is newer than
+    `since`. The agent writes the key before "entries"; only that head is searched."""
+    end = body.find(b'"entries"')
+    m = _FIRST_RECORD.search(body, 0, end if end >= 0 else min(len(body), 1 << 16))
+    return m is not None and int(m.group(1)) > since
+
+
+def _cursor(entries: tuple) -> tuple[list[int], int, bool]:
+    """(record ids, index of the entry to decode from, whether ids ascend): the first entry that may
+    still change, else the newest, which anchors the next body to this snapshot (same process)."""
+    rids = list(map(_record_id, entries))
+    ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
+    at = first_unsettled(entries)
+    return rids, at if at is not None else len(entries) - 1, ordered
 
 
 def _label(name: str) -> str:

@@ -1,6 +1,7 @@
 """frexport.agent in real torch 2.13 gloo jobs under torchrun, with no change to the training code."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -61,6 +62,35 @@ def test_clean_exit_removes_sockets_and_does_not_crash(tmp_path):
 
 
 @pytest.mark.torchjob
+def test_ranks_exit_while_the_sidecar_polls_their_python_handler(tmp_path):
+    # the agent's handlers are Python; PyTorch's server shutdown at exit holds the GIL while it waits
+    # for them: a rank polled right up to its exit must still exit
+    shared = tmp_path / "shared"
+    env = {"STEPS": "300", "STEP_S": "0.01", "MARK_DIR": str(tmp_path)}
+    stop = threading.Event()
+    answered = []
+
+    def poll(r: int) -> None:
+        sock = Target(unix_path=str(shared / f"rank-{r}.sock"))
+        while not stop.is_set():
+            try:
+                answered.append(request(sock, "POST", "/handler/frexport_fr_live?after=0", timeout=5).status)
+            except Exception:  # noqa: BLE001 - refused once the socket is gone
+                time.sleep(0.01)
+
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        pollers = [threading.Thread(target=poll, args=(r,), daemon=True) for r in range(2) for _ in range(2)]
+        for p in pollers:
+            p.start()
+        try:
+            assert job.proc.wait(120) == 0, job.output()
+        finally:
+            stop.set()
+    assert answered.count(200) > 10 and not list(shared.glob("*.sock"))
+
+
+@pytest.mark.torchjob
 def test_one_line_import(tmp_path):
     script = JOBS / "train_imported.py"
     shared = tmp_path / "shared"
@@ -99,3 +129,38 @@ def test_no_rank_no_agent(monkeypatch, tmp_path):
     monkeypatch.delenv("RANK", raising=False)
     assert agent.enable(str(tmp_path)) is False
     assert not (tmp_path / "dumps").exists()
+
+
+@pytest.mark.torchjob
+def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
+    # a ring buffer of 300 that wraps while the sidecar polls: every poll after the first asks the
+    # agent's frexport_fr_live for the entries from its cursor on and joins them to what it had
+    shared = tmp_path / "shared"
+    env = {"STEPS": "900", "STEP_S": "0.01", "HOLD_S": "120", "MARK_DIR": str(tmp_path),
+           "TORCH_FR_BUFFER_SIZE": "300"}
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        state = LiveState()
+        src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared), poll_interval=0.0))
+        sizes: dict[int, list[int]] = {0: [], 1: []}
+        done = [tmp_path / "done_0", tmp_path / "done_1"]
+        while not all(p.exists() for p in done):
+            for snap in src.collect():
+                state.ingest(snap.dump, snap.source, snap.taken_ns)
+                sizes[snap.dump.rank].append(snap.dump.size_bytes)
+            time.sleep(0.3)
+            assert job.proc.poll() is None, job.output()
+        time.sleep(0.5)
+        pump(src, state)  # the last entries, settled
+        for r in range(2):
+            assert src.handlers(r) >= {"frexport_fr_live", "fr_trace_json"}
+            sock = Target(unix_path=str(shared / f"rank-{r}.sock"))
+            full_body = request(sock, "POST", "/handler/fr_trace_json").body
+            full = decode_bytes(full_body, "json", rank=r, only="json")
+            live = state.latest_dumps()[r]
+            assert live.entries == full.entries  # every field of every entry
+            assert len(live.entries) == 300 and live.entries[0].record_id > 300  # the ring wrapped
+            assert (live.version, live.pg_status) == (full.version, full.pg_status)
+            # polls after the first carried a tail, not the buffer
+            assert len(sizes[r]) >= 3 and max(sizes[r][1:]) < len(full_body) / 2, (sizes[r], len(full_body))
+        src.stop()

@@ -1,0 +1,143 @@
+"""The agent's live-poll handler: only the entries the sidecar has not settled, without stack frames.
+
+The sidecar polls every rank every few seconds and, between polls, a busy rank's 2000-entry ring
+buffer gains a few hundred entries. PyTorch's own `fr_trace_json` serializes all 2000 each time,
+with nlohmann::json inside the trainer (the costliest of its dumps: about 3x the pickle dump of
+the same buffer), and torch 2.13 offers no dump of part of the buffer. This handler takes the
+cheapest full dump there is (the pickle without stack frames: the live view never reads frames;
+evidence fetches them separately from `frexport_fr_pickle`), loads it here, and sends as JSON only
+the entries from the sidecar's cursor on:
+
+    POST /handler/frexport_fr_live?after=<record id>
+
+`after` is the record id of the oldest entry the sidecar still expects to change (its first
+unsettled one, else its newest). The answer is PyTorch's JSON dump layout (version, pg_config,
+pg_status, entries) with the entries whose record id is at least `after`, and one key of ours,
+`frexport_first_record`: the record id of the oldest entry still in the buffer, so the sidecar
+knows which of its older entries the buffer still holds. Without `after`, all entries.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from collections.abc import Callable
+from typing import Any
+
+LIVE_HANDLER = "frexport_fr_live"
+FIRST_RECORD_KEY = "frexport_first_record"
+
+
+def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
+    """The JSON body for a poll from `after` on (None: everything), from one pickle dump."""
+    data = dump_pickle(True, False, False)
+    raw = (_load_from(data, after) if after is not None else None) or pickle.loads(data)
+    entries = raw.pop("entries", None) or []
+    raw[FIRST_RECORD_KEY] = entries[0]["record_id"] if entries else None
+    if after is not None:
+        # oldest first with ascending record ids (one reset epoch): the cursor is near the end
+        start = len(entries)
+        while start > 0 and entries[start - 1]["record_id"] >= after:
+            start -= 1
+        entries = entries[start:]
+    raw["entries"] = entries
+    return json.dumps(raw, separators=(",", ":")).encode()
+
+
+def _load_from(data: bytes, after: int) -> dict[str, Any] | None:
+    """The dump with the entries between the first one and `after` cut out of the pickle before it
+    is loaded; None where that cannot be done safely (the caller loads it all).
+
+    Loading all 2000 entries costs a third of the dump itself and makes ~16 000 Python containers,
+    enough to trigger full collections of the trainer's whole heap. PyTorch's pickler (protocol 2)
+    writes each entry as `}(` + key/value pairs with the key "record_id" first, and memoizes only
+    strings: each is written once (BINUNICODE `X`, then BINPUT `q`/`r`) and referenced after (BINGET
+    `h`/`j`). So whole entries can be cut from the entry list: the first entry and every entry that
+    writes a string for the first time stay (later entries may refer to those strings), the rest
+    before `after` goes. A cut that lands wrong fails to load or fails the record-id check
+    below; a reference to a string that was cut out fails to load (the memo has no such index):
+    both fall back to a full load, never to wrong values.
+    """
+    # "record_id" is written in full in the first entry only; its memo index is what every later
+    # entry starts with.
+    key = data.find(b"X\x09\x00\x00\x00record_id")
+    if key < 2 or data[key - 2:key] != b"}(":
+        return None
+    put = key + 14
+    if data[put:put + 1] == b"q":
+        ref = b"h" + data[put + 1:put + 2]
+    elif data[put:put + 1] == b"r":
+        ref = b"j" + data[put + 1:put + 5]
+    else:
+        return None
+    entry = b"}(" + ref
+    first_cut = data.find(entry, put)  # the second entry
+    cut_to = data.find(entry + _int_opcode(after), put)
+    if first_cut < 0 or cut_to <= first_cut:
+        return None  # `after` is the first entry, or not in the buffer: nothing to cut
+    # Keep, besides the head, each entry of the cut region that writes a string for the first time
+    # (an `X` whose length leads to a BINPUT; a look-alike in binary data only keeps one more entry).
+    spans = [(0, first_cut)]
+    for m in re.finditer(b"X", data[first_cut:cut_to]):
+        at = first_cut + m.start()
+        end = at + 5 + int.from_bytes(data[at + 1:at + 5], "little")
+        if at < spans[-1][1] or not (end < cut_to and data[end] in b"qr"):
+            continue
+        start = data.rfind(entry, spans[-1][1], at)
+        if start < 0:
+            start = spans[-1][1]
+        stop = data.find(entry, end, cut_to)
+        stop = cut_to if stop < 0 else stop
+        if start == spans[-1][1]:
+            spans[-1] = (spans[-1][0], stop)
+        else:
+            spans.append((start, stop))
+    spans.append((cut_to, len(data)))
+    try:
+        raw = pickle.loads(b"".join(data[i:j] for i, j in spans))
+        rids = [e["record_id"] for e in raw["entries"]]
+    except Exception:  # noqa: BLE001 - a cut in the wrong place: load it all
+        return None
+    tail = rids.index(after) if after in rids else -1
+    head = rids[:tail]
+    if tail < 1 or rids[tail:] != list(range(after, after + len(rids) - tail)) \
+            or any(x >= y for x, y in zip(head, rids[1:tail + 1])):
+        return None
+    return raw
+
+
+def _int_opcode(value: int) -> bytes:
+    """An int as PyTorch's pickler writes it (BININT1, BININT2, BININT, else an 8-byte LONG1)."""
+    if 0 <= value <= 0xFF:
+        return b"K" + value.to_bytes(1, "little")
+    if 0 <= value <= 0xFFFF:
+        return b"M" + value.to_bytes(2, "little")
+    if -(1 << 31) <= value < 1 << 31:
+        return b"J" + value.to_bytes(4, "little", signed=True)
+    return b"\x8a\x08" + value.to_bytes(8, "little", signed=True)
+
+
+def parse_after(text: str) -> int | None:
+    """The `after` parameter: None when absent (empty), else a record id; ValueError otherwise."""
+    if not text:
+        return None
+    if not text.isdecimal() or len(text) > 20:
+        raise ValueError(f"after={text[:40]!r} is not a record id")
+    return int(text)
+
+
+def make_handler(dump_pickle: Callable[..., bytes]) -> Callable[[Any, Any], None]:
+    """The worker-server handler (req, resp) around `live_dump`."""
+
+    def handler(req: Any, resp: Any) -> None:
+        try:
+            after = parse_after(req.get_param("after"))
+        except ValueError as exc:
+            resp.set_content(str(exc), "text/plain")
+            resp.set_status(400)
+            return
+        resp.set_content(live_dump(dump_pickle, after), "application/json")
+        resp.set_status(200)
+
+    return handler
