@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +38,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from tests.support.ports import free_port  # noqa: E402
-from tests.support.unix_http import serve_unix  # noqa: E402
+from tests.support.unix_http import QuietHandler, serve_unix  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -97,28 +96,16 @@ class ReplayRank:
         self.start = time.time()
         rank_self = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):  # noqa: N802
                 name, _, query = self.path.partition("?")
                 after = None
                 if name == "/handler/frexport_fr_live" and live:
                     after = int(query.split("after=", 1)[1]) if "after=" in query else -1
-                body = rank_self.body(after)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send(rank_self.body(after))
 
             def do_GET(self):  # noqa: N802
-                body = b'["frexport_fr_live", "fr_trace_json", "ping"]' if live else b'["fr_trace_json", "ping"]'
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
+                self.send(b'["frexport_fr_live", "fr_trace_json", "ping"]' if live else b'["fr_trace_json", "ping"]')
 
         self.server = serve_unix(path, Handler)
 

@@ -132,7 +132,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                 mismatch_findings[(key, s)] = f
 
     waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
-    roots = root_causes(waits, by_rank, stall_after_ns, options.clock, options.scope)
+    roots = root_causes(waits, by_rank, stall_after_ns, options.scope)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     hang_culprits = {r for f in root_findings for r in f.culprit_ranks}

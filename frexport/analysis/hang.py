@@ -118,7 +118,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
                     w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
-                    _classify_p2p(w, op, traces, stall_after_ns, clock, scope)
+                    _classify_p2p(w, op, traces, stall_after_ns, scope)
                     _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
@@ -128,7 +128,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     for ws in collective.values():
         earliest = min(w.created_ns for w in ws)
         stalled = max(w.age_ns for w in ws) >= stall_after_ns
-        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, clock, scope,
+        classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, scope,
                                        stalled)
         still = classes[-1]
         members = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
@@ -163,7 +163,7 @@ def _oldest_unfinished(flags) -> int | None:
 
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
-                         stall_after_ns: int, clock: bool, scope: frozenset[int] | None = None,
+                         stall_after_ns: int, scope: frozenset[int] | None = None,
                          stalled: bool = True) -> tuple[tuple[int, ...], ...]:
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
     moved_on = False
@@ -187,7 +187,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 # completes only once every member issued it), so members that lack it or still
                 # wait in it were dumped earlier (dumps of a running job are never simultaneous)
                 moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
-        elif _fresh(t, created_ns, stall_after_ns, clock):
+        elif _fresh(t, created_ns, stall_after_ns):
             not_yet.append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
@@ -209,7 +209,7 @@ def _outlived(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     return bool(t.last_event_ns and created_ns and t.last_event_ns - created_ns >= stall_after_ns)
 
 
-def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int, clock: bool,
+def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int,
                   scope: frozenset[int] | None = None) -> None:
     me_local = w.group.members.index(w.rank) if w.rank in w.group.members else None
     peer_local = op.dst if op.op == "send" else op.src
@@ -231,7 +231,7 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
         if other.op == want and other_peer == me_local and not other.flags & FINISHED:
             w.joined = (w.rank, peer)
             return
-    if _fresh(t, w.created_ns, stall_after_ns, clock):
+    if _fresh(t, w.created_ns, stall_after_ns):
         w.not_yet = (peer,)
     else:
         w.missing = (peer,)
@@ -239,21 +239,21 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
             w.outlived = (peer,)
 
 
-def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> bool:
+def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     """The rank was seen too soon after the op was issued to say it never will issue it.
 
     A dump time older than the rank's own newest recorded event is not when the dump was taken (a
     file touched into the past, live or after the fact), so it says nothing: the rank is not fresh,
     only a suspect unless other evidence decides (see `Root.certain`). A rank whose own recorder
-    went on past the threshold is never fresh, whatever its dump time. (`clock` does not enter: a
-    dump time close after the op shows a fresh snapshot whether or not it is a clock.)"""
+    went on past the threshold is never fresh, whatever its dump time. A dump time close after the
+    op shows a fresh snapshot whether or not it is a clock."""
     if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted:
         return False
     return t.dumped_at_ns - created_ns < stall_after_ns
 
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
-                clock: bool = False, scope: frozenset[int] | None = None) -> list[Root]:
+                scope: frozenset[int] | None = None) -> list[Root]:
     # The wait-for graph, with its edges shared: every waiter of one collective waits for the same
     # members (classified once per collective, one tuple), so a rank's edges go through that tuple, a
     # hub, to the members. In a 4096-rank hang the millions of rank-to-rank edges are a few hundred hubs.
@@ -279,7 +279,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns, clock)):
+                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w

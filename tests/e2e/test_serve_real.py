@@ -143,7 +143,8 @@ def test_a_job_killed_while_stalled_is_down_not_stalled_also_at_the_next_start(t
         assert not [s for s in sc.samples() if s.name == "frexport_oldest_pending_collective_age_seconds"]
         assert sc.value("frexport_source_up", source="socket:rank-2") == 0.0
         # the last diagnosis stays in the bundle written when the stall was seen
-        job.wait_for(lambda: _bundles(tmp_path, "missing_rank"), timeout=20, what="the stall's bundle")
+        # (the job is dead by now: job.wait_for would give up at once)
+        wait_until(lambda: _bundles(tmp_path, "missing_rank"), timeout=20, what="the stall's bundle")
         assert "rank 2 never issued" in (_bundles(tmp_path, "missing_rank")[0] / "report.txt").read_text()
     # a sidecar started after the job died: its sockets are recognised as dead, not up, not stalled
     with Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence2"),

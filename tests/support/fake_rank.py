@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 from tests.support.synth import dump, entry
-from tests.support.unix_http import serve_unix
+from tests.support.unix_http import QuietHandler, serve_unix
 
 HANDLERS = ["fr_trace_json", "dump_traceback", "ping"]
 
@@ -33,34 +32,24 @@ class FakeRank:
         self.release = threading.Event()  # frees a hanging handler at teardown
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
-                self._send(json.dumps(HANDLERS).encode())
+                self.send(json.dumps(HANDLERS).encode())
 
             def do_POST(self):  # noqa: N802
                 name = self.path.rsplit("/", 1)[-1]
                 if name == "fr_trace_json":
                     fake.polls.append(time.monotonic())
-                    self._send(fake.body())
+                    self.send(fake.body())
                 elif name == "dump_traceback":
                     fake.stack_requests += 1
                     if fake.hang_stacks:
                         fake.release.wait()  # never answers while the test runs
                         return
-                    self._send(f"Thread 0x1 (most recent call first):\n  File \"/job/train.py\", line 10, in step "
+                    self.send(f"Thread 0x1 (most recent call first):\n  File \"/job/train.py\", line 10, in step "
                                f"(rank {fake.rank})\n".encode(), "text/plain")
                 else:
-                    self._send(b"Handler not found", "text/plain", 404)
-
-            def _send(self, body: bytes, ctype: str = "application/json", status: int = 200) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
+                    self.send(b"Handler not found", "text/plain", 404)
 
         self.server = serve_unix(path, Handler)
 

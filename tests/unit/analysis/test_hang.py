@@ -110,7 +110,7 @@ def test_collectives_issued_in_different_orders_across_groups_are_a_cycle():
 # The wait-for graph with one edge per pair of ranks, as it was before edges went through shared hubs:
 # the reference the hub version must agree with.
 def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
-                clock: bool = False, scope: frozenset[int] | None = None) -> list[Root]:
+                     scope: frozenset[int] | None = None) -> list[Root]:
     edges: dict[int, set[int]] = {}
     # target rank -> the op that shows best that it is the one missing: the one where the fewest
     # members are missing (in a hang the culprit's own group waits for it alone, while wider groups
@@ -133,7 +133,7 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns, clock)):
+                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -253,12 +253,11 @@ def test_the_graph_through_hubs_finds_the_roots_of_the_graph_of_pairs(seed):
                 w.not_yet = () if rng.random() < 0.8 else (rng.randrange(world),)
                 w.completed = rng.random() < 0.1
             waits.append(w)
-    for clock in (False, True):
-        for scope in (None, frozenset(range(world // 2))):
-            got = root_causes(waits, traces, STALL_AFTER_NS, clock, scope)
-            want = _reference_roots(waits, traces, STALL_AFTER_NS, clock, scope)
+    for scope in (None, frozenset(range(world // 2))):
+        got = root_causes(waits, traces, STALL_AFTER_NS, scope)
+        want = _reference_roots(waits, traces, STALL_AFTER_NS, scope)
 
-            def key(root):
-                return (root.kind, root.ranks, id(root.wait), root.blocked, root.waited_by, root.certain)
+        def key(root):
+            return (root.kind, root.ranks, id(root.wait), root.blocked, root.waited_by, root.certain)
 
-            assert sorted(map(key, got)) == sorted(map(key, want))
+        assert sorted(map(key, got)) == sorted(map(key, want))

@@ -8,7 +8,6 @@ import pickle
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -21,7 +20,7 @@ from frexport.sources.health import HealthRegistry
 from frexport.sources.worker_server import WorkerServerSource
 from tests.support.live import pump
 from tests.support.ports import free_port
-from tests.support.unix_http import serve_unix
+from tests.support.unix_http import QuietHandler, serve_unix
 
 # a 250-entry buffer dumped after 260 collectives, 10 more, then 500 more (the ring passes the cursor)
 _RECORDER = """
@@ -53,31 +52,22 @@ class AgentRank:
         self.dump, self.asked, self.release = dump, [], threading.Event()
         rank = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
-                self._send(b'["%s", "fr_trace_json", "frexport_fr_pickle", "ping"]' % LIVE_HANDLER.encode())
+                self.send(b'["%s", "fr_trace_json", "frexport_fr_pickle", "ping"]' % LIVE_HANDLER.encode())
 
             def do_POST(self):  # noqa: N802
                 url = urlsplit(self.path)
                 if url.path == "/handler/fr_trace_json":  # the layout of PyTorch's JSON, all entries
                     rank.asked.append("fr_trace_json")
-                    return self._send(live_dump(lambda *flags: rank.dump, None))
+                    return self.send(live_dump(lambda *flags: rank.dump, None))
                 if url.path != f"/handler/{LIVE_HANDLER}":
-                    return self._send(b"", 404)
+                    return self.send(b"", status=404)
                 after = parse_qs(url.query).get("after", [""])[0]
                 rank.asked.append(after)
                 if live_hangs:
                     rank.release.wait(30)
-                self._send(live_dump(lambda *flags: rank.dump, int(after) if after else None))
-
-            def _send(self, body: bytes, status: int = 200) -> None:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
+                self.send(live_dump(lambda *flags: rank.dump, int(after) if after else None))
 
         self.server = serve_unix(path, Handler)
 
