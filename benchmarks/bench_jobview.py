@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         pacing.stop()
         gc.collect()
         full = time.process_time() - t
-        print(f"  the full collection the loop runs every {pacing.full_every} passes: {full:.2f} s "
-              f"({full / pacing.full_every:.2f} s per pass)")
+        print(f"  a full collection: {full:.2f} s; the loop runs one {full / pacing.full_share:.0f} s after the last "
+              f"({pacing.full_share:.0%} of its time)")
     decoder.close()
     return 0
 

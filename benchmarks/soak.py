@@ -191,6 +191,7 @@ def soak(ranks: int, seconds: float, poll: float, sample_every: float = 3.0, rat
     return {"ranks": ranks, "seconds": seconds, "rss_start_mb": warm[0][1] if warm else 0,
             "rss_end_mb": rss[-1][1] if rss else 0, "rss_peak_mb": max(v for _, v in rss) if rss else 0,
             "rss_slope_mb_per_min": _slope(warm), "fd_slope_per_min": _slope(warm_fds),
+            "rss_mb": [round(v) for _, v in rss],
             "fds_end": fds[-1][1] if fds else 0, "errors": errors, "spans": spans,
             # open fds swing with the polls in flight (one socket per rank): compare peaks, not a slope
             "fds_peak_first_half": max((v for t, v in fds if t < seconds / 2), default=0),

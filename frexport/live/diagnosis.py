@@ -106,8 +106,8 @@ class LiveAnalysis:
         statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)
         roots = [f for f in diagnosis.findings if f.root_cause]
-        keys = {(f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) for f in roots}
-        new = [f for f in roots if (f.kind, f.pg_name, f.collective_seq_id, f.culprit_ranks) not in self._reported]
+        keys = {_hang_key(f) for f in roots}
+        new = [f for f in roots if _hang_key(f) not in self._reported]
         self._reported = keys  # a root cause that clears and returns is new again
         self.latest = LiveResult(diagnosis, statuses, stall_after, new, scope, frozenset(down))
         return self.latest
@@ -121,6 +121,13 @@ class LiveAnalysis:
         if timeouts:
             threshold = min(threshold, self.cfg.max_stall_fraction_of_timeout * min(timeouts) / 1000)
         return threshold
+
+
+def _hang_key(f: F.Finding) -> tuple:
+    """Which hang a root cause is. Not its kind: that sharpens as evidence arrives (the view hears of a
+    hang before the culprit's pod sends its rank: 'left no dump', then 'never issued it'), and a
+    sharper word for the same hang is not a new incident."""
+    return f.pg_name, f.collective_seq_id, f.culprit_ranks
 
 
 def observed_step_s(dumps) -> float | None:

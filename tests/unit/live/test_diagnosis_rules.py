@@ -51,3 +51,15 @@ def test_live_waits_are_timed_by_the_polls_and_never_by_a_time_that_contradicts_
     [f] = result.diagnosis.findings
     assert (f.culprit_ranks, f.certain, f.waited.clock) == ((2,), False, "recorder")
     assert _stalled_s(f, now=f.time_ns / 1e9 + 86_400) < 1.0
+
+
+def test_a_hang_whose_culprit_is_first_seen_without_data_is_still_one_incident():
+    """The job-level view may hear of a hang before the culprit's pod has sent its rank: first 'rank 2
+    left no dump', a pass later 'rank 2 never issued it'. The same hang: one incident (one bundle)."""
+    polled = _polled("stuck_before_collective", 4)
+    live = LiveAnalysis(Analysis(stall_after=5.0), scoped=False)
+    first = live.run({r: d for r, d in polled.items() if r != 2})
+    assert [(f.kind, f.culprit_ranks) for f in first.new_root_causes] == [("missing_dump", (2,))]
+    second = live.run(polled)
+    assert [(f.kind, f.culprit_ranks) for f in second.diagnosis.findings if f.root_cause] == [("missing_rank", (2,))]
+    assert second.new_root_causes == []

@@ -1,4 +1,5 @@
 import gc
+import time
 import weakref
 
 from frexport.live.gc_pacing import GcPacing
@@ -28,16 +29,35 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
-def test_a_cycle_among_a_pass_survivors_lives_until_the_periodic_full_collection():
-    pacing = GcPacing(full_every=3)
+def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
+    # the clock's readings: a full collection from 0 s to 1 s, at a 25% share the next one from 5 s
+    readings = iter([0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
+    pacing = GcPacing(full_share=0.25, clock=lambda: next(readings))
     pacing.start()
     try:
+        pacing.after_pass()  # 0-1 s: the first pass collects everything
+        assert pacing.last_full_s == 1.0
         held, ref = _cycle()
-        pacing.after_pass()  # survives the pass: frozen
+        pacing.after_pass()  # 2 s: survives the pass, frozen
         del held
-        pacing.after_pass()
+        pacing.after_pass()  # 3 s
         assert ref() is not None  # the young collection does not walk frozen objects
-        pacing.after_pass()  # the third pass unfreezes and collects everything
+        pacing.after_pass()  # 5 s: everything collected again
+        assert ref() is None
+    finally:
+        pacing.stop()
+
+
+def test_a_small_window_is_collected_whole_after_every_pass():
+    pacing = GcPacing()  # a real clock: collecting this test process costs milliseconds
+    pacing.start()
+    try:
+        pacing.after_pass()
+        held, ref = _cycle()
+        pacing.after_pass()
+        del held
+        time.sleep(pacing.last_full_s / pacing.full_share + 0.01)  # a pass interval is longer than that
+        pacing.after_pass()
         assert ref() is None
     finally:
         pacing.stop()
