@@ -26,21 +26,28 @@ TIMEOUT = "timeout"
 DUMP_TIME = "dump_time"
 
 
+ISSUE = "issue"  # the wait began when the waiting rank issued the op
+ALL_IN = "all_in"  # when its last member issued it: the time a collective every member joined is stuck in
+
+
 class Waited(NamedTuple):
     ns: int
     clock: str  # RECORDER, TIMEOUT or DUMP_TIME
     rank: int  # whose event, timeout or dump time it was measured to
+    since: str = ISSUE
 
     def text(self) -> str:
+        start = "its last member's issue" if self.since == ALL_IN else "issue"
         if self.clock == RECORDER:
-            return f"at least {duration(self.ns)} (until rank {self.rank}'s last recorded event)"
+            after = f"from {start} " if self.since == ALL_IN else ""
+            return f"at least {duration(self.ns)} ({after}until rank {self.rank}'s last recorded event)"
         if self.clock == TIMEOUT:
             return f"at least {duration(self.ns)} (rank {self.rank}'s watchdog timeout, timeout_ms, expired)"
-        return f"{duration(self.ns)} (from issue to rank {self.rank}'s dump time)"
+        return f"{duration(self.ns)} (from {start} to rank {self.rank}'s dump time)"
 
     def to_json(self) -> dict:
         return {"seconds": round(self.ns / 1e9, 6), "clock": self.clock, "rank": self.rank,
-                "at_least": self.clock != DUMP_TIME, "text": self.text()}
+                "since": self.since, "at_least": self.clock != DUMP_TIME, "text": self.text()}
 
 
 def duration(ns: int) -> str:

@@ -451,10 +451,10 @@ def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) 
     elif certain and not w.proven and w.waited and w.waited.clock == RECORDER:
         what = f"has not finished after {_waited(w)}"
         reason = (f"every member issued it, and it was still unfinished when rank {w.waited.rank} recorded an "
-                  f"event {duration(w.waited.ns)} after its issue (the recorder's own clock)")
+                  f"event {duration(w.waited.ns)} after the last of them did (the recorder's own clock)")
     elif certain:
         what = f"has not finished after {_waited(w)}"
-        reason = f"every member issued it and the ranks were seen waiting in it {_waited(w)} later"
+        reason = f"every member issued it and the ranks were seen waiting in it {_waited(w)}"
     else:
         what = "has not finished in these dumps"
         reason = ("every member issued it and none finished it; a hang if it stays so, a collective in flight "

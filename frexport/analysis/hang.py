@@ -32,7 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from frexport.analysis.clock import (
+    ALL_IN,
     RECORDER,
+    TIMEOUT,
     Latest,
     Waited,
     bound_since,
@@ -76,6 +78,10 @@ class Wait:
     # without issuing it: proven absent by the recorder's clock, whatever the file times
     outlived: tuple[int, ...] = ()
     completed: bool = False  # a member finished it and went on: it did complete, this rank was dumped before
+    # when its last member issued it (every member did; else 0): only from then on can it be stuck inside.
+    # Before, the ranks waited for a late member, and snapshots taken either side of that member's
+    # arrival (ranks are polled one by one) show every member in it, the early ones long in it.
+    all_in_ns: int = 0
     peer: int | None = None  # p2p: the global rank it sends to or receives from
 
     @property
@@ -118,7 +124,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
                     w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
-                    _classify_p2p(w, op, traces, stall_after_ns, scope)
+                    _classify_p2p(w, op, traces, stall_after_ns, scope, clock)
                     _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
                     waits.append(w)
                     break  # ops to one peer complete in order: the oldest one is where it waits
@@ -130,10 +136,13 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         stalled = max(w.age_ns for w in ws) >= stall_after_ns
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, scope,
                                        stalled)
-        still = classes[-1]
+        still, all_in = classes[-2:]
         members = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
         for w in ws:
-            w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-1]
+            w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-2]
+            if all_in:
+                w.all_in_ns = max(all_in, w.created_ns)
+                w.proven = w.timed_out or (clock and _age(traces[w.rank], w.all_in_ns) >= stall_after_ns)
             _measure(w, traces, (w.rank,), clock, members)
     return waits
 
@@ -144,9 +153,12 @@ def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], cloc
     some already looked at): those whose records show it still on: the waiting rank, members still
     in the op, members whose dumps lack it."""
     t = traces[w.rank]
-    w.waited = longest(bound_since(latest_event(traces, ranks, members), w.created_ns),
+    since = w.all_in_ns or w.created_ns
+    w.waited = longest(bound_since(latest_event(traces, ranks, members), since),
                        timeout_bound(t, w.group.name, w.rank) if w.timed_out else None,
-                       dump_bound(t, w.created_ns, w.rank, clock))
+                       dump_bound(t, since, w.rank, clock))
+    if w.all_in_ns and w.waited is not None and w.waited.clock != TIMEOUT:
+        w.waited = w.waited._replace(since=ALL_IN)
 
 
 def _age(t: RankTrace, created_ns: int) -> int:
@@ -164,8 +176,11 @@ def _oldest_unfinished(flags) -> int | None:
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
                          stall_after_ns: int, scope: frozenset[int] | None = None,
-                         stalled: bool = True) -> tuple[tuple[int, ...], ...]:
+                         stalled: bool = True) -> tuple:
+    """(missing, no_dump, not_yet, joined, left, completed, outlived, still, all_in_ns) of a collective's
+    members; all_in_ns: when its last member issued it, where every member's record shows it (else 0)."""
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
+    all_in = 0
     moved_on = False
     name = group.name
     for m in group.members:
@@ -179,6 +194,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
         i = g.position(seq) if g is not None and len(g.seq) else None
         if i is not None or (g is not None and len(g.seq) and seq < g.seq[0]):
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
+            if i is not None:
+                all_in = max(all_in, g.created_ns[i])
             if i is not None and not g.flags[i] & FINISHED:
                 still.append(m)
             if i is not None and g.flags[i] & FINISHED:
@@ -195,10 +212,12 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             missing.append(m)
             if _outlived(t, created_ns, stall_after_ns):
                 outlived.append(m)
+    if missing or no_dump or not_yet:
+        all_in = 0
     if moved_on:
-        return (), tuple(no_dump), tuple(missing + not_yet), tuple(joined), (), True, (), tuple(still)
+        return (), tuple(no_dump), tuple(missing + not_yet), tuple(joined), (), True, (), tuple(still), all_in
     return (tuple(missing), tuple(no_dump), tuple(not_yet), tuple(joined), tuple(left), False, tuple(outlived),
-            tuple(still))
+            tuple(still), all_in)
 
 
 def _outlived(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
@@ -210,7 +229,7 @@ def _outlived(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
 
 
 def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int,
-                  scope: frozenset[int] | None = None) -> None:
+                  scope: frozenset[int] | None = None, clock: bool = False) -> None:
     me_local = w.group.members.index(w.rank) if w.rank in w.group.members else None
     peer_local = op.dst if op.op == "send" else op.src
     peer = w.group.global_rank(peer_local)
@@ -230,6 +249,8 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
         other_peer = other.src if want == "recv" else other.dst
         if other.op == want and other_peer == me_local and not other.flags & FINISHED:
             w.joined = (w.rank, peer)
+            w.all_in_ns = max(w.created_ns, other.created_ns)
+            w.proven = w.timed_out or (clock and _age(traces[w.rank], w.all_in_ns) >= stall_after_ns)
             return
     if _fresh(t, w.created_ns, stall_after_ns):
         w.not_yet = (peer,)
@@ -274,12 +295,13 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
             # cannot complete without every member), so the member is not merely late
             _edge(hub, w, w.edges, w.proven or bool(w.left), hubs, out, settled, evidence, first_edge,
                   w.outlived)
-        if not w.p2p and not w.edges and not w.not_yet and w.left:
+        if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces,
+                                                                                                   stall_after_ns):
             _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns)):
+                and not _seen_soon_after_all_in(w, traces, stall_after_ns)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -329,6 +351,13 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         direct = {a for r in root.ranks for hub in hubs_of.get(r, ()) for a in waiters[hub]}
         root.waited_by = tuple(sorted(direct - set(root.ranks)))
     return roots
+
+
+def _seen_soon_after_all_in(w: Wait, traces: dict[int, RankTrace], stall_after_ns: int) -> bool:
+    """The waiting rank was seen too soon after the op's last member issued it to say it is stuck in it:
+    a collective in flight, or (members that finished it) one this rank finished just after its snapshot."""
+    t = traces.get(w.rank)
+    return t is not None and _fresh(t, w.all_in_ns or w.created_ns, stall_after_ns)
 
 
 def _stuck_long(w: Wait, stall_after_ns: int) -> bool:

@@ -60,7 +60,7 @@ def test_a_missing_rank_whose_own_recorder_went_on_past_the_stall_threshold_is_t
     assert f.waited.clock == "recorder" and f.waited.rank == 2
     assert "the oldest for at least 6.0 s (until rank 2's last recorded event)" in f.message, f.message
     assert f.to_json()["waited"] == {"seconds": pytest.approx(6.0, abs=1e-5), "clock": "recorder", "rank": 2,
-                                     "at_least": True, "text": f.waited.text()}
+                                     "since": "issue", "at_least": True, "text": f.waited.text()}
 
 
 def test_a_missing_rank_seen_by_its_recorder_for_less_than_the_threshold_stays_a_suspect(tmp_path, diagnose):
@@ -100,7 +100,8 @@ def test_a_collective_every_member_issued_unfinished_long_after_by_a_members_rec
                                                for r, es in job.items()}))
     [f] = [f for f in d.findings if f.collective_seq_id == 11]
     assert (f.kind, f.certain, d.verdict) == ("not_completed", True, "unhealthy")
-    assert "has not finished after at least 8.0 s (until rank 3's last recorded event)" in f.message, f.message
+    assert ("has not finished after at least 8.0 s (from its last member's issue until rank 3's last recorded "
+            "event)") in f.message, f.message
     assert "the recorder's own clock" in f.reason
 
 

@@ -125,7 +125,8 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
             # peers finished a collective this member never issued: they failed out of it (a collective
             # cannot complete without every member), so the member is not merely late
             evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
-        if not w.p2p and not w.edges and not w.not_yet and w.left:
+        soon = w.rank in traces and _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns)
+        if not w.p2p and not w.edges and not w.not_yet and w.left and not soon:
             for m in w.left:
                 edges.setdefault(w.rank, set()).add(m)
                 left_edge.setdefault(m, w)
@@ -133,7 +134,7 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _fresh(traces[w.rank], w.created_ns, stall_after_ns)):
+                and not _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -245,6 +246,8 @@ def test_the_graph_through_hubs_finds_the_roots_of_the_graph_of_pairs(seed):
             w = Wait(r, group, rng.randrange(1, 4), p2p, (), T0 - rng.choice([0, 1, 20]) * 10**9, None, False,
                      rng.choice([0, 10 * 10**9]))
             w.proven = rng.random() < 0.15
+            if rng.random() < 0.3:  # every member issued it, the last one later
+                w.all_in_ns = w.created_ns + rng.choice([0, 5, 15]) * 10**9
             if p2p:  # a p2p wait's tuples are its own
                 w.missing, w.no_dump = tuple(missing[:1]), tuple(no_dump[:1])
                 w.outlived = tuple(m for m in w.missing if m in outlived)

@@ -5,9 +5,11 @@ waits (blocked) - never every rank of the cycle 'desynced'."""
 import pytest
 
 from frexport.config import Analysis
+from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
 from frexport.live.diagnosis import BLOCKED, DESYNCED, LiveAnalysis
 from tests.support import paths
+from tests.support.synth import STEP_NS, T0, dump, entry
 
 
 def _polled(scenario: str, world: int, age_s: float = 120.0) -> dict:
@@ -63,3 +65,55 @@ def test_a_hang_whose_culprit_is_first_seen_without_data_is_still_one_incident()
     second = live.run(polled)
     assert [(f.kind, f.culprit_ranks) for f in second.diagnosis.findings if f.root_cause] == [("missing_rank", (2,))]
     assert second.new_root_causes == []
+
+
+def _gloo(seqs_done: int, in_flight: int | None, created: dict[int, int], rank: int) -> list[dict]:
+    """A gloo rank's records: collectives 1..seqs_done finished (retired), then `in_flight` issued at
+    created[in_flight] and not finished (gloo marks neither start nor completion, only retirement)."""
+    es = [entry(i - 1, i, backend="gloo", state="scheduled", retired=True, created=T0 + i * STEP_NS + rank * 1000,
+                duration_ms=None) for i in range(1, seqs_done + 1)]
+    if in_flight is not None:
+        es.append(entry(in_flight - 1, in_flight, backend="gloo", state="scheduled", retired=False,
+                        created=created[in_flight], duration_ms=None))
+    return es
+
+
+def _seen(records: dict[int, list[dict]], seen_at: dict[int, int]) -> dict:
+    return {r: normalize(dump(es, world=len(records)), f"rank-{r}", "pickle", rank=r, dumped_at_ns=seen_at[r])
+            for r, es in records.items()}
+
+
+def test_ranks_polled_either_side_of_a_late_members_arrival_are_not_stuck_inside():
+    """Ranks are polled one by one. Rank 3 issues collective 6 four seconds after its peers (a slow
+    start on a loaded machine). Rank 0 is polled just before rank 3 arrives (in collective 6 for 3.9 s),
+    ranks 1-3 just after (all in it, the collective in flight). Every member issued it and rank 0 waited
+    past the threshold, but not in a collective every member had joined: no hang, nobody stalled."""
+    issue, late = T0 + 6 * STEP_NS, T0 + 6 * STEP_NS + 4 * 10**9
+    records = {r: _gloo(5, 6, {6: late if r == 3 else issue + r * 1000}, r) for r in range(4)}
+    seen = {0: issue + int(3.9e9), 1: late + 10**7, 2: late + 2 * 10**7, 3: late + 3 * 10**7}
+    result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
+    assert [f.kind for f in result.diagnosis.findings if f.root_cause] == []
+    assert set(result.statuses.values()) == {"ok"}
+    # the same collective still unfinished 3 s after its last member joined, rank 0 seen then: a hang
+    seen[0] = late + int(3.1e9)
+    result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
+    [f] = [f for f in result.diagnosis.findings if f.root_cause]
+    assert f.kind == "not_completed" and f.waited.ns == int(3.1e9), f
+
+
+def test_the_last_collective_of_a_job_seen_unfinished_on_a_rank_polled_before_it_ended_is_no_failure():
+    """A job ends: ranks 1-3 are polled after the last collective finished, rank 0 a moment before.
+    Members that finished what another still waits in failed out of it only where that rank was seen
+    waiting well after every member had issued it."""
+    records = {r: _gloo(59, None, {}, r) for r in (1, 2, 3)}
+    last = T0 + 59 * STEP_NS
+    records[0] = _gloo(58, 59, {59: last}, 0)
+    seen = {0: last + 10**7, 1: last + 5 * 10**8, 2: last + 5 * 10**8, 3: last + 5 * 10**8}
+    result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
+    assert [f.kind for f in result.diagnosis.findings if f.root_cause] == [], result.diagnosis.findings
+    assert set(result.statuses.values()) == {"ok"}
+    # rank 0 seen 10 s after every member issued it, still in it, the others done: they failed out
+    seen[0] = last + 10 * 10**9
+    result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
+    [f] = [f for f in result.diagnosis.findings if f.root_cause]
+    assert (f.kind, f.culprit_ranks, f.blocked_ranks) == ("not_completed", (1, 2, 3), (0,))
