@@ -12,6 +12,7 @@ load_batch") and the line each culprit hangs on, read from its stack.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import replace
 from typing import Protocol
 
@@ -63,10 +64,15 @@ class JobEvidenceSink(IncidentSink):
         focus = (culprits or blocked[: self.blocked_stacks]) + [r for r in blocked if r not in culprits][
             : self.blocked_stacks]
         focus = list(dict.fromkeys(focus))
+        fetched_ns = time.time_ns()  # before the fetch: a lower bound of when these were dumped
         raw, stacks = self._fetch(focus)
-        # seen when the live snapshot was: the pickle carries no poll time, and waits are timed by it
-        framed = {r: replace(d, dumped_at_ns=p.dumps[r].dumped_at_ns, declared_world_size=p.dumps[r].world_size)
-                  for r, d in self.fetcher.decode_pickles(raw).items() if r in p.dumps}
+        # seen when the live snapshot was: the pickle carries no poll time, and waits are timed by it. A
+        # rank the pass had no snapshot of (its pod had not sent it yet) is seen now: the bundle then
+        # says what it was doing, not that it left no dump.
+        world = max((d.world_size or 0 for d in p.dumps.values()), default=0) or None
+        framed = {r: replace(d, dumped_at_ns=p.dumps[r].dumped_at_ns if r in p.dumps else fetched_ns,
+                             declared_world_size=p.dumps[r].world_size if r in p.dumps else world)
+                  for r, d in self.fetcher.decode_pickles(raw).items()}
         dumps = {**p.dumps, **framed}
         diagnosis = self._reanalyze(dumps, p) or p.result.diagnosis
         where = where_ranks(dumps, framed, stacks, set(culprits))
@@ -75,7 +81,8 @@ class JobEvidenceSink(IncidentSink):
         head += [f"rank {r} hangs at {line} (from its stack)" for r, line in sorted(hangs.items())]
         text = "\n".join(head) + "\n\n" + render_text(diagnosis)
         report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()}}
-        return self.writer.write(Bundle(roots[0].kind, text, report, dumps, raw, stacks))
+        reason = next((f.kind for f in diagnosis.findings if f.root_cause), roots[0].kind)
+        return self.writer.write(Bundle(reason, text, report, dumps, raw, stacks))
 
     def _fetch(self, focus: list[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
         targets = {t.rank: t for t in self.fetcher.targets()}

@@ -1,7 +1,12 @@
 """The job bundle's summary: where the ranks are, grouped, and the line a culprit hangs on."""
 
+import time
+
 from frexport.decode.normalize import normalize
+from frexport.decode.read import decode_bytes
+from frexport.export.evidence import PICKLE_HANDLER
 from frexport.export.job_evidence import hang_line, where_ranks
+from tests.support import paths
 from tests.support.synth import dump, entry
 
 TRACEBACK = '''Thread 0x00007f00000002 (most recent call first):
@@ -37,3 +42,52 @@ def test_ranks_grouped_by_where_they_are():
                                "/job/train.py:88"), lines
     assert lines[1] == ("rank 3: after all_reduce (collective 5 of group 0 (default_pg)), now at "
                         "/job/data.py:210 next_batch"), lines
+
+
+class _Pods:
+    """The peers source as the sink sees it, over the captured pickles of a real hang (a fake: the
+    real one needs pods' sidecars, tests/e2e/test_jobview.py runs it)."""
+
+    def __init__(self, ranks):
+        self.ranks = ranks
+
+    def targets(self):
+        from types import SimpleNamespace
+        return [SimpleNamespace(rank=r) for r in self.ranks]
+
+    def handlers(self, rank):
+        return frozenset({"dump_traceback", PICKLE_HANDLER})
+
+    def fetch_all(self, wanted, deadline_s):
+        return {(t.rank, h): (paths.REAL_FIXTURES / "stuck_before_collective" / f"trace_{t.rank}").read_bytes()
+                for t, h in wanted if h == PICKLE_HANDLER}
+
+    def decode_pickles(self, raw):
+        from frexport.decode.read import decode_bytes
+        return {r: decode_bytes(b, f"rank {r}", rank=r) for r, b in raw.items()}
+
+
+def test_a_culprit_the_pass_had_no_snapshot_of_is_diagnosed_from_what_its_pod_sends(tmp_path):
+    """The view names rank 2 'left no dump' (its pod had not sent it yet); the bundle fetches rank 2's
+    recorder from its pod and says what it is: rank 2 never issued the collective."""
+    import json
+
+    from frexport.config import Analysis
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+    from frexport.live.diagnosis import LiveAnalysis
+    from frexport.live.sink import Pass
+
+    polled = {}
+    for r in range(4):
+        body = (paths.REAL_FIXTURES / "stuck_before_collective" / "json" / f"trace_{r}.json").read_bytes()
+        newest = max(e.time_created_ns for e in decode_bytes(body, "x", rank=r).entries)
+        polled[r] = decode_bytes(body, f"rank-{r}", rank=r, dumped_at_ns=newest + 120 * 10**9)
+    seen = {r: d for r, d in polled.items() if r != 2}
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(seen)
+    assert [f.kind for f in result.new_root_causes] == ["missing_dump"]
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path)), _Pods(range(4)), window=2000, pyspy=False)
+    bundle = sink.write_incident(Pass(time.time_ns(), [], result, result, seen))
+    assert bundle.endswith("-missing_rank"), bundle
+    report = json.loads((tmp_path / bundle / "report.json").read_text())
+    assert [(f["kind"], f["culprit_ranks"]) for f in report["findings"] ] == [("missing_rank", [2])]
