@@ -31,6 +31,6 @@ echo "== frexport analyze $DUMPS"
 "$VENV/bin/frexport" analyze "$DUMPS" || true
 echo
 echo "== frexport serve on $DUMPS: metrics at http://$LISTEN/metrics (Ctrl-C to stop)"
-echo "   the stalled rank and the ranks it blocks, after --stall-after 5s; in another terminal:"
+echo "   the stalled rank and the ranks it blocks; in another terminal:"
 echo "   curl -s http://$LISTEN/metrics | grep -E '^frexport_(rank_status|rank_stall_seconds|findings)' | grep -v ' 0.0\$'"
 exec "$VENV/bin/frexport" serve --dump-dir "$DUMPS" --listen "$LISTEN" --stall-after 5s

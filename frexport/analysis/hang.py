@@ -116,14 +116,14 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                 sig = t.signatures[g.sig[i]]
                 w = Wait(rank, group, g.seq[i], False, sig, g.created_ns[i], t.call_site(g.site[i]),
                          bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]))
-                w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
+                w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
             for op in g.p2p:
                 if not op.flags & FINISHED:
                     w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
                              bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
-                    w.proven = w.timed_out or (clock and w.age_ns >= stall_after_ns)
+                    w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
                     _classify_p2p(w, op, traces, stall_after_ns, scope, clock)
                     _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
                     waits.append(w)
@@ -142,7 +142,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
             w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-2]
             if all_in:
                 w.all_in_ns = max(all_in, w.created_ns)
-                w.proven = w.timed_out or (clock and _age(traces[w.rank], w.all_in_ns) >= stall_after_ns)
+                w.proven = _proven(w, traces[w.rank], w.all_in_ns, stall_after_ns, clock)
             _measure(w, traces, (w.rank,), clock, members)
     return waits
 
@@ -159,6 +159,12 @@ def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], cloc
                        dump_bound(t, since, w.rank, clock))
     if w.all_in_ns and w.waited is not None and w.waited.clock != TIMEOUT:
         w.waited = w.waited._replace(since=ALL_IN)
+
+
+def _proven(w: Wait, t: RankTrace, since_ns: int, stall_after_ns: int, clock: bool) -> bool:
+    """The watchdog gave up on it, or the rank was seen in it the stall threshold after `since_ns` by a
+    dump time that is a clock (a poll; not a file that was there before the sidecar looked)."""
+    return w.timed_out or (clock and t.dumped_at_is_clock and _age(t, since_ns) >= stall_after_ns)
 
 
 def _age(t: RankTrace, created_ns: int) -> int:
@@ -250,7 +256,7 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
         if other.op == want and other_peer == me_local and not other.flags & FINISHED:
             w.joined = (w.rank, peer)
             w.all_in_ns = max(w.created_ns, other.created_ns)
-            w.proven = w.timed_out or (clock and _age(traces[w.rank], w.all_in_ns) >= stall_after_ns)
+            w.proven = _proven(w, traces[w.rank], w.all_in_ns, stall_after_ns, clock)
             return
     if _fresh(t, w.created_ns, stall_after_ns):
         w.not_yet = (peer,)

@@ -111,6 +111,7 @@ class RankTrace:
     # discovered): the rank was alive, and its dump not yet taken, at least until then.
     last_event_ns: int | None = None
     timeouts_ms: dict[str, int] = field(default_factory=dict)  # pg_name -> the group's timeout_ms
+    dumped_at_is_clock: bool = True  # RankDump.dumped_at_is_clock: a live analysis may time waits by it
 
     @property
     def dump_time_trusted(self) -> bool:
@@ -174,6 +175,7 @@ def set_header(trace: RankTrace, dump: RankDump, entries: Sequence[Entry]) -> No
         dump.notes
     trace.dumped_at_ns, trace.n_entries, trace.pg_config, trace.pg_status = dump.dumped_at_ns, len(entries), \
         dump.pg_config, dump.pg_status
+    trace.dumped_at_is_clock = dump.dumped_at_is_clock
     trace.first_created_ns, trace.last_created_ns = min(created, default=None), max(created, default=None)
     trace.timeouts_ms = {}
     recorder_times(trace, [(e.pg_name, e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.timeout_ms)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -162,6 +162,10 @@ class DumpDirSource:
             del data
             if isinstance(dump, DecodeError):
                 raise dump
+            if st.st_mtime_ns < self._started_ns:
+                # here before we watched: its mtime is when it was copied or checked out as much as when
+                # it was dumped (docs/diagnosis.md, "Clocks")
+                dump = replace(dump, dumped_at_is_clock=False)
         except DecodeError as exc:
             # A file that is not a (readable) dump is skipped and counted; the directory itself was read
             # fine, so the source stays up: down means frexport cannot see what lands here.

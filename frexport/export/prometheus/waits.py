@@ -23,7 +23,9 @@ their coalesced end). A rank whose worker server refuses connections waits nowhe
 "Since" is placed on the sidecar's clock as the analysis measured the wait: the snapshot's time
 minus how long the rank had been waiting in it. `frexport_rank_last_seen_timestamp_seconds - since`
 is then how long the wait had lasted when the rank was last seen, the age `frexport analyze` would
-give, also for a dump file read long after it was written.
+give, also for a dump file read long after it was written. A file that was in the directory before
+the sidecar started has no dump time anyone saw (a checkout, a copy): there it is the wait the
+analysis proved from the recorder's own times or the watchdog's timeout (docs/diagnosis.md, "Clocks").
 """
 
 from __future__ import annotations
@@ -76,7 +78,12 @@ class WaitsCollector:
                     coll.add_metric(labels, w.seq)
                 # the wait's age as measured on the snapshot, placed on the sidecar's clock
                 dumped = rs.dump.dumped_at_ns
-                start_ns = rs.last_seen_ns - (dumped - w.created_ns) if dumped and w.created_ns else w.created_ns
+                if not rs.dump.dumped_at_is_clock:  # a file from before we looked: what the analysis proved
+                    start_ns = rs.last_seen_ns - (w.waited.ns if w.waited is not None else 0)
+                elif dumped and w.created_ns:
+                    start_ns = rs.last_seen_ns - (dumped - w.created_ns)
+                else:
+                    start_ns = w.created_ns
                 since.add_metric(labels, start_ns / 1e9)
         yield from (coll, p2p, since)
 

@@ -66,7 +66,8 @@ def test_rendered_objects_validate_strictly_on_1_29_and_newest(helm, tmp_path):
         docs = docs_of(helm.template(*args))
         kinds = sorted((d["kind"], d["metadata"]["name"]) for d in _jobview_objects(docs))
         job = "train" if name == "own-job" else JOB
-        assert kinds == [("Deployment", f"{job}-frexport-jobview"), ("Service", f"{job}-frexport")], name
+        assert kinds == [("Deployment", f"{job}-frexport-jobview"), ("PodMonitor", f"{job}-frexport-jobview"),
+                         ("Service", f"{job}-frexport")], name
         core = [d for d in docs if not d["apiVersion"].startswith("monitoring.coreos.com/")]
         f = tmp_path / f"{name}.yaml"
         f.write_text(yaml.safe_dump_all(core))
@@ -229,3 +230,21 @@ def test_sidecar_with_the_peers_endpoint_passes_check_config(secure, helm, tmp_p
         cfg = _check_config(sidecar, spec, docs, tmp_path / name, tls_dir)
         assert cfg["peers"]["serve"] is True
         assert cfg["peers"]["allow_unauthenticated"] is (name == "unauth")
+
+
+def test_the_views_own_metrics_are_scraped_with_the_sidecars_auth_under_the_jobs_name(secure, helm):
+    dep = one(secure, "Deployment", f"{JOB}-frexport-jobview")
+    [mine] = [d for d in secure if d["kind"] == "PodMonitor" and d["metadata"]["name"] == f"{JOB}-frexport-jobview"]
+    assert _selects(mine["spec"]["selector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+    [endpoint] = mine["spec"]["podMetricsEndpoints"]
+    port = container(dep["spec"]["template"]["spec"]["containers"], "jobview")["ports"][0]["name"]
+    assert endpoint["port"] == port and endpoint["path"] == "/metrics"
+    [sidecars] = [d for d in secure if d["kind"] == "PodMonitor" and d is not mine]
+    theirs = sidecars["spec"]["podMetricsEndpoints"][0]
+    for key in ("scheme", "tlsConfig", "basicAuth"):
+        assert endpoint.get(key) == theirs.get(key), key
+    assert {"targetLabel": "job", "replacement": JOB, "action": "replace"} in endpoint["relabelings"]
+    # the sidecars' monitor does not select the view (it would scrape it as a pod of the job)
+    assert not _selects(sidecars["spec"]["selector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+    off = docs_of(helm.template("-f", str(JOBVIEW), "--set", "podMonitor.enabled=false"))
+    assert not [d for d in off if d["kind"] == "PodMonitor"]

@@ -118,3 +118,23 @@ def test_a_pipeline_neighbour_waits_in_recv_from_the_culprit(stuck_in_tp):
     p2p = [s for s in samples if s.name == "frexport_rank_waiting_p2p"]
     assert all(s.labels["op"] in ("send", "recv") and s.labels["pg_desc"] == "pp" for s in p2p)
     assert [s.labels["peer"] for s in p2p if s.labels["rank"] == "61"] == ["45"]
+
+
+def test_a_wait_in_a_file_from_before_the_sidecar_started_is_as_long_as_the_recorder_proves(stuck_in_dp):
+    """The same dumps, there before the sidecar started (a checkout: no file time is a clock): the age
+    is the wait the analysis proved from the recorder and the watchdog, never the file's time."""
+    from dataclasses import replace
+
+    _, dumps = stuck_in_dp
+    unclocked = {r: replace(d, dumped_at_is_clock=False) for r, d in dumps.items()}
+    pod = megatron.pod_of(37)
+    read_ns = time.time_ns()
+    since = [s for s in _wait_samples(unclocked, pod, read_ns)
+             if s.name == "frexport_rank_waiting_since_timestamp_seconds" and s.labels["rank"] == "37"
+             and s.labels["pg_desc"] == "dp"]
+    analysis = LiveAnalysis(Analysis(stall_after=30.0))
+    analysis.run({r: unclocked[r] for r in megatron.pod_ranks(pod)})
+    [w] = [w for w in analysis.latest.diagnosis.waits if w.rank == 37 and w.group.desc == "dp"]
+    assert w.waited is not None and w.waited.clock != "dump_time"
+    assert read_ns / 1e9 - since[0].value == pytest.approx(w.waited.ns / 1e9, abs=1e-3)
+    assert read_ns / 1e9 - since[0].value < 590

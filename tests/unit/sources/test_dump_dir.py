@@ -112,3 +112,24 @@ def test_corrupt_file_is_counted_once_and_does_not_stop_others(source):
         src._rescan()
         pump(src, state)
     assert src.health.decode_errors() == {"truncated": 1}
+
+
+def test_a_file_from_before_the_source_looked_has_no_dump_time_that_is_a_clock(tmp_path):
+    """A checkout or a copy sets a file's time: one that was there before the sidecar started is no
+    clock (its waits are timed by the recorder); a dump written while the sidecar watches is one."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    (d / "trace_0").write_bytes(_bytes(5))
+    time.sleep(0.01)
+    state = LiveState()
+    src = DumpDirSource(HealthRegistry(), DumpDir(str(d), poll_interval=0.2, settle=0.2))
+    src.state = state
+    src.start()
+    try:
+        time.sleep(0.01)
+        (d / "trace_1").write_bytes(_bytes(5))
+        assert _pump(src, lambda: _entries(state, 0) == 5 and _entries(state, 1) == 5)
+        dumps = state.latest_dumps()
+        assert (dumps[0].dumped_at_is_clock, dumps[1].dumped_at_is_clock) == (False, True)
+    finally:
+        src.stop()
