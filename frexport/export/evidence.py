@@ -41,6 +41,7 @@ from frexport.model.dump import RankDump
 # their times are a clock, and the threshold is the one that saw the stall.
 Reporter = Callable[[str, float], tuple[str, dict]]
 _REPORT_RESERVE = 16 << 10  # room kept at least for the bundle's own report
+PARTIAL_MAX_AGE_S = 3600.0  # a half-written bundle (.bundle-*) older than this was abandoned
 
 
 @dataclass
@@ -72,6 +73,7 @@ class EvidenceWriter:
             os.makedirs(self.directory, exist_ok=True)
             # an unpredictable name made fresh (mkdtemp: O_EXCL, mode 0700): nothing planted in the
             # directory (a symlink under a guessable temp name) can redirect what is written
+            self._sweep_partials()
             tmp = tempfile.mkdtemp(prefix=".bundle-", dir=self.directory)
             os.chmod(tmp, 0o755)  # readable like bundles always were; created 0700 until it is ours
             os.mkdir(os.path.join(tmp, "stacks"))
@@ -145,6 +147,24 @@ class EvidenceWriter:
             except Exception:  # noqa: BLE001 - the bundle still matters without its own analysis
                 logs.get().exception("analysing the evidence bundle failed: its report is the live diagnosis")
         return bundle.report_text, bundle.report_json
+
+    def _sweep_partials(self) -> None:
+        """Remove bundles left half-written by a writer that was killed (a sidecar stopped mid-bundle):
+        retention counts only finished bundles, so they would fill the volume over restarts. Only old
+        ones: a bundle is written within its fetch deadline, seconds, never PARTIAL_MAX_AGE_S."""
+        cutoff = time.time() - PARTIAL_MAX_AGE_S
+        try:
+            names = [n for n in os.listdir(self.directory) if n.startswith(".bundle-")]
+        except OSError:
+            return
+        for n in names:
+            path = os.path.join(self.directory, n)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and st.st_mtime < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
 
     def _retain(self, just_written: str) -> list[str]:
         """Oldest first, only bundles frexport wrote (a real directory with the marker in its manifest),

@@ -58,3 +58,22 @@ def test_fake_bundles_never_make_a_fresh_one_be_deleted(tmp_path):
     third = w.write(_bundle())
     assert os.path.isdir(third) and os.path.isdir(second) and not os.path.exists(first)
     assert len([p for p in ev.iterdir() if p.name.startswith("9999")]) == 20  # not ours: left alone
+
+
+def test_a_bundle_left_half_written_by_a_killed_writer_is_swept_once_abandoned(tmp_path):
+    """A sidecar stopped mid-bundle leaves `.bundle-*` behind; retention counts only finished bundles,
+    so over restarts they would fill the volume. Old ones go with the next bundle; a recent one (a
+    writer at work) and a planted symlink's target stay."""
+    ev, outside = tmp_path / "ev", tmp_path / "outside"
+    (ev / ".bundle-abandoned" / "stacks").mkdir(parents=True)
+    (ev / ".bundle-abandoned" / "trace_0").write_bytes(b"x" * 1000)
+    (ev / ".bundle-at-work").mkdir()
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    os.symlink(outside, ev / ".bundle-planted")
+    old = time.time() - 2 * 3600
+    os.utime(ev / ".bundle-abandoned", (old, old))
+    os.utime(ev / ".bundle-planted", (old, old), follow_symlinks=False)
+    assert EvidenceWriter(str(ev)).write(_bundle())
+    assert not (ev / ".bundle-abandoned").exists()
+    assert (ev / ".bundle-at-work").is_dir() and (outside / "keep").read_text() == "mine"
