@@ -106,8 +106,8 @@ class RankDump:
     dumped_at_ns: int | None = None  # when the snapshot was taken, if known (file mtime, poll time)
     size_bytes: int = 0
     declared_world_size: int | None = None  # from beside the dump: frexport.agent's rank-<N>.json
-    # False where dumped_at_ns is a time nobody saw the dump taken at: a file that was in a watched
-    # directory before the sidecar started (a checkout, a copy: their mtimes are when they were made)
+    # False where dumped_at_ns is a time nobody saw the dump taken at and cannot be its dump time: a file
+    # that was in a watched directory before the sidecar started, dated past its wait's timeout (a copy)
     dumped_at_is_clock: bool = True
 
     @property

@@ -34,6 +34,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.read import decode_bytes, read_checked
 from frexport.decode.sandbox import DecoderPool, Limits
 from frexport.model.dump import RankDump
+from frexport.model.outcome import COMPLETED
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 
@@ -162,9 +163,7 @@ class DumpDirSource:
             del data
             if isinstance(dump, DecodeError):
                 raise dump
-            if st.st_mtime_ns < self._started_ns:
-                # here before we watched: its mtime is when it was copied or checked out as much as when
-                # it was dumped (docs/diagnosis.md, "Clocks")
+            if st.st_mtime_ns < self._started_ns and not file_time_can_be_dump_time(dump, st.st_mtime_ns):
                 dump = replace(dump, dumped_at_is_clock=False)
         except DecodeError as exc:
             # A file that is not a (readable) dump is skipped and counted; the directory itself was read
@@ -210,6 +209,27 @@ class DumpDirSource:
             self.health.record(self.name, False, 0.0, time.time_ns(), "unreadable", f"{self.path}: permission denied")
         elif not self._decoded and not self._pending:
             self.health.record(self.name, True, 0.0, time.time_ns())  # watching an empty directory is healthy
+
+
+# The watchdog's own dump on timeout comes a little after the timeout itself.
+TIMEOUT_DUMP_MARGIN_NS = 60 * 10**9
+
+
+def file_time_can_be_dump_time(dump: RankDump, mtime_ns: int) -> bool:
+    """Whether a file that was here before we watched can have been dumped at its mtime.
+
+    Such a time is when the job wrote it (a sidecar restarted during a hang) or when a checkout or a
+    copy made it (the demo's bundled dumps, cloned days after they were captured): nobody saw which.
+    A rank cannot wait in an op longer than its group's timeout, the watchdog ends the wait and dumps
+    on the way, so a time later than that after the oldest op the dump still waits in is not its dump
+    time. Without such an op the time times nothing; without a timeout it cannot be checked."""
+    pending = [e for e in dump.entries if e.state != COMPLETED and not e.retired and e.time_created_ns]
+    if not pending:
+        return True
+    oldest = min(pending, key=lambda e: e.time_created_ns)
+    if not oldest.timeout_ms or oldest.timeout_ms <= 0:
+        return False
+    return mtime_ns <= oldest.time_created_ns + oldest.timeout_ms * 1_000_000 + TIMEOUT_DUMP_MARGIN_NS
 
 
 def _stat_key(path: str, follow: bool) -> tuple | None:

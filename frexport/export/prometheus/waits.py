@@ -24,8 +24,9 @@ their coalesced end). A rank whose worker server refuses connections waits nowhe
 minus how long the rank had been waiting in it. `frexport_rank_last_seen_timestamp_seconds - since`
 is then how long the wait had lasted when the rank was last seen, the age `frexport analyze` would
 give, also for a dump file read long after it was written. A file that was in the directory before
-the sidecar started has no dump time anyone saw (a checkout, a copy): there it is the wait the
-analysis proved from the recorder's own times or the watchdog's timeout (docs/diagnosis.md, "Clocks").
+the sidecar started and whose time cannot be its dump time (later than its group's timeout after the
+op it waits in: a checkout, a copy) has none: there it is the wait the analysis proved from the
+recorder's own times or the watchdog's timeout (docs/diagnosis.md, "Clocks").
 """
 
 from __future__ import annotations

@@ -114,12 +114,23 @@ def test_corrupt_file_is_counted_once_and_does_not_stop_others(source):
     assert src.health.decode_errors() == {"truncated": 1}
 
 
-def test_a_file_from_before_the_source_looked_has_no_dump_time_that_is_a_clock(tmp_path):
-    """A checkout or a copy sets a file's time: one that was there before the sidecar started is no
-    clock (its waits are timed by the recorder); a dump written while the sidecar watches is one."""
+def _hung(waiting_s: float) -> bytes:
+    """A rank waiting for `waiting_s` in its last collective (10 min timeout) when dumped now."""
+    now = time.time_ns()
+    es = [entry(i, i + 1, created=now - int(waiting_s * 1e9) - (10 - i) * 10**9) for i in range(10)]
+    es.append(entry(10, 11, state="scheduled", duration_ms=None, created=now - int(waiting_s * 1e9)))
+    return pickle.dumps(dump(es, world=2), protocol=2)
+
+
+def test_a_file_from_before_the_source_looked_is_a_clock_only_where_it_can_be(tmp_path):
+    """A file that was there before the sidecar started was written by the job (a restart during a hang)
+    or by a checkout or a copy (its time days after its entries). A rank cannot wait past its group's
+    timeout (10 min here): a file time later than that after the op it waits in is no dump time. A dump
+    written while the sidecar watches is always one."""
     d = tmp_path / "dumps"
     d.mkdir()
-    (d / "trace_0").write_bytes(_bytes(5))
+    (d / "trace_0").write_bytes(_hung(waiting_s=2 * 3600))  # "waiting" 2 h: a copy's time
+    (d / "trace_1").write_bytes(_hung(waiting_s=30))  # a hang dumped 30 s in, then the sidecar restarted
     time.sleep(0.01)
     state = LiveState()
     src = DumpDirSource(HealthRegistry(), DumpDir(str(d), poll_interval=0.2, settle=0.2))
@@ -127,9 +138,9 @@ def test_a_file_from_before_the_source_looked_has_no_dump_time_that_is_a_clock(t
     src.start()
     try:
         time.sleep(0.01)
-        (d / "trace_1").write_bytes(_bytes(5))
-        assert _pump(src, lambda: _entries(state, 0) == 5 and _entries(state, 1) == 5)
+        (d / "trace_2").write_bytes(_hung(waiting_s=2 * 3600))  # written while watched: its time is a clock
+        assert _pump(src, lambda: all(_entries(state, r) == 11 for r in range(3)))
         dumps = state.latest_dumps()
-        assert (dumps[0].dumped_at_is_clock, dumps[1].dumped_at_is_clock) == (False, True)
+        assert [dumps[r].dumped_at_is_clock for r in range(3)] == [False, True, True]
     finally:
         src.stop()
