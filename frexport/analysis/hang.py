@@ -329,7 +329,9 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
     for cycle in _closed_cycles(hubs, out):
         # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
         # is needed to know that none of them can move
-        w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
+        # (a cycle may run through members that failed out of collectives only: their left_edge)
+        w = min((e for m in sorted(cycle) if (e := first_edge.get(m) or left_edge.get(m)) is not None),
+                key=lambda w: (w.created_ns, w.rank))
         root = Root(CYCLE, tuple(sorted(cycle)), w)
         roots.append(root)
 

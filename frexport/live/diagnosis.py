@@ -11,7 +11,8 @@ kills the job). Rank statuses:
   stuck in one that never finishes);
 - blocked: waits, directly or through other groups, for a stalled rank;
 - desynced: ran a different op, sizes or dtypes than its peers, or its peers
-  completed collectives in a group past the last one it issued;
+  completed collectives in a group past the last one it issued, and it was seen the stall
+  threshold after they issued them;
 - straggling: completes, but reaches collectives consistently after its peers;
 - down: its process is gone (its socket refuses, its pid is gone): not stalled, whatever its last
   snapshot says; its stall series end (FrexportSourceDown speaks for it);
@@ -103,7 +104,8 @@ class LiveAnalysis:
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness,
                                                     scope=scope if self.scoped else None))
-        statuses = {r: s for r, s in statuses_of(diagnosis, traces).items() if r in scope or not self.scoped}
+        statuses = {r: s for r, s in statuses_of(diagnosis, traces, int(stall_after * 1e9)).items()
+                    if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)
         roots = [f for f in diagnosis.findings if f.root_cause]
         keys = {_hang_key(f) for f in roots}
@@ -146,7 +148,7 @@ def observed_step_s(dumps) -> float | None:
     return median(periods) if periods else None
 
 
-def statuses_of(d: Diagnosis, traces: list[RankTrace]) -> dict[int, str]:
+def statuses_of(d: Diagnosis, traces: list[RankTrace], stall_after_ns: int) -> dict[int, str]:
     out: dict[int, str] = {r: OK for r in d.ranks}
 
     def mark(ranks, status: str, over: tuple[str, ...] = (OK,)) -> None:
@@ -164,25 +166,31 @@ def statuses_of(d: Diagnosis, traces: list[RankTrace]) -> dict[int, str]:
             mark(f.blocked_ranks, BLOCKED, (OK, STRAGGLING))
         elif f.kind == F.STRAGGLER:
             mark(f.culprit_ranks, STRAGGLING)
-    mark(_passed_by_peers(traces), DESYNCED, (OK, STRAGGLING, BLOCKED))
+    mark(_passed_by_peers(traces, stall_after_ns), DESYNCED, (OK, STRAGGLING, BLOCKED))
     return out
 
 
-def _passed_by_peers(traces: list[RankTrace]) -> set[int]:
-    """Ranks whose peers completed collectives in a group beyond the last one the rank issued.
+def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int) -> set[int]:
+    """Ranks whose peers completed collectives in a group beyond the last one the rank issued, although
+    the rank was seen the stall threshold after those peers issued them.
 
     A collective cannot complete without every member, so this means the rank's collectives
-    pair up with different ones on its peers (it skipped or added one) even where the ops look alike."""
+    pair up with different ones on its peers (it skipped or added one) even where the ops look alike.
+    Ranks are polled one after another: a rank seen sooner than that may simply have issued them just
+    after its snapshot, while its peers, polled later, saw them complete."""
     issued: dict[str, dict[int, int]] = {}
-    completed: dict[str, dict[int, int]] = {}
+    completed: dict[str, dict[int, tuple[int, int]]] = {}  # group -> rank -> (seq, created_ns) completed last
+    seen: dict[int, int | None] = {}
     for t in traces:
+        seen[t.rank] = t.seen_at_ns
         for name, g in t.groups.items():
             if not len(g.seq):
                 continue
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
-            done = next((s for s, f in zip(reversed(g.seq), reversed(g.flags)) if f & FINISHED), None)
+            n = len(g.seq)
+            done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED), None)
             if done is not None:
-                completed.setdefault(name, {})[t.rank] = done
+                completed.setdefault(name, {})[t.rank] = (g.seq[done], g.created_ns[done])
     out = set()
     for name, by_rank in issued.items():
         done = completed.get(name)
@@ -190,10 +198,11 @@ def _passed_by_peers(traces: list[RankTrace]) -> set[int]:
             continue
         # the highest completed seq among a rank's peers is the group's highest, or the second highest
         # for the rank that holds it: one pass over the group, not one per member (4096^2 at scale)
-        best_rank, best = max(done.items(), key=lambda kv: kv[1])
-        second = max((seq for peer, seq in done.items() if peer != best_rank), default=None)
+        best_rank, best = max(done.items(), key=lambda kv: kv[1][0])
+        second = max((v for peer, v in done.items() if peer != best_rank), default=None, key=lambda v: v[0])
         for rank, last in by_rank.items():
             beyond = second if rank == best_rank else best
-            if beyond is not None and beyond > last:
+            seen_ns = seen.get(rank)
+            if beyond is not None and beyond[0] > last and seen_ns and seen_ns - beyond[1] >= stall_after_ns:
                 out.add(rank)
     return out

@@ -156,7 +156,9 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
     for cycle in _reference_cycles(edges):
         # every rank of a closed cycle is blocked in an op that waits for another rank of it: no clock
         # is needed to know that none of them can move
-        w = min((first_edge[m] for m in cycle if m in first_edge), key=lambda w: (w.created_ns, w.rank))
+        # (a cycle may run through members that failed out of collectives only: their left_edge)
+        w = min((e for m in sorted(cycle) if (e := first_edge.get(m) or left_edge.get(m)) is not None),
+                key=lambda w: (w.created_ns, w.rank))
         root = Root(CYCLE, tuple(sorted(cycle)), w)
         roots.append(root)
 
@@ -264,3 +266,15 @@ def test_the_graph_through_hubs_finds_the_roots_of_the_graph_of_pairs(seed):
             return (root.kind, root.ranks, id(root.wait), root.blocked, root.waited_by, root.certain)
 
         assert sorted(map(key, got)) == sorted(map(key, want))
+
+
+def test_ranks_that_each_failed_out_of_what_the_other_waits_in_are_one_cycle_not_a_crash():
+    """Rank 1 finished (failed out of) collective 1 of group a that rank 0 still waits in, rank 0 did the
+    same in group b: a cycle made of such edges only (it crashed the analysis: no wait named it)."""
+    groups = {"a": ("a", [0, 1]), "b": ("b", [0, 1])}
+    a, b = dict(pg=("a", "a"), pg_id=1), dict(pg=("b", "b"), pg_id=2)
+    job = {0: [entry(0, 1, state="started", created=ISSUED, **a), entry(1, 1, created=ISSUED + 1000, **b)],
+           1: [entry(0, 1, state="started", created=ISSUED, **b), entry(1, 1, created=ISSUED + 1000, **a)]}
+    waits, roots = _roots({r: dump(es, world=2, groups=groups) for r, es in job.items()}, seen_after_s=10)
+    assert sorted((w.rank, w.group.name, w.left) for w in waits) == [(0, "a", (1,)), (1, "b", (0,))]
+    assert [(r.kind, r.ranks) for r in roots] == [(CYCLE, (0, 1))]

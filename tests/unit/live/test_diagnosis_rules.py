@@ -117,3 +117,18 @@ def test_the_last_collective_of_a_job_seen_unfinished_on_a_rank_polled_before_it
     result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
     [f] = [f for f in result.diagnosis.findings if f.root_cause]
     assert (f.kind, f.culprit_ranks, f.blocked_ranks) == ("not_completed", (1, 2, 3), (0,))
+
+
+def test_a_rank_polled_just_before_its_peers_completed_more_collectives_is_not_desynced():
+    """Rank 0 is polled in collective 20; ranks 1-3 a moment later, when 20 and 21 have completed.
+    Peers that completed collectives past a rank's last one say it skipped one only where that rank
+    was seen the stall threshold after they issued them."""
+    c20 = T0 + 20 * STEP_NS
+    records = {r: _gloo(21, None, {}, r) for r in (1, 2, 3)}
+    records[0] = _gloo(19, 20, {20: c20}, 0)
+    seen = {0: c20 + 5 * 10**7, 1: c20 + 3 * 10**8, 2: c20 + 3 * 10**8, 3: c20 + 3 * 10**8}
+    result = LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen))
+    assert set(result.statuses.values()) == {"ok"}, result.statuses
+    # rank 0 seen 10 s later, still with nothing past collective 20: its peers' 21 paired with something else
+    seen[0] = c20 + 10 * 10**9
+    assert LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen)).statuses[0] == "desynced"
