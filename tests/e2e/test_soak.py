@@ -12,11 +12,15 @@ from soak import soak  # noqa: E402
 
 
 def test_short_soak_is_flat():
-    r = soak(ranks=8, seconds=45, poll=1.0, sample_every=1.5)
+    # 90 s: a sidecar's RSS swings by +-8 MB with what a poll holds at the moment it is sampled; over the
+    # 60 s after warm-up the slope's standard error is then about 2.5 MB/min, so 10 MB/min is a climb,
+    # never noise (45 s gave noise slopes of -22 to +19 MB/min). A cycle kept past its pass climbed
+    # 26-39 MB/min (live/gc_pacing.py).
+    r = soak(ranks=8, seconds=90, poll=1.0, sample_every=1.5)
     print(r)
     # open files do not accumulate (each poll holds one socket per rank while in flight)
     assert r["fds_peak_second_half"] <= r["fds_peak_first_half"] + 2, r
-    assert r["rss_slope_mb_per_min"] < 10.0, r  # memory does not climb (flat is ~0; 45 s is noisy)
+    assert r["rss_slope_mb_per_min"] < 10.0, r  # memory does not climb (flat is ~0)
     assert r["rss_peak_mb"] < 300, r
     assert r["spans"].get("exported", 0) == 0 and r["spans"].get("failed", 0) > 0  # the collector is down...
     assert r["errors"].get("truncated", 0) > 0  # ...and cut-short dumps were met and counted, nothing crashed
