@@ -54,18 +54,28 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     if cols is None:
         return None
     top, kinds, kind_of, ints, durations, stacks, frames = cols
+    which = array("i")
+    which.frombytes(kind_of)
+    nums = array("q")
+    nums.frombytes(ints)
+    dur = array("d")
+    dur.frombytes(durations)
+    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
+    return trace_from_columns(top, kinds, which, seqs, p2p_seqs, created, started, completed, dur, stacks, frames,
+                              source, "pickle", rank, dumped_at_ns, size_bytes)
+
+
+def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_seqs: array, created: array,
+                       started: array, completed: array, dur: array, stacks: list, frames: list, source: str,
+                       fmt: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
+    """The trace of a dump given as columns (what `_scan.scan` returns, unpacked: `which` array("i"),
+    the numbers array("q") with 0 for an unknown start or completion, durations array("d") with NaN
+    for none), or None where a field rule refuses a kind. The JSON scanner (json_scan.py) feeds it too."""
     require_dump_fields(top, source)  # as trace_from_raw: the same keys, so the same verdict
     try:
         info, markers = _kinds(kinds, stacks, frames)
     except (_Unusual, BadEntry):
         return None
-    which = array("i")
-    which.frombytes(kind_of)
-    nums = array("q")
-    nums.frombytes(ints)
-    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
-    dur = array("d")
-    dur.frombytes(durations)
     if markers:  # before judging completion tracking, as fast_trace does
         _complete_coalesced(info, which, seqs, p2p_seqs, started, completed)
     n = len(which)
@@ -74,10 +84,10 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     first_last = [created[i] for i in sample if created[i]]
     edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
                   for i in sample]
-    head = normalize({**top, "entries": []}, source, "pickle", rank=rank, dumped_at_ns=dumped_at_ns,
+    head = normalize({**top, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     trace = RankTrace(
-        rank=rank, source=source, format="pickle", version_text=head.version_text, notes=head.notes,
+        rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=n, pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(first_last, default=None), last_created_ns=max(first_last, default=None))
     if not add_columns(trace, info, which, seqs, p2p_seqs, created, started, dur, tracks):
