@@ -64,9 +64,10 @@ class _Syntax:
         self.key = re.compile(lit(r'"entries"[ \t\n\r]*:[ \t\n\r]*\['))
         # A number after a colon, loosely (json.loads of them all checks JSON's grammar), in the writer's
         # spacing (json.dumps' ": " or PyTorch's ":"; ': ?' costs a third more): a number written
-        # otherwise stays in its skeleton, a value of its kind.
-        self.number = {True: re.compile(lit(r": ([-0-9][0-9.eE+-]*)")),
-                       False: re.compile(lit(r":([-0-9][0-9.eE+-]*)"))}
+        # otherwise stays in its skeleton, a value of its kind. So do pg_id and timeout_ms, which are
+        # per kind (the look-behinds cost nothing measurable; fewer numbers save their conversion).
+        self.number = {sp: re.compile(lit(f':{sp}(?<!"pg_id":{sp})(?<!"timeout_ms":{sp})([-0-9][0-9.eE+-]*)'))
+                       for sp in ("", " ")}
         self.separator = {True: lit("}, {"), False: lit("},{")}
         self.backslash, self.lbrace, self.rbrace, self.end = lit("\\"), lit("{"), lit("}"), lit("}]")
         self.marker, self.nul, self.comma, self.empty = lit(":\0"), lit("\0"), lit(","), lit("")
@@ -83,6 +84,7 @@ _NUMBERS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "t
             "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms")
 _INTS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns")
 _NAN = float("nan")
+_CHUNK = 8 << 20  # characters of entries cut at a time (a dump of 2000 entries is about 1.2 MB)
 
 
 def trace_from_json(data: bytes, source: str, rank: int, dumped_at_ns: int | None,
@@ -91,8 +93,11 @@ def trace_from_json(data: bytes, source: str, rank: int, dumped_at_ns: int | Non
     try:
         text = data if data.isascii() else data.decode(json.detect_encoding(data), "surrogatepass")
         cols = _columns(text)
-    except (_Unusual, BadEntry, ValueError, TypeError, OverflowError, RecursionError, KeyError, IndexError):
-        return None  # ValueError includes every JSONDecodeError and UnicodeDecodeError: the plain path explains
+    except (_Unusual, BadEntry, ValueError, TypeError, OverflowError, RecursionError, KeyError, IndexError,
+            MemoryError):
+        # ValueError includes every JSONDecodeError and UnicodeDecodeError: the plain path explains; after
+        # a MemoryError what this held is freed, and the plain path needs less than this did (or says so)
+        return None
     if cols is None:
         return None
     top, kinds, which, seqs, p2p_seqs, created, started, completed, dur = cols
@@ -119,21 +124,11 @@ def _columns(h: bytes | str) -> tuple | None:
         return None
     first_close = h.find(syn.rbrace, a)
     spaced = h[first_close:first_close + 4] == syn.separator[True]  # json.dumps' spacing, or PyTorch's none
-    parts = syn.number[spaced].split(h[a + 2:e])  # [text, number, text, number, ..., text]
-    numbers = parts[1::2]
-    # one per entry, without its braces
-    skeletons = syn.marker.join(parts[0::2]).split(syn.separator[spaced])
-    del parts
-    n = len(skeletons)
-    if n > MAX_ENTRIES:
+    numbers, which_skel, index = _cut(h, a + 2, e, syn, spaced)
+    if len(which_skel) > MAX_ENTRIES:
         return None  # normalize keeps the newest: the general path's business
-    index = dict.fromkeys(skeletons)
-    if len(index) > 64 + n // 4:
+    if len(index) > 64 + len(which_skel) // 4:
         return None  # mostly distinct entries (or numbers not cut): two parses per kind cost more than one each
-    for i, s in enumerate(index):
-        index[s] = i
-    which_skel = list(map(index.__getitem__, skeletons))
-    del skeletons
     reps = [_skeleton(s, syn) for s in index]
     counts = list(map([len(slots) for _, slots in reps].__getitem__, which_skel))
     if sum(counts) != len(numbers):
@@ -192,6 +187,30 @@ def _one(picks: list[int]):
     return lambda row: tuple(row[p] for p in picks)
 
 
+def _cut(h: bytes | str, start: int, end: int, syn: _Syntax, spaced: bool) -> tuple[list, list[int], dict]:
+    """The numbers of the entries h[start:end] (their text without the outer braces), in order; each
+    entry's skeleton as an index into the distinct skeletons (dict: skeleton -> index, in order). A
+    chunk at a time, cut at a separator (where splitting it all would cut too), so that the pieces of
+    one chunk only are alive at once."""
+    number, sep = syn.number[" " if spaced else ""], syn.separator[spaced]
+    numbers: list = []
+    which: list[int] = []
+    index: dict = {}
+    while start <= end:
+        stop = h.find(sep, start + _CHUNK, end) if end - start > _CHUNK else -1
+        stop = end if stop < 0 else stop
+        parts = number.split(h[start:stop])  # [text, number, text, number, ..., text]
+        numbers += parts[1::2]
+        skeletons = syn.marker.join(parts[0::2]).split(sep)  # one per entry
+        del parts
+        for k in dict.fromkeys(skeletons):
+            if k not in index:
+                index[k] = len(index)
+        which += map(index.__getitem__, skeletons)
+        start = stop + len(sep)
+    return numbers, which, index
+
+
 def _skeleton(s: bytes | str, syn: _Syntax) -> tuple[dict, tuple[str, ...]]:
     """An entry's values with 0..m-1 in its m slots, and the keys of its slots in order (the numbers
     are its values there). Raises _Unusual where a slot is not a top-level value of its own."""
@@ -217,16 +236,22 @@ def _skeleton(s: bytes | str, syn: _Syntax) -> tuple[dict, tuple[str, ...]]:
 
 def _kinds(reps: list, which_skel: list[int], cols: dict) -> tuple[list, array]:
     """The kinds as _scan.scan gives them (group, pg_id, is_p2p, profiling name, state, retired, sizes,
-    dtypes, stack, timeout) in the order of their first entries, and each entry's kind. A skeleton is
-    one kind per pg_id and timeout_ms it has (numbers, so not in the skeleton)."""
+    dtypes, stack, timeout) in the order of their first entries, and each entry's kind: a skeleton's,
+    or, where pg_id or timeout_ms is a number of its own (another writer's spacing), one per value."""
     for rep, slots in reps:
         _check_kind(rep, slots)
-    pg_ids, timeouts = cols["pg_id"], cols["timeout_ms"]
-    array("q", pg_ids)
-    array("q", [t for t in timeouts if t is not None])
-    if any(t is not None and type(t) is not int for t in timeouts):
-        raise _Unusual
-    keys = list(zip(which_skel, pg_ids, timeouts))
+    per_entry = any("pg_id" in slots or "timeout_ms" in slots for _, slots in reps)
+    if per_entry:
+        pg_ids, timeouts = cols["pg_id"], cols["timeout_ms"]
+        keys = list(zip(which_skel, pg_ids, timeouts))
+    else:
+        pg_ids, timeouts = [rep["pg_id"] for rep, _ in reps], [rep["timeout_ms"] for rep, _ in reps]
+        keys = list(zip(range(len(reps)), pg_ids, timeouts))
+    array("q", pg_ids)  # in 64 bits, not a float
+    known = [t for t in timeouts if t is not None] if None in timeouts else timeouts
+    if not set(map(type, known)) <= {int}:
+        raise _Unusual  # fast_trace reads None or an int
+    array("q", known)
     index = dict.fromkeys(keys)
     kinds = []
     for i, key in enumerate(index):
@@ -236,6 +261,8 @@ def _kinds(reps: list, which_skel: list[int], cols: dict) -> tuple[list, array]:
         kinds.append((pg[0], pg[1], key[1], rep["is_p2p"], rep["profiling_name"], rep["state"], rep["retired"],
                       rep["input_sizes"], rep["output_sizes"], rep["input_dtypes"], rep["output_dtypes"], -1,
                       key[2]))
+    if not per_entry:
+        return kinds, array("i", which_skel)  # one kind per skeleton
     return kinds, array("i", map(index.__getitem__, keys))
 
 

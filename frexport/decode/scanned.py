@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from itertools import compress
 
-from frexport.decode.fields import BadEntry, Caches, coalesced_completions, dtypes, is_coalesced_marker, sizes
+from frexport.decode.fields import BadEntry, Caches, dtypes, is_coalesced_marker, sizes
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.outcome import SAMPLE, settled, shows_completion
@@ -148,22 +149,26 @@ def _complete_coalesced(info: list, which: array, seqs: array, p2p_seqs: array, 
     """fast_trace._complete_coalesced on columns: an op inside a coalesced group takes the state,
     retired and times of its group's closing entry. State and retired are its kind's, so it moves to
     a kind that is its own with the closing entry's state and retired (added at the end of `info`)."""
-    takes_part = [is_coalesced_marker(k[4][1]) or not settled(k[7], k[8]) for k in info]
-    items = [i for i, k in enumerate(which) if takes_part[k]]  # settled ops neither close nor wait
-
-    def op(i: int) -> str:
-        return info[which[i]][4][1]
-
-    def group_key(i: int) -> tuple:
-        k = info[which[i]]
-        return k[0], k[3], p2p_seqs[i] if k[3] else seqs[i]
-
-    def done(i: int) -> bool:
-        k = info[which[i]]
-        return settled(k[7], k[8])
-
+    marker = [is_coalesced_marker(k[4][1]) for k in info]
+    done = [settled(k[7], k[8]) for k in info]
+    takes_part = [m or not d for m, d in zip(marker, done)]
+    items = list(compress(range(len(which)), map(takes_part.__getitem__, which)))  # settled ops neither close nor wait
+    kinds = list(map(which.__getitem__, items))
+    p2p = [k[3] for k in info]
+    keys = list(zip(map([k[0] for k in info].__getitem__, kinds), map(p2p.__getitem__, kinds),
+                    [p2p_seqs[i] if p2p[k] else seqs[i] for i, k in zip(items, kinds)]))
+    # fields.coalesced_completions on these items, its calls per item replaced by the lists above
+    pairs = []
+    closing: dict[tuple, int] = {}
+    for a in range(len(items) - 1, -1, -1):
+        if marker[kinds[a]]:
+            closing[keys[a]] = a
+        else:  # not settled, as it takes part
+            b = closing.get(keys[a])
+            if b is not None and done[kinds[b]]:
+                pairs.append((a, b))
     moved: dict[tuple[int, int], int] = {}
-    for a, b in list(coalesced_completions(items, op, group_key, done)):
+    for a, b in pairs:
         i, j = items[a], items[b]
         pair = (which[i], which[j])
         kind = moved.get(pair)
