@@ -8,8 +8,8 @@ dtypes and state. In a real dump all but the numbers repeat from entry to entry,
    what is left of an entry is its *skeleton* (each number replaced by a marker, `:` NUL);
 2. converts all those numbers with one `json.loads` of them as a flat list (C speed; it also checks
    that each is a JSON number, exactly as the full parse would, and gives it the same type);
-3. decodes each distinct skeleton once, with `json.loads`, twice with different numbers in place of
-   the markers: the keys whose value changed between the two are the entry's numeric slots;
+3. decodes each distinct skeleton with `json.loads`, twice, with different numbers in place of the
+   markers: the keys whose value changed between the two are the entry's numeric slots;
 4. hands the columns to scanned.py's pipeline, the one the compiled pickle scanner feeds.
 
 Why a success is exact: the text is cut only at string-blind places (a number after a colon, the
