@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from frexport.decode.discover import Discovery, discover
 from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
+from frexport.decode.json_scan import trace_from_json
 from frexport.decode.normalize import normalize
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_raw, read_checked, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
@@ -47,8 +48,10 @@ def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
         try:
             data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
             fmt = sniff_format(data[:64])
-            # the compiled scanner where it is built and the dump has the common shape; else the pure path
-            trace = trace_from_pickle(data, path, task.rank, st.st_mtime_ns, st.st_size) if fmt == "pickle" else None
+            # the compiled scanner (pickles, where it is built) or the JSON scanner where the dump has the
+            # common shape; else the pure path
+            scan = trace_from_pickle if fmt == "pickle" else trace_from_json
+            trace = scan(data, path, task.rank, st.st_mtime_ns, st.st_size)
             if trace is not None:
                 return trace, errors
             raw = decode_raw(data, path, fmt)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from itertools import compress
 
-from frexport.decode.fields import BadEntry, Caches, coalesced_completions, dtypes, is_coalesced_marker, sizes
+from frexport.decode.fields import BadEntry, Caches, dtypes, is_coalesced_marker, sizes
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.outcome import SAMPLE, settled, shows_completion
@@ -54,18 +55,28 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     if cols is None:
         return None
     top, kinds, kind_of, ints, durations, stacks, frames = cols
+    which = array("i")
+    which.frombytes(kind_of)
+    nums = array("q")
+    nums.frombytes(ints)
+    dur = array("d")
+    dur.frombytes(durations)
+    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
+    return trace_from_columns(top, kinds, which, seqs, p2p_seqs, created, started, completed, dur, stacks, frames,
+                              source, "pickle", rank, dumped_at_ns, size_bytes)
+
+
+def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_seqs: array, created: array,
+                       started: array, completed: array, dur: array, stacks: list, frames: list, source: str,
+                       fmt: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
+    """The trace of a dump given as columns (what `_scan.scan` returns, unpacked: `which` array("i"),
+    the numbers array("q") with 0 for an unknown start or completion, durations array("d") with NaN
+    for none), or None where a field rule refuses a kind. The JSON scanner (json_scan.py) feeds it too."""
     require_dump_fields(top, source)  # as trace_from_raw: the same keys, so the same verdict
     try:
         info, markers = _kinds(kinds, stacks, frames)
     except (_Unusual, BadEntry):
         return None
-    which = array("i")
-    which.frombytes(kind_of)
-    nums = array("q")
-    nums.frombytes(ints)
-    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
-    dur = array("d")
-    dur.frombytes(durations)
     if markers:  # before judging completion tracking, as fast_trace does
         _complete_coalesced(info, which, seqs, p2p_seqs, started, completed)
     n = len(which)
@@ -74,10 +85,10 @@ def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | N
     first_last = [created[i] for i in sample if created[i]]
     edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
                   for i in sample]
-    head = normalize({**top, "entries": []}, source, "pickle", rank=rank, dumped_at_ns=dumped_at_ns,
+    head = normalize({**top, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes)
     trace = RankTrace(
-        rank=rank, source=source, format="pickle", version_text=head.version_text, notes=head.notes,
+        rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=n, pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(first_last, default=None), last_created_ns=max(first_last, default=None))
     if not add_columns(trace, info, which, seqs, p2p_seqs, created, started, dur, tracks):
@@ -138,22 +149,26 @@ def _complete_coalesced(info: list, which: array, seqs: array, p2p_seqs: array, 
     """fast_trace._complete_coalesced on columns: an op inside a coalesced group takes the state,
     retired and times of its group's closing entry. State and retired are its kind's, so it moves to
     a kind that is its own with the closing entry's state and retired (added at the end of `info`)."""
-    takes_part = [is_coalesced_marker(k[4][1]) or not settled(k[7], k[8]) for k in info]
-    items = [i for i, k in enumerate(which) if takes_part[k]]  # settled ops neither close nor wait
-
-    def op(i: int) -> str:
-        return info[which[i]][4][1]
-
-    def group_key(i: int) -> tuple:
-        k = info[which[i]]
-        return k[0], k[3], p2p_seqs[i] if k[3] else seqs[i]
-
-    def done(i: int) -> bool:
-        k = info[which[i]]
-        return settled(k[7], k[8])
-
+    marker = [is_coalesced_marker(k[4][1]) for k in info]
+    done = [settled(k[7], k[8]) for k in info]
+    takes_part = [m or not d for m, d in zip(marker, done)]
+    items = list(compress(range(len(which)), map(takes_part.__getitem__, which)))  # settled ops neither close nor wait
+    kinds = list(map(which.__getitem__, items))
+    p2p = [k[3] for k in info]
+    keys = list(zip(map([k[0] for k in info].__getitem__, kinds), map(p2p.__getitem__, kinds),
+                    [p2p_seqs[i] if p2p[k] else seqs[i] for i, k in zip(items, kinds)]))
+    # fields.coalesced_completions on these items, its calls per item replaced by the lists above
+    pairs = []
+    closing: dict[tuple, int] = {}
+    for a in range(len(items) - 1, -1, -1):
+        if marker[kinds[a]]:
+            closing[keys[a]] = a
+        else:  # not settled, as it takes part
+            b = closing.get(keys[a])
+            if b is not None and done[kinds[b]]:
+                pairs.append((a, b))
     moved: dict[tuple[int, int], int] = {}
-    for a, b in list(coalesced_completions(items, op, group_key, done)):
+    for a, b in pairs:
         i, j = items[a], items[b]
         pair = (which[i], which[j])
         kind = moved.get(pair)
