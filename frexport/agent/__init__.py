@@ -222,6 +222,10 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
             # never released keeps the handler from ever being deallocated.
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(fn))
     _server = c10d._WorkerServer(path)
+    # Never deallocated either: at exit the module's globals are cleared while Python finalizes, and
+    # the server's destruction then ran C++ that touches Python without the GIL ("Fatal Python error:
+    # PyThreadState_Get ... finalizing", an aborted rank, in 2 of 3 exits polled to the end).
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_server))
     owner_pid = os.getpid()
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
     # (non-root) user sharing the pod's group (fsGroup), so let the group in; others stay out.
