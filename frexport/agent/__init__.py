@@ -39,6 +39,7 @@ import json
 import os
 import socket
 import sys
+import sysconfig
 import threading
 import time
 
@@ -197,6 +198,27 @@ def _proc_stat(pid: int) -> tuple[str | None, int | None]:
         return None, None
 
 
+# Far more lost updates than a process can race through, and small enough that CPython 3.12+ never
+# reads the count as immortal (its low 32 bits stay positive).
+_REFCOUNT_MARGIN = 1 << 28
+
+
+def _never_freed(obj: object) -> None:
+    """Keep `obj` alive for good, even where C++ changes its reference count without the GIL.
+
+    PyTorch (2.13) copies a Python handler's function object on each request, on the server's own
+    threads and without the GIL: concurrent requests lose increments and decrements of its count,
+    which drifts; at zero the function is freed on a thread without the GIL and the rank dies
+    ("Fatal Python error: PyThreadState_Get", or SIGSEGV; 2 runs in 4 under 16 clients, and in CI
+    under 2). Its registry also drops its reference after Python has finalized. One extra reference
+    covers the second, not the first: the count gets a margin no drift can use up.
+    """
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # free-threaded: counts are updated atomically
+        return
+    ctypes.c_ssize_t.from_address(id(obj)).value += _REFCOUNT_MARGIN
+
+
 def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     global _server
     path = os.path.join(directory, f"rank-{rank}.sock")
@@ -216,16 +238,12 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         fn = _drained(raw)
         if name not in names:
             c10d._register_handler(name, fn)
-            # PyTorch's C++ handler registry outlives the interpreter: it drops its reference to the
-            # handler after Python has finalized, and deallocating then aborts the process ("Fatal
-            # Python error: PyThreadState_Get" at exit, seen with torch 2.13). One reference that is
-            # never released keeps the handler from ever being deallocated.
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(fn))
+            _never_freed(fn)
     _server = c10d._WorkerServer(path)
     # Never deallocated either: at exit the module's globals are cleared while Python finalizes, and
     # the server's destruction then ran C++ that touches Python without the GIL ("Fatal Python error:
     # PyThreadState_Get ... finalizing", an aborted rank, in 2 of 3 exits polled to the end).
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_server))
+    _never_freed(_server)
     owner_pid = os.getpid()
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
     # (non-root) user sharing the pod's group (fsGroup), so let the group in; others stay out.
