@@ -135,7 +135,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         earliest = min(w.created_ns for w in ws)
         stalled = max(w.age_ns for w in ws) >= stall_after_ns
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, scope,
-                                       stalled)
+                                       stalled, clock)
         still, all_in = classes[-2:]
         members = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
         for w in ws:
@@ -182,7 +182,7 @@ def _oldest_unfinished(flags) -> int | None:
 
 def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[int, RankTrace],
                          stall_after_ns: int, scope: frozenset[int] | None = None,
-                         stalled: bool = True) -> tuple:
+                         stalled: bool = True, clock: bool = False) -> tuple:
     """(missing, no_dump, not_yet, joined, left, completed, outlived, still, all_in_ns) of a collective's
     members; all_in_ns: when its last member issued it, where every member's record shows it (else 0)."""
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
@@ -192,9 +192,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
     for m in group.members:
         t = traces.get(m)
         if t is None:
-            # a remote member is only waited for once the wait is a stall: in a healthy job every
-            # collective spanning pods has members this sidecar cannot see
-            (no_dump if stalled or scope is None or m in scope else not_yet).append(m)
+            (no_dump if _absence_counts(m, stalled, scope, clock) else not_yet).append(m)
             continue
         g = t.groups.get(name)
         i = g.position(seq) if g is not None and len(g.seq) else None
@@ -226,6 +224,15 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             tuple(still), all_in)
 
 
+def _absence_counts(m: int, stalled: bool, scope: frozenset[int] | None, clock: bool) -> bool:
+    """Whether a member with no record at all is waited for. Once the wait is a stall, always. Before,
+    only where its absence is final: a rank this analysis watches (no snapshot: its process is down),
+    or a dump set read after the fact. Live, a rank of another pod, or one the job-level view's peers
+    have not sent yet, is absent from a healthy job too: every collective spanning pods has such
+    members, and at a job's start one pod is heard of before another."""
+    return stalled or (m in scope if scope is not None else not clock)
+
+
 def _outlived(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     """The rank's own recorder wrote an event at least the stall threshold after the op was issued,
     and its dump (taken after that event) lacks the op: it went on that long without issuing it.
@@ -244,7 +251,7 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
     w.peer = peer
     t = traces.get(peer)
     if t is None:
-        if scope is None or peer in scope or w.age_ns >= stall_after_ns:
+        if _absence_counts(peer, w.age_ns >= stall_after_ns, scope, clock):
             w.no_dump = (peer,)
         else:
             w.not_yet = (peer,)

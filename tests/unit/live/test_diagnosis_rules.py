@@ -67,6 +67,17 @@ def test_a_hang_whose_culprit_is_first_seen_without_data_is_still_one_incident()
     assert second.new_root_causes == []
 
 
+def test_a_rank_the_job_level_view_has_not_been_sent_yet_is_no_hang_until_the_wait_is_a_stall():
+    """At the start of a multi-node job the view hears of one pod's ranks before the other's: they
+    wait in a collective a moment for ranks that no pod has sent yet. Not a hang (a bundle was written
+    for one, CI); the same absence once the wait lasts past the threshold is."""
+    live = LiveAnalysis(Analysis(stall_after=5.0), scoped=False)
+    moment = live.run({r: d for r, d in _polled("stuck_before_collective", 4, age_s=0.01).items() if r != 2})
+    assert moment.new_root_causes == [] and set(moment.statuses.values()) == {"ok"}
+    later = live.run({r: d for r, d in _polled("stuck_before_collective", 4).items() if r != 2})
+    assert [(f.kind, f.culprit_ranks) for f in later.new_root_causes] == [("missing_dump", (2,))]
+
+
 def _gloo(seqs_done: int, in_flight: int | None, created: dict[int, int], rank: int) -> list[dict]:
     """A gloo rank's records: collectives 1..seqs_done finished (retired), then `in_flight` issued at
     created[in_flight] and not finished (gloo marks neither start nor completion, only retirement)."""
