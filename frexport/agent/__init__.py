@@ -213,10 +213,14 @@ def _never_freed(obj: object) -> None:
     under 2). Its registry also drops its reference after Python has finalized. One extra reference
     covers the second, not the first: the count gets a margin no drift can use up.
     """
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # free-threaded: counts are updated atomically
-        return
-    ctypes.c_ssize_t.from_address(id(obj)).value += _REFCOUNT_MARGIN
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):  # free-threaded: counts are updated atomically
+        count = ctypes.c_ssize_t.from_address(id(obj))  # ob_refcnt leads the object in release builds
+        before = sys.getrefcount(obj)
+        count.value += _REFCOUNT_MARGIN
+        if sys.getrefcount(obj) - before == _REFCOUNT_MARGIN:
+            return
+        count.value -= _REFCOUNT_MARGIN  # another layout (a Py_TRACE_REFS debug build): undo
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:

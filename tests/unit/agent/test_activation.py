@@ -89,3 +89,32 @@ def test_unreadable_metadata_names_no_owner(tmp_path, content):
 def test_own_pid_is_no_other_owner(tmp_path):
     _meta(tmp_path, 0, pid=os.getpid())
     assert agent.socket_owner(str(tmp_path), 0) is None
+
+
+_LOST_UPDATES = r"""
+import ctypes, sys, weakref
+from frexport.agent import _never_freed
+
+class Handler:
+    def __call__(self, req, resp): ...
+
+handler = Handler()
+alive = weakref.ref(handler)
+_never_freed(handler)
+decref = ctypes.pythonapi.Py_DecRef
+decref.argtypes = [ctypes.c_void_p]
+for lost in range(1000):  # as many decrements lost their increments: the object is freed at zero
+    if alive() is None:
+        print(f"freed after {lost} lost updates", flush=True)
+        import os; os._exit(0)  # at once: `handler` now names freed memory
+    decref(id(handler))
+print("alive", flush=True)
+"""
+
+
+def test_a_handler_the_agent_registers_survives_reference_counts_lost_without_the_gil():
+    # PyTorch's worker server changes a Python handler's reference count on its own threads without
+    # the GIL, and concurrent requests lose updates (the real race, in a real job: tests/e2e/
+    # test_agent.py). Here the lost updates are made directly, in a process of its own.
+    out = subprocess.run([sys.executable, "-c", _LOST_UPDATES], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "alive", out.stdout + out.stderr
