@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         # `frexport analyze ... | head`: the reader left; not an error of ours, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # what a shell reports for a process ended by SIGPIPE
+    except KeyboardInterrupt:  # Ctrl-C: the user asked for it, so no traceback
+        sys.stderr.write("frexport: interrupted\n")
+        return 130  # what a shell reports for a process ended by SIGINT
 
 
 def _run(argv: list[str] | None) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,10 @@ def call(job: Callable[[], R]) -> R:
 
 
 def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int) -> None:
+    # Ctrl-C reaches the terminal's whole process group: the parent handles it and stops its workers
+    # (their tracebacks would bury its message). SIGTERM stays: multiprocessing stops daemon workers
+    # with it at exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # First message: whether the limit is in force (the parent refuses to go on without one).
     conn.send(("limit", _set_memory_limit(memory_bytes)))
     gc.disable()  # decoded dumps are acyclic; collection passes only cost time

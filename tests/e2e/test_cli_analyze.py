@@ -4,6 +4,7 @@ import json
 import os
 import pickle
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -313,3 +314,28 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     proc.stdout.close()  # the reader leaves
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 141 and "Traceback" not in err, err
+
+
+def test_ctrl_c_stops_the_analysis_with_one_line_and_no_traceback(tmp_path):
+    # Ctrl-C reaches the terminal's whole process group: the CLI and its decoder processes. Before,
+    # each printed its own KeyboardInterrupt traceback (66 lines for one Ctrl-C).
+    from tests.support.proctree import descendants
+
+    one = pickle.dumps(dump(healthy_job(world=1, steps=2000)[0], world=256))
+    directory = tmp_path / "dumps"
+    directory.mkdir()
+    for r in range(256):
+        (directory / f"nccl_trace_rank_{r}").write_bytes(one)
+    proc = subprocess.Popen(FREXPORT + ["analyze", str(directory), "--workers", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(descendants(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # the decoder processes are at work
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "frexport: interrupted" and "Traceback" not in err, err
