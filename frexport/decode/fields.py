@@ -11,7 +11,7 @@ read as absent, as each rule says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any, TypeVar
@@ -315,21 +315,26 @@ T = TypeVar("T")
 
 
 def coalesced_completions(items: Sequence[T], op: Callable[[T], str], group_key: Callable[[T], tuple],
-                          settled: Callable[[T], bool]) -> Iterator[tuple[int, int]]:
+                          settled: Callable[[T], bool]) -> list[tuple[int, int]]:
     """Ops inside a coalesced group (batch_isend_irecv, *_coalesced) are recorded without their own
     completion events: NCCL leaves them 'scheduled' and never retires them; only the group's closing
-    entry completes. Yields (i, j): item i takes the completion (state, retired, start and completion
-    times) of item j, the settled closing entry that follows it in its group (same process group,
-    same p2p_seq_id for p2p, collective_seq_id otherwise: `group_key`)."""
-    closing: dict[tuple, T] = {}
-    closing_at: dict[tuple, int] = {}
-    for i in range(len(items) - 1, -1, -1):
-        item = items[i]
-        key = group_key(item)
-        if is_coalesced_marker(op(item)):
-            closing[key] = item
-            closing_at[key] = i
-        elif not settled(item):
-            end = closing.get(key)
-            if end is not None and settled(end):
-                yield i, closing_at[key]
+    entry completes. Returns the pairs (i, j): item i takes the completion (state, retired, start and
+    completion times) of item j, the settled closing entry that follows it in its group (same process
+    group, same p2p_seq_id for p2p, collective_seq_id otherwise: `group_key`)."""
+    return coalesced_pairs([is_coalesced_marker(op(x)) for x in items], [group_key(x) for x in items],
+                           [settled(x) for x in items])
+
+
+def coalesced_pairs(markers: Sequence[bool], keys: Sequence[tuple], done: Sequence[bool]) -> list[tuple[int, int]]:
+    """`coalesced_completions` on the items' properties given as sequences (the column scanner has
+    them per kind of entry, without a call per item)."""
+    pairs = []
+    closing: dict[tuple, int] = {}
+    for i in range(len(keys) - 1, -1, -1):
+        if markers[i]:
+            closing[keys[i]] = i
+        elif not done[i]:
+            j = closing.get(keys[i])
+            if j is not None and done[j]:
+                pairs.append((i, j))
+    return pairs

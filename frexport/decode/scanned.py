@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Callable
 from itertools import compress
 
-from frexport.decode.fields import BadEntry, Caches, dtypes, is_coalesced_marker, sizes
+from frexport.decode.fields import BadEntry, Caches, coalesced_pairs, dtypes, is_coalesced_marker, sizes
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.outcome import SAMPLE, settled, shows_completion
@@ -157,16 +157,7 @@ def _complete_coalesced(info: list, which: array, seqs: array, p2p_seqs: array, 
     p2p = [k[3] for k in info]
     keys = list(zip(map([k[0] for k in info].__getitem__, kinds), map(p2p.__getitem__, kinds),
                     [p2p_seqs[i] if p2p[k] else seqs[i] for i, k in zip(items, kinds)]))
-    # fields.coalesced_completions on these items, its calls per item replaced by the lists above
-    pairs = []
-    closing: dict[tuple, int] = {}
-    for a in range(len(items) - 1, -1, -1):
-        if marker[kinds[a]]:
-            closing[keys[a]] = a
-        else:  # not settled, as it takes part
-            b = closing.get(keys[a])
-            if b is not None and done[kinds[b]]:
-                pairs.append((a, b))
+    pairs = coalesced_pairs(list(map(marker.__getitem__, kinds)), keys, list(map(done.__getitem__, kinds)))
     moved: dict[tuple[int, int], int] = {}
     for a, b in pairs:
         i, j = items[a], items[b]
