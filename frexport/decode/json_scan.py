@@ -37,11 +37,11 @@ from itertools import accumulate, compress
 from operator import itemgetter
 
 from frexport.decode.fields import (
-    INT64_MAX,
     MAX_DURATION_MS,
     MAX_ENTRIES,
     V210_KEYS,
     BadEntry,
+    discovered_ns,
     duration_ms,
     process_group,
 )
@@ -289,7 +289,7 @@ def _same(v: object) -> object:
 
 def _discovered_ns(v: object) -> int:
     """fields.discovered_ns, with 0 for None (the columns' unknown)."""
-    return v if type(v) is int and 0 < v <= INT64_MAX else 0  # type: ignore[return-value,operator]
+    return discovered_ns(v) or 0
 
 
 def _duration(v: object) -> float:
