@@ -1,14 +1,21 @@
-"""Fuzz the compiled pickle scanner (frexport/decode/_scan.c) in an AddressSanitizer build.
+"""Fuzz the compiled scanner (frexport/decode/_scan.c) in an AddressSanitizer build.
 
-    .venv/bin/python scripts/fuzz_scan.py --inputs 1000000 [--procs 2] [--seed 0]
+    .venv/bin/python scripts/fuzz_scan.py --inputs 1000000 [--procs 2] [--seed 0] [--target pickle|json]
 
 Builds the extension with -fsanitize=address,undefined into a scratch directory, then runs chunks of
 generated and mutated inputs in child processes under LD_PRELOAD=libasan.so (PYTHONMALLOC=malloc, so
-Python's own allocator does not hide overflows from the sanitizer). Inputs: real-shaped dumps in every
-protocol 2-5 and in both string layouts (memoized, unshared), then byte flips, insertions, deletions,
-truncations, spliced chunks, opcodes and length fields set to extremes. Each input is scanned; one in
---check-every is also decoded by the pure path (safe_pickle + fast_trace) and the traces compared: the
-scanner must answer None or the same trace, and never accept what safe_pickle refuses.
+Python's own allocator does not hide overflows from the sanitizer).
+
+--target pickle (scan): real-shaped dumps in every protocol 2-5 and in both string layouts
+(memoized, unshared), then byte flips, insertions, deletions, truncations, spliced chunks, opcodes and
+length fields set to extremes. Each input is scanned; one in --check-every is also decoded by the pure
+path (safe_pickle + fast_trace) and the traces compared: the scanner must answer None or the same
+trace, and never accept what safe_pickle refuses.
+
+--target json (cut_json): JSON dumps of the common shape in both writers' spacings, mutated with JSON's
+own bytes and the cut's look-alikes (separators, "pg_id":, numbers, NUL), cut between random bounds
+(in and out of range) and between the entries' own; one in --check-every is compared with the pure
+cut (json_scan._cut_py), and with the whole JSON scanner against the plain path.
 
 A chunk is reproducible from its seed; a chunk whose process dies (a sanitizer report) is run again
 writing each input to --crash-dir first, so the input that killed it is kept. Exit status 1 on any
@@ -103,11 +110,119 @@ def mutate(rng: random.Random, data: bytes, seeds: list[bytes]) -> bytes:
     return bytes(b)
 
 
-def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str | None) -> int:
-    """In the sanitized child: scan `count` inputs of this seed; returns the number of mismatches."""
+def _load(so: str):
     spec = importlib.util.spec_from_file_location("_scan", so)
     ext = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ext)
+    return ext
+
+
+def _sanitizer() -> str:
+    return "loaded" if "asan" in os.environ.get("LD_PRELOAD", "") else "MISSING"
+
+
+JSON_PIECES = [b'"pg_id":', b'"pg_id": ', b'"timeout_ms":', b'"timeout_ms": ', b"}, {", b"},{", b"}]", b"[{",
+               b": ", b":", b":-", b": 0", b":1e5", b":1.5", b":-0", b":" + b"9" * 30, b":1e999", b":1.", b":01",
+               b"\x00", b"\"", b"\\", b"\\u0001", b" "]
+JSON_BYTES = b'{}[]",:\\ 0123456789.eE-+tfn\x00\x01a\xff'
+
+
+def _json_seeds() -> list[bytes]:
+    import json
+
+    from tests.support.synth import dump, entry
+
+    out = []
+    rng = random.Random(0)
+    for n in (1, 2, 5):
+        entries = []
+        for i in range(n):
+            e = entry(i, i + 1, state=rng.choice(["completed", "started", "scheduled"]),
+                      duration_ms=rng.choice([None, 1.5, 2]), sizes=((rng.randint(0, 9), 4),))
+            e.pop("frames")
+            e["process_group"] = list(e["process_group"])
+            entries.append(e)
+        raw = dump(entries, world=2)
+        out.append(json.dumps(raw).encode())
+        out.append(json.dumps(raw, separators=(",", ":")).encode())
+    return out
+
+
+def mutate_json(rng: random.Random, data: bytes, seeds: list[bytes]) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.choice((1, 1, 2, 3, 8))):
+        if not b:
+            b = bytearray(rng.choice(seeds))
+        r = rng.random()
+        i = rng.randrange(len(b))
+        if r < 0.3:
+            b[i] = rng.choice(JSON_BYTES)
+        elif r < 0.4:
+            b[i] = rng.randrange(256)
+        elif r < 0.65:
+            b[i:i] = rng.choice(JSON_PIECES)
+        elif r < 0.75:
+            del b[i:i + rng.randint(1, 16)]
+        elif r < 0.8:
+            del b[i:]
+        else:  # duplicate a chunk: repeated entries, separators, numbers
+            j = rng.randrange(len(b))
+            b[i:i] = b[j:j + rng.randint(1, 64)]
+    return bytes(b)
+
+
+def _bounds(rng: random.Random, data: bytes) -> tuple[int, int]:
+    """The entries' own bounds (as json_scan takes them) mostly, else anywhere, out of range included."""
+    if rng.random() < 0.7:
+        a, e = data.find(b"[{"), data.rfind(b"}]")
+        return (a + 2 if a >= 0 else 0), (e if e >= 0 else len(data))
+    n = len(data)
+    return rng.randint(-2, n + 2), rng.randint(-2, n + 2)
+
+
+def run_json_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str | None) -> int:
+    """In the sanitized child: cut `count` JSON inputs of this seed; returns the number of mismatches."""
+    ext = _load(so)
+    from frexport.decode import json_scan
+    from tests.support.synth import exact_cut
+
+    seeds = _json_seeds()
+    rng = random.Random(seed)
+    bad = answered = 0
+    for i in range(count):
+        data = mutate_json(rng, rng.choice(seeds), seeds) if rng.random() < 0.97 else rng.choice(seeds)
+        start, end = _bounds(rng, data)
+        spaced = rng.random() < 0.5
+        if crash_dir:
+            Path(crash_dir, "last_input").write_bytes(b"%d %d %d\n" % (start, end, spaced) + data)
+        try:
+            fast = ext.cut_json(data, start, end, spaced)
+        except ValueError:  # bounds outside the data: the caller never passes those
+            if 0 <= start <= len(data) and 0 <= end <= len(data):
+                bad += 1
+                print(f"MISMATCH seed {seed} input {i}: ValueError within bounds", flush=True)
+            continue
+        answered += fast is not None
+        if i % check_every:
+            continue
+        pure = json_scan._cut_py(data, start, end, spaced)
+        traces = []
+        for cut in (ext.cut_json, None):
+            json_scan._cut = cut
+            traces.append(json_scan.trace_from_json(data, "x", 0, 1, 1))
+        if exact_cut(fast) != exact_cut(pure) or traces[0] != traces[1]:
+            bad += 1
+            if crash_dir:
+                Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
+            print(f"MISMATCH seed {seed} input {i}: compiled {fast!r:.200} pure {pure!r:.200}", flush=True)
+    print(f"chunk {seed}: {answered} of {count} inputs cut (the rest: None or out of bounds), "
+          f"sanitizer runtime {_sanitizer()}", flush=True)
+    return bad
+
+
+def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str | None) -> int:
+    """In the sanitized child: scan `count` inputs of this seed; returns the number of mismatches."""
+    ext = _load(so)
     from frexport.decode import scanned
     from frexport.decode.errors import DecodeError
     from frexport.decode.fast_trace import trace_from_raw
@@ -139,9 +254,8 @@ def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str |
             if crash_dir:
                 Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
             print(f"MISMATCH seed {seed} input {i}: scanner {fast!r:.200} pure {pure!r:.200}", flush=True)
-    loaded = "loaded" if "asan" in os.environ.get("LD_PRELOAD", "") else "MISSING"
     print(f"chunk {seed}: {answered} of {count - count // check_every} inputs scanned to columns "
-          f"(the rest: None), sanitizer runtime {loaded}", flush=True)
+          f"(the rest: None), sanitizer runtime {_sanitizer()}", flush=True)
     return bad
 
 
@@ -152,12 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check-every", type=int, default=20, help="compare with the pure path every Nth input")
+    ap.add_argument("--target", choices=("pickle", "json"), default="pickle")
     ap.add_argument("--crash-dir", default=str(ROOT / "build" / "fuzz_scan"))
     ap.add_argument("--child", nargs=4, metavar=("SO", "SEED", "COUNT", "CRASH_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         so, seed, count, crash_dir = args.child
-        return MISMATCH if run_chunk(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
+        run = run_json_chunk if args.target == "json" else run_chunk
+        return MISMATCH if run(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
 
     os.makedirs(args.crash_dir, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fuzz_scan_"))
@@ -175,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def start(seed: int, count: int, crash_dir: str = "") -> subprocess.Popen:
         return subprocess.Popen([sys.executable, __file__, "--check-every", str(args.check_every),
-                                 "--child", str(so), str(seed), str(count), crash_dir], env=env)
+                                 "--target", args.target, "--child", str(so), str(seed), str(count), crash_dir],
+                                env=env)
 
     while chunks or running:
         while chunks and len(running) < args.procs:
@@ -195,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{done} inputs, {time.monotonic() - t0:.0f} s, crashes {crashes}, chunks with mismatches {mismatches}",
               flush=True)
     cpu = os.times()
-    print(f"done: {done} inputs in {time.monotonic() - t0:.0f} s wall, "
+    print(f"done ({args.target}): {done} inputs in {time.monotonic() - t0:.0f} s wall, "
           f"{cpu.children_user + cpu.children_system - cpu0.children_user - cpu0.children_system:.0f} s CPU "
           f"(sanitized children); crashes {crashes}; chunks with mismatches {mismatches}")
     return 1 if crashes or mismatches else 0

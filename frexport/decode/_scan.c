@@ -804,8 +804,183 @@ done:
     return out;
 }
 
+/* ---- cut_json: the cut of json_scan.py (its _cut_py and the json.loads of the numbers), in C ----
+ *
+ * cut_json(data: bytes, start: int, end: int, spaced: bool) -> (values, which, index) | None
+ *
+ * Reads data[start:end], the entries' text without their outer brackets. Each number that follows a
+ * colon (in the writer's spacing, not after "pg_id" or "timeout_ms") is cut out: values holds them,
+ * converted as json.loads converts them. What is left of an entry, each cut replaced by ":\0", is its
+ * skeleton; entries are cut apart at the separator ("}, {" when spaced, else "},{"). index maps each
+ * distinct skeleton (bytes) to its number, in order of first appearance; which holds each entry's.
+ * None where a cut number is not a JSON number (json.loads of them would raise ValueError) or any
+ * other error: the caller then takes the plain path. Nothing is interpreted but these bytes, and
+ * every read is within data[start:end]. The pure path (json_scan._cut_py) gives the same answer: a
+ * property test checks it, and scripts/fuzz_scan.py --target json fuzzes this in a sanitized build.
+ */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Bytes;
+
+static int bytes_put(Bytes *b, const char *p, Py_ssize_t n) {
+    if (n == 0) return 0; /* memcpy with a NULL buffer is undefined even for 0 bytes */
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->len + n) {
+            if (cap > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
+            cap *= 2;
+        }
+        char *grown = PyMem_Realloc(b->buf, (size_t)cap);
+        if (!grown) { PyErr_NoMemory(); return -1; }
+        b->buf = grown;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, p, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int number_char(char c) {
+    return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+}
+
+/* the length of the JSON number at p[0:n] if that is all of it, else 0; *is_float as json reads it */
+static Py_ssize_t json_number(const char *p, Py_ssize_t n, int *is_float) {
+    Py_ssize_t i = 0;
+    *is_float = 0;
+    if (i < n && p[i] == '-') i++;
+    if (i < n && p[i] == '0') i++;
+    else if (i < n && p[i] >= '1' && p[i] <= '9') { while (i < n && p[i] >= '0' && p[i] <= '9') i++; }
+    else return 0;
+    if (i < n && p[i] == '.') {
+        *is_float = 1;
+        i++;
+        if (!(i < n && p[i] >= '0' && p[i] <= '9')) return 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
+    }
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        *is_float = 1;
+        i++;
+        if (i < n && (p[i] == '+' || p[i] == '-')) i++;
+        if (!(i < n && p[i] >= '0' && p[i] <= '9')) return 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
+    }
+    return i == n ? n : 0;
+}
+
+/* json.loads' value of a JSON number: PyLong_FromString for an int (a fast path up to 18 digits),
+ * PyOS_string_to_double for a float, as CPython's _json does */
+static PyObject *number_value(const char *p, Py_ssize_t n, int is_float, Bytes *scratch) {
+    if (!is_float && n <= 18) {
+        int neg = p[0] == '-';
+        long long v = 0;
+        for (Py_ssize_t i = neg; i < n; i++) v = v * 10 + (p[i] - '0');
+        return PyLong_FromLongLong(neg ? -v : v);
+    }
+    scratch->len = 0;
+    if (bytes_put(scratch, p, n) || bytes_put(scratch, "", 1)) return NULL;
+    if (!is_float) return PyLong_FromString(scratch->buf, NULL, 10);
+    double d = PyOS_string_to_double(scratch->buf, NULL, NULL);
+    if (d == -1.0 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(d);
+}
+
+/* the end of the number cut at the colon d[i] (the whole match: colon, space, number), or 0 */
+static Py_ssize_t number_at(const char *d, Py_ssize_t start, Py_ssize_t i, Py_ssize_t end, int spaced) {
+    Py_ssize_t n = i + 1 + spaced;
+    if (n >= end || (spaced && d[i + 1] != ' ')) return 0;
+    if (!((d[n] >= '0' && d[n] <= '9') || d[n] == '-')) return 0;
+    /* the pattern's look-behinds: a number of pg_id or timeout_ms stays in its skeleton */
+    static const char *const per_kind[2][2] = {{"\"pg_id\":", "\"timeout_ms\":"}, {"\"pg_id\": ", "\"timeout_ms\": "}};
+    for (int k = 0; k < 2; k++) {
+        Py_ssize_t len = (Py_ssize_t)strlen(per_kind[spaced][k]);
+        if (n - len >= start && memcmp(d + n - len, per_kind[spaced][k], (size_t)len) == 0) return 0;
+    }
+    Py_ssize_t j = n + 1;
+    while (j < end && number_char(d[j])) j++;
+    return j;
+}
+
+/* the skeleton so far ends an entry: its index (a new one if unseen) appended to which */
+static int end_entry(Bytes *skel, PyObject *index, PyObject *which) {
+    PyObject *key = PyBytes_FromStringAndSize(skel->buf ? skel->buf : "", skel->len);
+    if (!key) return -1;
+    skel->len = 0;
+    PyObject *k = PyDict_GetItemWithError(index, key);
+    if (!k) {
+        if (PyErr_Occurred() || !(k = PyLong_FromSsize_t(PyDict_GET_SIZE(index)))) { Py_DECREF(key); return -1; }
+        int failed = PyDict_SetItem(index, key, k);
+        Py_DECREF(k);
+        if (failed) { Py_DECREF(key); return -1; }
+    }
+    Py_DECREF(key);
+    return PyList_Append(which, k);
+}
+
+static PyObject *cut_json(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, end;
+    int spaced;
+    if (!PyArg_ParseTuple(args, "y*nnp:cut_json", &buf, &start, &end, &spaced)) return NULL;
+    if (start < 0 || start > buf.len || end < 0 || end > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "cut_json: start and end must lie within the data");
+        return NULL;
+    }
+    const char *d = buf.buf;
+    const char *sep = spaced ? "}, {" : "},{";
+    Py_ssize_t seplen = spaced ? 4 : 3;
+    Bytes skel = {NULL, 0, 0}, scratch = {NULL, 0, 0};
+    PyObject *values = PyList_New(0), *which = PyList_New(0), *index = PyDict_New(), *out = NULL;
+    if (!values || !which || !index) goto done;
+    if (start <= end) { /* the pure path's loop: data[start:end] as at least one entry */
+        Py_ssize_t i = start, run = start; /* run: where the text not yet copied to the skeleton starts */
+        while (i < end) {
+            char c = d[i];
+            if (c == ':') {
+                Py_ssize_t j = number_at(d, start, i, end, spaced);
+                if (j) {
+                    Py_ssize_t n = i + 1 + spaced;
+                    int is_float;
+                    if (!json_number(d + n, j - n, &is_float)) goto done; /* not JSON: json.loads raises */
+                    PyObject *v = number_value(d + n, j - n, is_float, &scratch);
+                    if (!v) goto done;
+                    int failed = PyList_Append(values, v);
+                    Py_DECREF(v);
+                    if (failed || bytes_put(&skel, d + run, i - run) || bytes_put(&skel, ":\0", 2)) goto done;
+                    i = run = j;
+                    continue;
+                }
+            } else if (c == '}' && end - i >= seplen && memcmp(d + i, sep, (size_t)seplen) == 0) {
+                if (bytes_put(&skel, d + run, i - run) || end_entry(&skel, index, which)) goto done;
+                i = run = i + seplen;
+                continue;
+            }
+            i++;
+        }
+        if (bytes_put(&skel, d + run, end - run) || end_entry(&skel, index, which)) goto done;
+    }
+    out = PyTuple_Pack(3, values, which, index);
+done:
+    PyMem_Free(skel.buf);
+    PyMem_Free(scratch.buf);
+    Py_XDECREF(values);
+    Py_XDECREF(which);
+    Py_XDECREF(index);
+    PyBuffer_Release(&buf);
+    if (!out) {
+        PyErr_Clear(); /* not for us (a MemoryError included): the plain path decides */
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(data) -> columns of a Flight Recorder pickle, or None (use the pure path)"},
+    {"cut_json", cut_json, METH_VARARGS,
+     "cut_json(data, start, end, spaced) -> (values, which, index) of JSON entries' text, or None (use the pure path)"},
     {NULL, NULL, 0, NULL},
 };
 

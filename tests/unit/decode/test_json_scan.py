@@ -19,7 +19,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_raw
 from frexport.model.rank_trace import build_rank_trace
 from tests.support import paths
-from tests.support.synth import dump, entry
+from tests.support.synth import dump, entry, exact_cut
 from tests.unit.decode.test_fast_trace import _ops
 
 
@@ -37,13 +37,17 @@ def _plain(data: bytes):
 
 
 def _check(data: bytes) -> bool:
-    """Whenever the scanner answers, the plain path gives the same trace. True when it answered."""
+    """Whenever the scanner answers, the plain path gives the same trace. True when it answered. The
+    compiled cut and the pure one (a few entries at a time, too) give the same answer."""
     fast = json_scan.trace_from_json(data, "x", 3, 7, 11)
-    chunk, json_scan._CHUNK = json_scan._CHUNK, 64  # the entries cut a few at a time: the same answer
+    cut, chunk = json_scan._cut, json_scan._CHUNK
     try:
+        json_scan._cut = None
+        assert json_scan.trace_from_json(data, "x", 3, 7, 11) == fast
+        json_scan._CHUNK = 64
         assert json_scan.trace_from_json(data, "x", 3, 7, 11) == fast
     finally:
-        json_scan._CHUNK = chunk
+        json_scan._cut, json_scan._CHUNK = cut, chunk
     if fast is None:
         return False
     assert fast == _plain(data)
@@ -231,3 +235,32 @@ def test_loader_same_with_and_without_the_scanner(tmp_path, monkeypatch):
     plain = load_module.load([str(tmp_path)], workers=1)
     assert fast.traces == plain.traces and len(fast.traces) == 4
     assert fast.errors == plain.errors and len(fast.errors) == 1
+
+
+_PIECES = ['"pg_id":', '"pg_id": ', '"timeout_ms":', '"timeout_ms": ', "}, {", "},{", ":", ": ", " ", "0", "7",
+           "-", ".", "e", "E", "+", "12345678901234567", "123456789012345678", "1234567890123456789", '"', "\\",
+           "a", "\x00", "{", "}", ",", "1e400", "-0", "-0.0"]
+
+
+@pytest.mark.skipif(json_scan._compiled_cut is None, reason="the compiled scanner is not built")
+@settings(max_examples=3000)
+@given(st.lists(st.sampled_from(_PIECES), max_size=40), st.booleans(), st.integers(0, 3), st.integers(0, 3))
+def test_compiled_cut_equals_the_pure_cut(pieces, spaced, lead, trail):
+    """Property (issue 17's condition for compiled code): cut_json answers exactly what _cut_py does,
+    numbers' types and spellings included, on any text made of the cut's own look-alikes."""
+    data = "".join(pieces).encode()
+    start, end = min(lead, len(data)), max(len(data) - trail, 0)
+    compiled = json_scan._compiled_cut(data, start, end, spaced)
+    assert exact_cut(compiled) == exact_cut(json_scan._cut_py(data, start, end, spaced))
+
+
+@pytest.mark.skipif(json_scan._compiled_cut is None, reason="the compiled scanner is not built")
+def test_compiled_cut_refuses_what_json_refuses_and_bounds_outside_the_data():
+    text = b'"a": 1, "b": 01}, {"a": 2'
+    assert json_scan._compiled_cut(text, 0, len(text), True) is None  # 01 is not JSON
+    assert json_scan._cut_py(text, 0, len(text), True) is None
+    big = b'"a": ' + b"9" * 5000  # over Python's int digit limit: json.loads raises ValueError
+    assert json_scan._compiled_cut(big, 0, len(big), True) is None
+    with pytest.raises(ValueError):
+        json_scan._compiled_cut(text, 0, len(text) + 1, True)
+    assert exact_cut(json_scan._compiled_cut(text, 5, 2, True)) == ([], [], [])  # start past end: no entry
