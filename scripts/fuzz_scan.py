@@ -117,6 +117,12 @@ def _load(so: str):
     return ext
 
 
+def _keep_mismatch(crash_dir: str | None, seed: int, i: int, data: bytes, what: str) -> None:
+    if crash_dir:
+        Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
+    print(f"MISMATCH seed {seed} input {i}: {what}", flush=True)
+
+
 def _sanitizer() -> str:
     return "loaded" if "asan" in os.environ.get("LD_PRELOAD", "") else "MISSING"
 
@@ -212,9 +218,7 @@ def run_json_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: 
             traces.append(json_scan.trace_from_json(data, "x", 0, 1, 1))
         if exact_cut(fast) != exact_cut(pure) or traces[0] != traces[1]:
             bad += 1
-            if crash_dir:
-                Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
-            print(f"MISMATCH seed {seed} input {i}: compiled {fast!r:.200} pure {pure!r:.200}", flush=True)
+            _keep_mismatch(crash_dir, seed, i, data, f"compiled {fast!r:.200} pure {pure!r:.200}")
     print(f"chunk {seed}: {answered} of {count} inputs cut (the rest: None or out of bounds), "
           f"sanitizer runtime {_sanitizer()}", flush=True)
     return bad
@@ -251,9 +255,7 @@ def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str |
             pure = exc.reason
         if fast != pure:
             bad += 1
-            if crash_dir:
-                Path(crash_dir, f"mismatch_{seed}_{i}").write_bytes(data)
-            print(f"MISMATCH seed {seed} input {i}: scanner {fast!r:.200} pure {pure!r:.200}", flush=True)
+            _keep_mismatch(crash_dir, seed, i, data, f"scanner {fast!r:.200} pure {pure!r:.200}")
     print(f"chunk {seed}: {answered} of {count - count // check_every} inputs scanned to columns "
           f"(the rest: None), sanitizer runtime {_sanitizer()}", flush=True)
     return bad
