@@ -4,10 +4,12 @@
 analysis then reads a few numbers per entry plus, per distinct kind of entry, its group, op, sizes,
 dtypes and state. In a real dump all but the numbers repeat from entry to entry, so this:
 
-1. cuts every number that follows a colon out of the entries' text with one `re.split` (C speed);
-   what is left of an entry is its *skeleton* (each number replaced by a marker, `:` NUL);
-2. converts all those numbers with one `json.loads` of them as a flat list (C speed; it also checks
-   that each is a JSON number, exactly as the full parse would, and gives it the same type);
+1. cuts every number that follows a colon out of the entries' text; what is left of an entry is
+   its *skeleton* (each number replaced by a marker, `:` NUL);
+2. converts all those numbers, checking that each is a JSON number, exactly as the full parse would,
+   and giving it the same type. Steps 1-2 are the *cut*: compiled (`_scan.cut_json`, one pass over
+   ASCII bytes) where the extension is built, else `_cut_py` (one `re.split`, then one `json.loads`
+   of the numbers as a flat list); a property test checks both give the same answer;
 3. decodes each distinct skeleton with `json.loads`, twice, with different numbers in place of the
    markers: the keys whose value changed between the two are the entry's numeric slots;
 4. hands the columns to scanned.py's pipeline, the one the compiled pickle scanner feeds.
