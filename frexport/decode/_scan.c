@@ -1,4 +1,5 @@
-/* The optional compiled scanner of a Flight Recorder pickle (frexport.decode._scan).
+/* The optional compiled scanner of a Flight Recorder pickle (frexport.decode._scan); at the end of
+ * this file, cut_json, the compiled cut of the JSON scanner (json_scan.py).
  *
  * scan(data: bytes) -> tuple | None
  *
