@@ -206,7 +206,7 @@ def run_json_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: 
         except ValueError:  # bounds outside the data: the caller never passes those
             if 0 <= start <= len(data) and 0 <= end <= len(data):
                 bad += 1
-                print(f"MISMATCH seed {seed} input {i}: ValueError within bounds", flush=True)
+                _keep_mismatch(crash_dir, seed, i, data, f"ValueError within bounds {start}:{end}")
             continue
         answered += fast is not None
         if i % check_every:
