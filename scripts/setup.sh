@@ -43,4 +43,21 @@ quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
 if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   quiet .venv/bin/python -m pip install torch==2.13.0
 fi
+# The PyPI wheels users install (CUDA builds, run on CPU with gloo), one environment each under
+# .torch/<version>, for the live end-to-end tests on every torch (tests/e2e/test_torch_versions.py).
+# CI takes the newest release on the registry; FREXPORT_TORCH_VERSIONS="2.14.1 2.15.0" adds others.
+# The machine's pip configuration may cap torch at the releases it keeps on disk: a newer one is
+# installed with that configuration left out (PIP_CONFIG_FILE=/dev/null: plain PyPI).
+if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ]; then
+  for v in ${FREXPORT_TORCH_VERSIONS:-2.15.0}; do
+    env=".torch/$v"
+    if ! "$env/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$v')" 2>/dev/null; then
+      quiet "$PY" -m venv "$env"
+      "$env/bin/python" -m pip install -q "torch==$v" >"$LOG" 2>&1 \
+        || PIP_CONFIG_FILE=/dev/null quiet "$env/bin/python" -m pip install -q "torch==$v"
+    fi
+    # frexport itself (the agent and frexport-launch): the trainer side needs nothing else
+    quiet "$env/bin/python" -m pip install -q --no-deps -e .
+  done
+fi
 echo "setup: ready (.venv)"

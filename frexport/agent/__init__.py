@@ -228,17 +228,38 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     path = os.path.join(directory, f"rank-{rank}.sock")
     if os.path.exists(path) or os.path.islink(path):
         os.unlink(path)  # its owner is gone (socket_owner): the server refuses an existing path
-    pickle_dump = getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace
-
-    def handler(req, resp):
-        resp.set_content(pickle_dump(), "application/octet-stream")
-        resp.set_status(200)
-
-    from frexport.agent.live import LIVE_HANDLER  # here: every process imports this module, few serve
+    # here: every process imports this module, few serve
+    from frexport.agent.live import LIVE_HANDLER, RECORDERS_HANDLER, make_recorders_handler
     from frexport.agent.live import make_handler as make_live_handler
+    from frexport.agent.recorders import Recorders
 
+    recorders = Recorders(c10d, sys.modules["torch.distributed"])
+    handlers = {}
+    try:
+        # one status-only dump of every recorder this torch has, before anything is registered: a
+        # torch whose dump API moved leaves PyTorch's own handlers alone on the server (the sidecar
+        # polls those), says so, and never fails a request later
+        listed = recorders.names()
+        recorders.dump(listed[0])(False, False, False)
+
+        def pickle_handler(req, resp):
+            dump = recorders.dump(req.get_param("backend"))
+            if dump is None:
+                resp.set_content("no such recorder", "text/plain")
+                resp.set_status(404)
+                return
+            resp.set_content(dump(), "application/octet-stream")
+            resp.set_status(200)
+
+        handlers = {PICKLE_HANDLER: pickle_handler, LIVE_HANDLER: make_live_handler(recorders.dump),
+                    RECORDERS_HANDLER: make_recorders_handler(recorders.names, torch_version)}
+        mode = "worker_server"
+    except Exception as exc:  # noqa: BLE001 - an unknown torch must never harm the trainer
+        _warn(f"this torch's Flight Recorder API is not one the agent knows ({type(exc).__name__}: {exc}): "
+              "serving PyTorch's own handlers only")
+        mode = "worker_server_pytorch_handlers"
     names = c10d._get_handler_names()
-    for name, raw in ((PICKLE_HANDLER, handler), (LIVE_HANDLER, make_live_handler(pickle_dump))):
+    for name, raw in handlers.items():
         fn = _drained(raw)
         if name not in names:
             c10d._register_handler(name, fn)
@@ -252,7 +273,7 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     # Connecting to a unix socket needs write permission on it. The sidecar usually runs as another
     # (non-root) user sharing the pod's group (fsGroup), so let the group in; others stay out.
     os.chmod(path, 0o660)
-    _write_metadata(directory, rank, torch_version, "worker_server", socket_path=path)
+    _write_metadata(directory, rank, torch_version, mode, socket_path=path)
 
     def stop() -> None:
         if os.getpid() != owner_pid:
@@ -287,7 +308,22 @@ def _snapshots(c10d, directory: str, rank: int, torch_version: str) -> None:
     interval = float(os.environ.get("FREXPORT_AGENT_SNAPSHOT_INTERVAL", "5"))
     out = os.path.join(directory, "snapshots")
     os.makedirs(out, exist_ok=True)
-    dump_json = getattr(c10d, "_dump_nccl_trace_json", None) or getattr(c10d, "_dump_fr_trace_json", None)
+    # gloo's recorder where this torch has it, else the NCCL one; where both exist (CUDA builds), the
+    # one that holds entries: the NCCL recorder is empty for gloo groups
+    jsons = [f for f in (getattr(c10d, "_dump_fr_trace_json", None), getattr(c10d, "_dump_nccl_trace_json", None))
+             if f is not None]
+
+    def first_with_entries() -> bytes:
+        dumps = []
+        for f in jsons:
+            d = f()
+            d = d if isinstance(d, bytes) else d.encode()
+            if b'"entries"' in d:
+                return d
+            dumps.append(d)
+        return dumps[0]
+
+    dump_json = first_with_entries if jsons else None
     dump_pickle = getattr(c10d, "_dump_nccl_trace", None)
     if dump_json is None and dump_pickle is None:
         _warn("this torch has neither a worker server nor a Flight Recorder dump API: nothing to serve")

@@ -27,6 +27,7 @@ from typing import Any
 
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
+RECORDERS_HANDLER = "frexport_recorders"  # {"recorders": [names], "torch": version}: what to poll
 
 
 def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
@@ -127,8 +128,8 @@ def parse_after(text: str) -> int | None:
     return int(text)
 
 
-def make_handler(dump_pickle: Callable[..., bytes]) -> Callable[[Any, Any], None]:
-    """The worker-server handler (req, resp) around `live_dump`."""
+def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Callable[[Any, Any], None]:
+    """The worker-server handler (req, resp) around `live_dump`: `?backend=<recorder>` (default: gloo's)."""
 
     def handler(req: Any, resp: Any) -> None:
         try:
@@ -137,7 +138,22 @@ def make_handler(dump_pickle: Callable[..., bytes]) -> Callable[[Any, Any], None
             resp.set_content(str(exc), "text/plain")
             resp.set_status(400)
             return
-        resp.set_content(live_dump(dump_pickle, after), "application/json")
+        dump = dump_for(req.get_param("backend"))
+        if dump is None:
+            resp.set_content("no such recorder", "text/plain")
+            resp.set_status(404)
+            return
+        resp.set_content(live_dump(dump, after), "application/json")
+        resp.set_status(200)
+
+    return handler
+
+
+def make_recorders_handler(names: Callable[[], list[str]], torch_version: str) -> Callable[[Any, Any], None]:
+    """The worker-server handler that lists the recorders worth polling (recorders.Recorders.names)."""
+
+    def handler(req: Any, resp: Any) -> None:
+        resp.set_content(json.dumps({"recorders": names(), "torch": torch_version}), "application/json")
         resp.set_status(200)
 
     return handler

@@ -11,7 +11,7 @@ from frexport.config import ConfigError, WorkerServers
 from frexport.files import atomic_write
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
-from frexport.sources.worker_server import JSON_HANDLERS, WorkerServerSource
+from frexport.sources.worker_server import RankTarget, WorkerServerSource
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
@@ -36,22 +36,19 @@ def run_snapshot(args: argparse.Namespace) -> int:
     os.makedirs(args.output, exist_ok=True)
     saved, failed = [], []
     for t in targets:
-        body, name = None, None
-        # The agent's pickle carries stack frames; the JSON handlers are what any worker server has.
-        for handler, filename in [("frexport_fr_pickle", f"trace_{t.rank}")] + \
-                                 [(h, f"trace_{t.rank}.json") for h in JSON_HANDLERS]:
-            try:
-                body, name = source.fetch(t, handler), filename
-                break
-            except PeerError as exc:
-                last = exc
-                if exc.down:
-                    break
-        if body is None:
-            failed.append(f"rank {t.rank}: {last.detail}")
+        try:
+            recorders = source.recorders(t)
+        except PeerError as exc:
+            failed.append(f"rank {t.rank}: {exc.detail}")
             continue
-        atomic_write(os.path.join(args.output, name), body)
-        saved.append(name)
+        # A rank is every recorder that holds a group (model/recorders.py): the first at the top, each
+        # other one a dump directory of its own (recorder-<name>/), as `frexport analyze` reads one
+        # recorder per rank.
+        for n, recorder in enumerate(recorders):
+            where = args.output if n == 0 else os.path.join(args.output, f"recorder-{recorder}")
+            name = _fetch_one(source, t, recorder, where, failed)
+            if name is not None:
+                saved.append(os.path.relpath(os.path.join(where, name), args.output))
         if args.stacks:
             try:
                 atomic_write(os.path.join(args.output, "stacks", f"rank_{t.rank}.traceback.txt"),
@@ -62,6 +59,24 @@ def run_snapshot(args: argparse.Namespace) -> int:
     for f in failed:
         print(f"  failed: {f}", file=sys.stderr)
     return 0 if saved else 1
+
+
+def _fetch_one(source: WorkerServerSource, t: RankTarget, recorder: str, where: str,
+               failed: list[str]) -> str | None:
+    """One recorder's dump of one rank into `where`: the agent's pickle (it carries stack frames), else
+    PyTorch's JSON handler. The file name, or None (said in `failed`)."""
+    last: PeerError | None = None
+    pickle_handler, json_handler = source.dump_handlers(t, recorder)
+    for handler, filename in ((pickle_handler, f"trace_{t.rank}"), (json_handler, f"trace_{t.rank}.json")):
+        try:
+            atomic_write(os.path.join(where, filename), source.fetch(t, handler), make_dirs=True)
+            return filename
+        except PeerError as exc:
+            last = exc
+            if exc.down:
+                break
+    failed.append(f"rank {t.rank} ({recorder} recorder): {last.detail if last else 'no handler'}")
+    return None
 
 
 def _holds_files(path: str) -> bool:

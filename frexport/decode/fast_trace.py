@@ -24,6 +24,7 @@ from frexport.decode.fields import (
     duration_ms,
     get_v210,
     is_coalesced_marker,
+    recorder_backend,
     tensors,
     user_frame,
 )
@@ -60,11 +61,11 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
     """The trace of a dump whose top level is `raw` (its entries are not read) and whose entries gave
     `rows` (and `markers`: whether any op closes a coalesced group; `timeouts`: the raw timeout_ms of
     the entries outcome.edges samples)."""
-    head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
-                     size_bytes=size_bytes)
     if markers:  # before judging completion tracking, as normalize completes them before build_rank_trace
         _complete_coalesced(rows)
     sample = edges(rows)
+    head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
+                     size_bytes=size_bytes, recorder=recorder_backend(r[ROW_PARSED][0] for r in sample))
     tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
     trace = RankTrace(
@@ -86,7 +87,7 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
     append = rows.append
     get = get_v210
     names = c.names
-    pgs = c.pg
+    pgs = c.groups
     frames_cache = c.frame
     one_sig: dict[tuple, tuple] = {}
     for e in entries_raw:
@@ -107,7 +108,8 @@ def _rows(entries_raw: list) -> tuple[list, bool]:
             raise _Unusual  # out of 64 bits: the general path's field rules make it absent
         # the caches' lookups inlined: the rule runs on a miss only
         parsed = names.get(pname) or c.profiling_name(pname)
-        pg = (pgs.get(pg_raw) if type(pg_raw) is tuple or type(pg_raw) is str else None) or c.process_group(pg_raw)
+        pg = (pgs.get((pg_raw, parsed[0])) if type(pg_raw) is tuple or type(pg_raw) is str else None) \
+            or c.group(pg_raw, parsed[0])
         duration = e.get("duration_ms")
         if duration is not None and (type(duration) is not float or not 0 <= duration < MAX_DURATION_MS):
             duration = duration_ms(duration)

@@ -11,12 +11,13 @@ read as absent, as each rule says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any, TypeVar
 
 from frexport.model.call_site import Frame, is_library_frame
+from frexport.model.dump import DEFAULT_RECORDER, group_name
 
 # The newest dump format this code knows field by field.
 KNOWN_VERSION = (2, 10)
@@ -146,10 +147,18 @@ def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None]:
             src, dst = int(s), int(d)
         elif op == "recv" and "<-" in meta:
             d, s = meta.split("<-", 1)
-            src, dst = int(s), int(d)
+            # "recv 3<-?": a receive from any source (torch 2.15's hook): the source is unknown
+            dst, src = int(d), (None if s.strip() == "?" else int(s))
     except ValueError:
         src = dst = None
     return backend, op, src, dst
+
+
+def recorder_backend(backends: Iterable[str]) -> str:
+    """The backend of the recorder that wrote a dump: one recorder, one backend, named in its ops'
+    profiling names (gloo's, legacy NCCL's "nccl", a hooked backend's such as "nccl2"); "" when none
+    of the sampled ops names one."""
+    return next((b for b in backends if b), "")
 
 
 def process_group(raw: Any) -> tuple[str, str]:
@@ -170,7 +179,7 @@ def process_group(raw: Any) -> tuple[str, str]:
 class Caches:
     """Per-dump interning: real dumps repeat the same names, sizes and (memoized) frames."""
 
-    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "tensors")
+    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "groups", "tensors")
 
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str, int | None, int | None]] = {}
@@ -180,6 +189,7 @@ class Caches:
         self.frame: dict[int, tuple[Frame, bool]] = {}
         self.stack: dict[tuple[int, ...], tuple[tuple[Frame, ...], Frame | None]] = {}
         self.pg: dict[Any, tuple[str, str]] = {}
+        self.groups: dict[tuple[Any, str], tuple[str, str]] = {}  # (raw process group, backend) -> group()
         # (op name, group) -> (raw sizes and dtypes of its last entry, their converted tuples)
         self.tensors: dict[tuple, tuple[tuple, tuple]] = {}
 
@@ -190,6 +200,18 @@ class Caches:
                 raise BadEntry("profiling_name")
             parsed = self.names[pname] = parse_profiling_name(pname)
         return parsed
+
+    def group(self, raw: Any, backend: str) -> tuple[str, str]:
+        """(name the group's ops are filed under, desc): `model.dump.group_name` of the entry's group
+        and backend."""
+        hashable = type(raw) is tuple or type(raw) is str
+        got = self.groups.get((raw, backend)) if hashable else None
+        if got is None:
+            name, desc = self.process_group(raw)
+            got = (name, desc) if backend == DEFAULT_RECORDER or not backend else (group_name(name, backend), desc)
+            if hashable:
+                self.groups[(raw, backend)] = got
+        return got
 
     def process_group(self, raw: Any) -> tuple[str, str]:
         hashable = type(raw) is tuple or type(raw) is str

@@ -31,6 +31,7 @@ from frexport.decode.fields import (
     opt_int,
     parse_ranks,
     parse_version,
+    recorder_backend,
     tensors,
 )
 from frexport.model.dump import (
@@ -39,7 +40,9 @@ from frexport.model.dump import (
     ProcessGroupConfig,
     ProcessGroupStatus,
     RankDump,
+    group_name,
 )
+from frexport.model.outcome import edges
 
 _KNOWN_TOP_KEYS = frozenset({"version", "entries", "pg_config", "pg_status", "nccl_version", "comm_lib_version"})
 
@@ -53,8 +56,11 @@ def require_dump_fields(top: dict, source: str) -> None:
 
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
               size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
-              carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES) -> RankDump:
-    """`keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks.
+              carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES, recorder: str | None = None) -> RankDump:
+    """`recorder`: the backend whose recorder wrote it, where the caller knows: names its groups when
+    no op does (a recorder whose groups have not recorded yet).
+
+    `keep_frames=False` keeps only each entry's call site: the bulk analyzer does not need whole stacks.
 
     `previous` (record_id -> Entry of the last snapshot of the same rank) lets a poller skip entries that
     were already finished then: they cannot change, so the old Entry is reused. `carry` are entries
@@ -109,7 +115,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         version=version,
         version_text=version_text if isinstance(version_text, str) else None,
         comm_lib_version=comm_lib_version,
-        pg_config=_pg_config(top.get("pg_config")),
+        pg_config=_pg_config(top.get("pg_config"),
+                             recorder_backend(e.backend for e in edges(entries)) or recorder or ""),
         pg_status=_pg_status(top.get("pg_status")),
         entries=entries,
         notes=tuple(notes),
@@ -118,7 +125,8 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     )
 
 
-def _pg_config(raw: Any) -> tuple[ProcessGroupConfig, ...]:
+def _pg_config(raw: Any, backend: str) -> tuple[ProcessGroupConfig, ...]:
+    """The groups' configs, named as the recorder's ops file them (`model.dump.group_name`)."""
     if not isinstance(raw, dict):
         return ()
     out = []
@@ -133,9 +141,11 @@ def _pg_config(raw: Any) -> tuple[ProcessGroupConfig, ...]:
             continue
         if not isinstance(name, str) or not isinstance(desc, str):
             continue
-        if name == "" and desc == "" and ranks is None:
-            continue  # gloo's placeholder {"": {"name": "", "desc": "", "ranks": "[]"}}
-        out.append(ProcessGroupConfig(name, desc, ranks))
+        if name == "":
+            # gloo's placeholder: {"": {"name": "", "desc": "", "ranks": "[]"}} to 2.13; from 2.14 its
+            # ranks are those of the last group the process created, not the membership of any one
+            continue
+        out.append(ProcessGroupConfig(group_name(name, backend), desc, ranks))
     return tuple(out)
 
 
@@ -233,7 +243,7 @@ def _entry(e: dict, index: int, c: Caches, keep_frames: bool) -> Entry:
         thread_id, thread_name = get("thread_id"), get("thread_name")
 
     backend, op, p2p_src, p2p_dst = c.profiling_name(pname)
-    pg = c.process_group(pg_raw)
+    pg = c.group(pg_raw, backend)
 
     if type(is_p2p) is not bool:
         is_p2p = op in P2P_OPS

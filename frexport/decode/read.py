@@ -25,7 +25,7 @@ def sniff_format(head: bytes) -> str:
 
 def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns: int | None = None,
                  keep_frames: bool = True, only: str | None = None, previous: dict | None = None,
-                 max_entries: int = MAX_ENTRIES) -> RankDump:
+                 max_entries: int = MAX_ENTRIES, recorder: str | None = None) -> RankDump:
     """`only="json"` refuses anything else: in-process callers must not unpickle (see sandbox.py)."""
     if not data:
         raise DecodeError(source, "empty", "empty file (0 bytes): the dump was never written or is still being written")
@@ -34,7 +34,7 @@ def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns
         raise DecodeError(source, "unexpected_format", f"expected {only}, got something else")
     raw = _json(data, source) if fmt == "json" else loads_plain(data, source)
     return normalize(raw, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns, size_bytes=len(data),
-                     keep_frames=keep_frames, previous=previous, max_entries=max_entries)
+                     keep_frames=keep_frames, previous=previous, max_entries=max_entries, recorder=recorder)
 
 
 def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,

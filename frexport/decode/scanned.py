@@ -23,9 +23,18 @@ from array import array
 from collections.abc import Callable
 from itertools import compress
 
-from frexport.decode.fields import BadEntry, Caches, coalesced_pairs, dtypes, is_coalesced_marker, sizes
+from frexport.decode.fields import (
+    BadEntry,
+    Caches,
+    coalesced_pairs,
+    dtypes,
+    is_coalesced_marker,
+    recorder_backend,
+    sizes,
+)
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
+from frexport.model.dump import group_name
 from frexport.model.outcome import SAMPLE, settled, shows_completion
 from frexport.model.rank_trace import RankTrace, add_columns, add_rows, recorder_times
 from frexport.model.signature import OpSignature
@@ -86,7 +95,7 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
     edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
                   for i in sample]
     head = normalize({**top, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
-                     size_bytes=size_bytes)
+                     size_bytes=size_bytes, recorder=recorder_backend(info[which[i]][4][0] for i in sample))
     trace = RankTrace(
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=n, pg_config=head.pg_config, pg_status=head.pg_status,
@@ -139,7 +148,8 @@ def _kinds(kinds: list, stacks: list, frames: list) -> tuple[list, bool]:
             site = sites.get(stack, _Unusual)
             if site is _Unusual:
                 site = sites[stack] = site_of(stack)
-        info.append((pg_name, pg_desc, pg_id, is_p2p, parsed, sig, site, state, retired, timeout))
+        info.append((group_name(pg_name, parsed[0]), pg_desc, pg_id, is_p2p, parsed, sig, site, state, retired,
+                     timeout))
     markers = any(is_coalesced_marker(op) for _, op, _, _ in c.names.values())
     return info, markers
 

@@ -34,7 +34,7 @@ from frexport import logs
 from frexport.export.encode import to_pickle
 from frexport.export.report import render_text
 from frexport.live.sink import Pass
-from frexport.model.dump import RankDump
+from frexport.model.dump import DEFAULT_RECORDER, RankDump
 
 # (bundle directory, the live stall threshold) -> its report (text, JSON): `frexport analyze` on the
 # bundle (cli wires it in). The bundle's files were written moments after the ranks answered, so
@@ -341,7 +341,7 @@ class EvidenceSink(IncidentSink):
         roots = p.result.new_root_causes if p.result is not None else []
         reason = roots[0].kind if roots else "ranks-down"
         focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
-        raw, stacks = self._fetch(sorted(p.dumps), focus)
+        raw, stacks = self._fetch(p.dumps, focus)
         diagnosis = (p.result or p.latest).diagnosis if (p.result or p.latest) else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
         report = diagnosis.to_json() if diagnosis else {}
@@ -349,11 +349,16 @@ class EvidenceSink(IncidentSink):
         return self.writer.write(Bundle(reason, text, report, p.dumps, raw, stacks,
                                         live.stall_after_s if live else 30.0))
 
-    def _fetch(self, ranks: list[int], focus: set[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
+    def _fetch(self, dumps: dict[int, RankDump],
+               focus: set[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
         if self.fetcher is None:
             return {}, {}
         targets = {t.rank: t for t in self.fetcher.targets()}
-        wanted = [(targets[r], PICKLE_HANDLER) for r in ranks if r in targets]
+        # A rank read from one recorder: that recorder's pickle (its stack frames). One read from several
+        # (model/recorders.py) is written from its merged dump instead, without frames: one file per rank.
+        recorders = {r: d.recorders or (DEFAULT_RECORDER,) for r, d in dumps.items()}
+        wanted = [(targets[r], f"{PICKLE_HANDLER}?backend={recorders[r][0]}") for r in sorted(dumps)
+                  if r in targets and len(recorders[r]) == 1]
         # culprits first: their stacks matter most when only a few are fetched
         for r in sorted(focus & set(targets))[: self.max_stacks]:
             listed = self.fetcher.handlers(r)
@@ -362,15 +367,19 @@ class EvidenceSink(IncidentSink):
                     continue
                 if handler in listed or (not listed and handler == "dump_traceback"):
                     wanted.append((targets[r], handler))
+        # torch 2.15 writes a rank's pickle where it dumps on a timeout (the dump directory frexport
+        # watches): asked for the culprits and blocked ranks, for what the recorder holds on its side
+        wanted += [(targets[r], f"fr_dump_file?backend={rec}") for r in sorted(focus & set(targets))
+                   if "fr_dump_file" in self.fetcher.handlers(r) for rec in recorders.get(r, ())]
         got = self.fetcher.fetch_all(wanted, self.deadline_s)
         raw: dict[int, bytes] = {}
         stacks: dict[int, dict[str, str]] = {}
         for (rank, handler), body in got.items():
             if not isinstance(body, bytes):
                 continue  # failed: the manifest lists what is missing; no files of errors
-            if handler == PICKLE_HANDLER:
+            if handler.startswith(PICKLE_HANDLER):
                 raw[rank] = body
-            else:
+            elif handler in STACK_HANDLERS:  # (fr_dump_file's answer is the file it wrote on its side)
                 stacks.setdefault(rank, {})[STACK_HANDLERS[handler]] = body.decode(errors="replace")
         return raw, stacks
 

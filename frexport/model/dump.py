@@ -15,10 +15,30 @@ from typing import NamedTuple
 from frexport.model.call_site import Frame
 from frexport.model.outcome import COMPLETED, SCHEDULED, STARTED, settled
 
-__all__ = ["COMPLETED", "P2P_OPS", "SCHEDULED", "STARTED", "Entry", "Frame", "InputError", "ProcessGroupConfig",
-           "ProcessGroupStatus", "RankDump"]
+__all__ = ["COMPLETED", "DEFAULT_RECORDER", "P2P_OPS", "SCHEDULED", "STARTED", "Entry", "Frame", "InputError",
+           "ProcessGroupConfig", "ProcessGroupStatus", "RankDump", "group_name", "split_group_name"]
 
 P2P_OPS = frozenset({"send", "recv"})
+
+# The recorder every torch has (`kDefaultFRBackend`): gloo's, the one `fr_trace_json` and 2.13's
+# `_dump_fr_trace` read. Its groups keep their plain names; "" is a dump whose names carry no backend.
+DEFAULT_RECORDER = "gloo"
+
+
+def group_name(pg_name: str, backend: str) -> str:
+    """The name a process group's ops are filed under: `<backend>:<pg_name>` unless the backend is
+    gloo's (or unknown). One group of a `cpu:gloo,cuda:nccl` job is two sequences of ops, one per
+    backend, each numbered from 1 in a recorder of its own (the legacy NCCL one, or, from torch 2.15,
+    a hooked backend's such as nccl2's): read as one group they would look desynced."""
+    if backend == DEFAULT_RECORDER or not backend or pg_name.startswith(f"{backend}:"):
+        return pg_name  # (the last: a merged dump frexport wrote back in PyTorch's format, read again)
+    return f"{backend}:{pg_name}"
+
+
+def split_group_name(name: str) -> tuple[str, str]:
+    """(process group name, backend) of a `group_name` ("" for gloo's and unknown backends)."""
+    backend, sep, pg = name.partition(":")
+    return (pg, backend) if sep else (name, "")
 
 
 class ProcessGroupConfig(NamedTuple):
@@ -109,6 +129,10 @@ class RankDump:
     # False where dumped_at_ns is a time nobody saw the dump taken at and cannot be its dump time: a file
     # that was in a watched directory before the sidecar started, dated past its wait's timeout (a copy)
     dumped_at_is_clock: bool = True
+    recorders: tuple[str, ...] = ()  # the recorders it was read from, where known (model/recorders.py)
+    # torch 2.15's c10d health check where the rank answered one: the backends that aborted (a watchdog
+    # timeout, an async error; sticky for the process); None: not asked or not there
+    unhealthy_backends: tuple[str, ...] | None = None
 
     @property
     def world_size(self) -> int | None:

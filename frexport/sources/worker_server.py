@@ -38,6 +38,7 @@ from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import RankDump
 from frexport.model.outcome import first_unsettled
+from frexport.model.recorders import Shifter, merge_recorders
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
@@ -49,8 +50,23 @@ _record_id = attrgetter("record_id")
 # record id of the oldest entry the buffer still holds under FIRST_RECORD_KEY.
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
-JSON_HANDLERS = (LIVE_HANDLER, "dump_nccl_trace_json", "fr_trace_json")  # in order of preference
+RECORDERS_HANDLER = "frexport_recorders"
 LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
+
+# A rank is every recorder its process holds (model/recorders.py). PyTorch's handlers: gloo's (the
+# default) recorder is `fr_trace_json`, the legacy NCCL one `dump_nccl_trace_json` (CUDA builds; empty
+# for gloo groups), and from 2.15 (which also lists `fr_dump_file`) any backend's `fr_trace_json?backend=`.
+DEFAULT_RECORDER = "gloo"
+LEGACY_NCCL = "nccl"
+LEGACY_NCCL_HANDLER = "dump_nccl_trace_json"
+PER_BACKEND_MARKER = "fr_dump_file"
+# Without the agent, the hooked recorders a 2.15 rank may hold are found by asking for these (an
+# unknown name answers an empty recorder): the backends PyTorch itself ships. An out-of-tree backend
+# is found by the agent only (it reads the names from the process groups).
+PROBED_RECORDERS = ("nccl2", "nccl-lazy", "nccl", "xccl", "mpi", "ucc")
+PROBE_EVERY_S = 30.0
+HEALTH_HANDLER = "c10d_health_check"  # torch 2.15: which backends aborted (a watchdog timeout, an async error)
+MAX_RECORDERS = 16
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,8 @@ class _Backoff:
     refused: bool = False  # the last attempt found nothing listening
     pid: tuple[int, int] | None = None  # (mtime_ns of rank-<N>.json, pid) when the pid can be checked from here
     live_off_until: float = 0.0  # monotonic time before which the agent's live handler is not asked (it failed)
+    recorders: tuple[str, ...] = ()  # the recorders polled (model/recorders.py), re-listed as _recorders says
+    recorders_at: float = 0.0  # monotonic time they were last listed
 
 
 class WorkerServerSource:
@@ -85,7 +103,8 @@ class WorkerServerSource:
         self.max_ranks = max_ranks
         self.skipped_targets = 0  # socket files over max_ranks at the last listing
         self._backoff: dict[str, _Backoff] = {}
-        self._last: dict[int, RankDump] = {}  # rank -> its last snapshot (incremental decode)
+        self._last: dict[tuple[int, str], RankDump] = {}  # (rank, recorder) -> its last snapshot (incremental decode)
+        self._shifters: dict[int, dict[str, Shifter]] = {}  # rank -> its recorders' record-id moves
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -141,8 +160,10 @@ class WorkerServerSource:
                 self.health.forget(name)
                 self._internal_said = {said for said in self._internal_said if said[0] != name}
         ranks = {t.rank for t in targets}
-        for rank in [r for r in self._last if r not in ranks]:
-            del self._last[rank]
+        for key in [k for k in self._last if k[0] not in ranks]:
+            del self._last[key]
+        for rank in [r for r in self._shifters if r not in ranks]:
+            del self._shifters[rank]
         now = time.monotonic()
         due = [t for t in targets if self._backoff.setdefault(t.name, _Backoff()).next_try <= now]
         if not due:
@@ -171,21 +192,12 @@ class WorkerServerSource:
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            try:
-                dump = self._poll_live(t, now_ns) if b.handler == LIVE_HANDLER else None
-                if dump is None:
-                    dump = self._decode(t, self.fetch(t, _whole_buffer_handler(b)), now_ns)
-            except PeerError as exc:
-                if b.handler != LIVE_HANDLER or exc.down:
-                    raise
-                # The agent's handler is Python: it cannot answer while a thread of the trainer holds
-                # the GIL (a rank stuck in native code), where PyTorch's C++ handlers still do. Ask
-                # one of those now, and for LIVE_RETRY_S.
-                b.live_off_until = time.monotonic() + LIVE_RETRY_S
-                b.handler = self._choose_handler(t)
-                if b.handler == LIVE_HANDLER:
-                    raise
-                dump = self._decode(t, self.fetch(t, b.handler), now_ns)
+            dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
+            for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
+                del self._last[gone]
+            dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
+            if HEALTH_HANDLER in b.names:
+                dump = replace(dump, unhealthy_backends=self._health(t))
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,
@@ -210,44 +222,122 @@ class WorkerServerSource:
         b.failures, b.next_try, b.was_up, b.refused = 0, 0.0, True, False
         if dump.world_size is None and t.target.unix_path:
             dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
-        self._last[t.rank] = dump
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
         return Snapshot(dump, t.name, now_ns)
 
-    def _decode(self, t: RankTarget, body: bytes, now_ns: int) -> RankDump:
+    def _health(self, t: RankTarget) -> tuple[str, ...] | None:
+        """torch 2.15's `c10d_health_check`: {"healthy": bool, "unhealthy_backends": [names]}; None
+        where the answer is not that."""
+        try:
+            doc = json.loads(self.fetch(t, HEALTH_HANDLER))
+        except (PeerError, ValueError, RecursionError):
+            return None
+        names = doc.get("unhealthy_backends") if isinstance(doc, dict) else None
+        if not isinstance(names, list):
+            return None
+        return tuple(n for n in names[:MAX_RECORDERS] if _recorder_name_ok(n))
+
+    def recorders(self, t: RankTarget) -> tuple[str, ...]:
+        """The recorders of one rank that hold a group, the default first (snapshots, evidence)."""
+        b = self._backoff.setdefault(t.name, _Backoff())
+        if b.handler is None:
+            b.handler = self._choose_handler(t)
+        return self._recorders(t, b)
+
+    def dump_handlers(self, t: RankTarget, recorder: str) -> tuple[str, str]:
+        """(the agent's pickle handler, PyTorch's JSON handler) for one recorder: the pickle carries
+        stack frames, the JSON handler is what any worker server has."""
+        b = self._backoff.setdefault(t.name, _Backoff())
+        return f"frexport_fr_pickle?backend={recorder}", _pytorch_handler(recorder, b.names)
+
+    def _recorders(self, t: RankTarget, b: _Backoff) -> tuple[str, ...]:
+        """The recorders to poll on this rank: the agent lists them (from its process groups) at each
+        poll; PyTorch's own handlers are asked for each one they may have every PROBE_EVERY_S, and the
+        ones that hold a group are polled. The default one where none does."""
+        if b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names:
+            try:
+                listed = json.loads(self.fetch(t, RECORDERS_HANDLER)).get("recorders")
+            except (PeerError, ValueError, AttributeError, RecursionError):
+                listed = None
+            if isinstance(listed, list):
+                names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
+                b.recorders = names or (DEFAULT_RECORDER,)
+                return b.recorders
+        if b.recorders and time.monotonic() - b.recorders_at < PROBE_EVERY_S:
+            return b.recorders
+        candidates = [DEFAULT_RECORDER]
+        if LEGACY_NCCL_HANDLER in b.names:
+            candidates.append(LEGACY_NCCL)
+        if PER_BACKEND_MARKER in b.names:
+            candidates.extend(n for n in PROBED_RECORDERS if n not in candidates)
+        found = []
+        for name in candidates if len(candidates) > 1 else ():  # one candidate: nothing to choose
+            try:
+                body = self.fetch(t, _pytorch_handler(name, b.names))
+            except PeerError as exc:
+                if exc.down:
+                    raise
+                continue
+            if _holds_groups(body):
+                found.append(name)
+        b.recorders, b.recorders_at = tuple(found) or (DEFAULT_RECORDER,), time.monotonic()
+        return b.recorders
+
+    def _poll_recorder(self, t: RankTarget, b: _Backoff, recorder: str, now_ns: int) -> RankDump:
+        """One recorder of the rank: through the agent's live handler from the cursor on where it
+        runs, else (and for a whole buffer) through PyTorch's C++ handler for that recorder."""
+        try:
+            dump = self._poll_live(t, recorder, now_ns) if b.handler == LIVE_HANDLER else None
+            if dump is None:
+                dump = self._decode(t, recorder, self.fetch(t, _whole_buffer_handler(b, recorder)), now_ns)
+        except PeerError as exc:
+            if b.handler != LIVE_HANDLER or exc.down:
+                raise
+            # The agent's handler is Python: it cannot answer while a thread of the trainer holds
+            # the GIL (a rank stuck in native code), where PyTorch's C++ handlers still do. Ask
+            # one of those now, and for LIVE_RETRY_S.
+            b.live_off_until = time.monotonic() + LIVE_RETRY_S
+            b.handler = self._choose_handler(t)
+            if b.handler == LIVE_HANDLER:
+                raise
+            dump = self._decode(t, recorder, self.fetch(t, _pytorch_handler(recorder, b.names)), now_ns)
+        self._last[(t.rank, recorder)] = dump
+        return dump
+
+    def _decode(self, t: RankTarget, recorder: str, body: bytes, now_ns: int) -> RankDump:
         """Parse only what is new since the last snapshot when that can be done safely (and the part
         to decode is at most `in_process_max_bytes`), else all: in the sandbox when it is large."""
-        last = self._last.get(t.rank)
+        last = self._last.get((t.rank, recorder))
         if last is not None and last.entries:
-            dump = self._decode_tail(t, body, now_ns, last)
+            dump = self._decode_tail(t, recorder, body, now_ns, last)
             if dump is not None:
                 return dump
         if self.decoder is not None and len(body) > self.in_process_max_bytes:
             # large: parsed under the decoders' memory limit, all of it (no incremental reuse)
-            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries))
+            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries, recorder))
             if isinstance(dump, DecodeError):
                 raise dump
             return dump
         return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
                             previous={e.record_id: e for e in last.entries} if last is not None else None,
-                            max_entries=self.cfg.max_entries)
+                            max_entries=self.cfg.max_entries, recorder=recorder)
 
-    def _poll_live(self, t: RankTarget, now_ns: int) -> RankDump | None:
+    def _poll_live(self, t: RankTarget, recorder: str, now_ns: int) -> RankDump | None:
         """Ask the agent only for the entries from the first one that may still change; None where
         that answer cannot be joined to the last snapshot (the caller then fetches the whole buffer)."""
-        last = self._last.get(t.rank)
+        last = self._last.get((t.rank, recorder))
         if last is None or not last.entries:
             return None
         rids, resume, _ = _cursor(last.entries)
-        body = self.fetch(t, f"{LIVE_HANDLER}?after={rids[resume]}")
-        dump = self._decode_tail(t, body, now_ns, last, window=True)
+        body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={rids[resume]}")
+        dump = self._decode_tail(t, recorder, body, now_ns, last, window=True)
         if dump is None and _holds_whole_buffer(body, rids[resume]):
             # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
             # every entry came, so this body is decoded whole rather than asked for a second time
-            dump = self._decode(t, body, now_ns)
+            dump = self._decode(t, recorder, body, now_ns)
         return dump
 
-    def _decode_tail(self, t: RankTarget, body: bytes, now_ns: int, last: RankDump,
+    def _decode_tail(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, last: RankDump,
                      window: bool = False) -> RankDump | None:
         """The same process, further along: keep the older entries of `last`, decode the rest; None
         where that cannot be done (the caller parses it all). `window`: the body is the agent's
@@ -276,7 +366,7 @@ class WorkerServerSource:
         raw = dict(tail.meta)
         raw["entries"] = tail.entries
         return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                         keep_frames=False, carry=carry, max_entries=self.cfg.max_entries)
+                         keep_frames=False, carry=carry, max_entries=self.cfg.max_entries, recorder=recorder)
 
     def down_ranks(self) -> set[int]:
         """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent
@@ -338,10 +428,9 @@ class WorkerServerSource:
             names = frozenset()
         self._backoff[t.name].names = names
         live_off = time.monotonic() < self._backoff[t.name].live_off_until
-        for h in JSON_HANDLERS:
-            if h in names and not (h == LIVE_HANDLER and live_off):
-                return h
-        return "fr_trace_json"  # servers too old to list handlers
+        # the agent's handler, else PyTorch's (per recorder: _pytorch_handler); "fr_trace_json" also
+        # stands for servers too old to list their handlers
+        return LIVE_HANDLER if LIVE_HANDLER in names and not live_off else "fr_trace_json"
 
     def _failed(self, t: RankTarget, b: _Backoff, reason: str, detail: str, start: float, now_ns: int) -> None:
         b.failures += 1
@@ -359,19 +448,44 @@ class BodyJob:
     rank: int
     now_ns: int
     max_entries: int
+    recorder: str = DEFAULT_RECORDER
 
     def __call__(self) -> RankDump:
         return decode_bytes(self.body, self.path, rank=self.rank, dumped_at_ns=self.now_ns, keep_frames=False,
-                            only="json", max_entries=self.max_entries)
+                            only="json", max_entries=self.max_entries, recorder=self.recorder)
 
 
-def _whole_buffer_handler(b: _Backoff) -> str:
+def _pytorch_handler(recorder: str, names: frozenset[str]) -> str:
+    """PyTorch's own C++ JSON handler for one recorder (see DEFAULT_RECORDER)."""
+    if recorder == LEGACY_NCCL and LEGACY_NCCL_HANDLER in names:
+        return LEGACY_NCCL_HANDLER
+    if recorder == DEFAULT_RECORDER or PER_BACKEND_MARKER not in names:
+        return "fr_trace_json"
+    return f"fr_trace_json?backend={recorder}"
+
+
+def _whole_buffer_handler(b: _Backoff, recorder: str) -> str:
     """The handler to ask for a whole buffer (a rank's first poll, an answer that could not be
-    joined): where the agent's live handler is chosen, PyTorch's C++ JSON handler if listed. For the
-    whole buffer it costs the trainer as much as the live one, and it runs without the GIL."""
+    joined): where the agent's live handler is chosen, PyTorch's C++ JSON handler for that recorder
+    where this torch has one. For the whole buffer it costs the trainer as much as the live one, and
+    it runs without the GIL."""
     if b.handler != LIVE_HANDLER:
-        return b.handler
-    return next((h for h in JSON_HANDLERS[1:] if h in b.names), LIVE_HANDLER)
+        return _pytorch_handler(recorder, b.names)
+    if recorder == DEFAULT_RECORDER or (recorder == LEGACY_NCCL and LEGACY_NCCL_HANDLER in b.names) \
+            or PER_BACKEND_MARKER in b.names:
+        return _pytorch_handler(recorder, b.names)
+    return f"{LIVE_HANDLER}?backend={recorder}"
+
+
+def _recorder_name_ok(name: object) -> bool:
+    """A recorder name from a rank's answer goes into a URL and a label: short, plain characters."""
+    return isinstance(name, str) and 0 < len(name) <= 64 and all(c.isalnum() or c in "-_." for c in name)
+
+
+def _holds_groups(body: bytes) -> bool:
+    """Whether a recorder's JSON dump knows a group (an unused or unknown one answers
+    `"pg_config":{}` and no entries)."""
+    return b'"entries"' in body or (b'"pg_config"' in body and b'"pg_config":{}' not in body.replace(b" ", b""))
 
 
 _FIRST_RECORD = re.compile(rb'"%s"\s*:\s*(\d{1,20})[,}\s]' % FIRST_RECORD_KEY.encode())

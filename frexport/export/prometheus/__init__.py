@@ -3,7 +3,8 @@
 One collector per concept, each in the module named after it, each with `describe()` and a sample
 of its exposition in its docstring: rank_progress (per rank and group), collectives (counts and
 durations), findings (the live analysis), waits (where each rank waits, for the job-wide rules),
-sources (where snapshots come from), build_info. The sinks' self-metrics (evidence bundles, OTLP
+sources (where snapshots come from), recorders (which Flight Recorders each rank is read from),
+build_info. The sinks' self-metrics (evidence bundles, OTLP
 spans) join them. `ScrapeCollector` (scrape.py) runs them all, timing each and isolating its
 failures, as node_exporter does.
 
@@ -27,6 +28,7 @@ from frexport.export.prometheus.build_info import BuildInfoCollector
 from frexport.export.prometheus.collectives import CollectivesCollector
 from frexport.export.prometheus.findings import FindingsCollector
 from frexport.export.prometheus.rank_progress import RankProgressCollector
+from frexport.export.prometheus.recorders import RecordersCollector
 from frexport.export.prometheus.scrape import ScrapeCollector
 from frexport.export.prometheus.sources import SourcesCollector
 from frexport.export.prometheus.waits import WaitsCollector
@@ -36,8 +38,8 @@ from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 
 __all__ = ["Bounds", "BuildInfoCollector", "CollectivesCollector", "FindingsCollector", "RankProgressCollector",
-           "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors", "scrape_collector",
-           "sidecar_registry"]
+           "RecordersCollector", "ScrapeCollector", "SourcesCollector", "WaitsCollector", "collectors",
+           "scrape_collector", "sidecar_registry"]
 
 
 def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
@@ -49,6 +51,7 @@ def collectors(state: LiveState, health: HealthRegistry, analysis: LiveAnalysis,
         "findings": FindingsCollector(analysis, clock),
         "waits": WaitsCollector(state, analysis),
         "sources": SourcesCollector(health, state),
+        "recorders": RecordersCollector(state),
         "build_info": BuildInfoCollector(),
     }
 

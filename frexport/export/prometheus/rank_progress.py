@@ -2,10 +2,10 @@
 
     # HELP frexport_pg_last_completed_collective collective_seq_id of the newest finished collective (gloo: retired)
     # TYPE frexport_pg_last_completed_collective gauge
-    frexport_pg_last_completed_collective{pg="0",pg_desc="default_pg",rank="1"} 9.0
+    frexport_pg_last_completed_collective{backend="gloo",pg="0",pg_desc="default_pg",rank="1"} 9.0
     # HELP frexport_pending_collectives Collectives enqueued and not finished
     # TYPE frexport_pending_collectives gauge
-    frexport_pending_collectives{op="all_reduce",pg="0",pg_desc="default_pg",rank="1"} 1.0
+    frexport_pending_collectives{backend="gloo",op="all_reduce",pg="0",pg_desc="default_pg",rank="1"} 1.0
     # HELP frexport_rank_status 1 for the rank's current status
     # TYPE frexport_rank_status gauge
     frexport_rank_status{rank="1",status="ok"} 0.0
@@ -26,8 +26,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, OK, STATUSES, LiveAnalysis
 from frexport.live.state import LiveState
+from frexport.model.dump import DEFAULT_RECORDER, split_group_name
 
-_PG = ["rank", "pg", "pg_desc"]
+# `pg` is the name the group's ops are filed under (model.dump.group_name: "0", or "nccl2:0" for a
+# group's ops in a hooked backend's recorder), unique within the rank, so the rules can group by it;
+# `backend` the recorder's backend ("gloo" for the default one).
+_PG = ["rank", "pg", "pg_desc", "backend"]
 
 
 class _Families(NamedTuple):
@@ -89,7 +93,7 @@ class RankProgressCollector:
         for rank, rs in sorted(view.ranks.items()):
             r = str(rank)
             for name, g in sorted(rs.groups.items()):
-                labels = [r, name, g.pg_desc]
+                labels = [r, name, g.pg_desc, split_group_name(name)[1] or DEFAULT_RECORDER]
                 if g.last_enqueued is not None:
                     f.enqueued.add_metric(labels, g.last_enqueued)
                 if g.last_started is not None:

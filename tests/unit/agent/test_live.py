@@ -89,4 +89,4 @@ def test_the_cursor_parameter():
 def test_the_sidecar_asks_for_the_agents_handler_by_its_name():
     assert worker_server.LIVE_HANDLER == live.LIVE_HANDLER
     assert worker_server.FIRST_RECORD_KEY == live.FIRST_RECORD_KEY
-    assert worker_server.JSON_HANDLERS[0] == live.LIVE_HANDLER
+    assert worker_server.RECORDERS_HANDLER == live.RECORDERS_HANDLER

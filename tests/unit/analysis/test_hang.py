@@ -96,7 +96,7 @@ def test_blocking_is_followed_through_other_groups_to_the_one_culprit():
     _, roots = _roots({r: dump(es, world=4, groups=groups) for r, es in job.items()}, seen_after_s=10)
     [root] = roots
     assert (root.kind, root.ranks, root.blocked, root.waited_by) == (IDLE, (3,), (0, 1, 2), (0, 1, 2))
-    assert root.wait.group.name == "5"  # named by the group that waits for rank 3 alone
+    assert root.wait.group.name == "nccl:5"  # named by the group that waits for rank 3 alone
 
 
 def test_collectives_issued_in_different_orders_across_groups_are_a_cycle():
@@ -276,5 +276,5 @@ def test_ranks_that_each_failed_out_of_what_the_other_waits_in_are_one_cycle_not
     job = {0: [entry(0, 1, state="started", created=ISSUED, **a), entry(1, 1, created=ISSUED + 1000, **b)],
            1: [entry(0, 1, state="started", created=ISSUED, **b), entry(1, 1, created=ISSUED + 1000, **a)]}
     waits, roots = _roots({r: dump(es, world=2, groups=groups) for r, es in job.items()}, seen_after_s=10)
-    assert sorted((w.rank, w.group.name, w.left) for w in waits) == [(0, "a", (1,)), (1, "b", (0,))]
+    assert sorted((w.rank, w.group.name, w.left) for w in waits) == [(0, "nccl:a", (1,)), (1, "nccl:b", (0,))]
     assert [(r.kind, r.ranks) for r in roots] == [(CYCLE, (0, 1))]

@@ -8,7 +8,7 @@ from frexport.model.signature import OpSignature, canonical
 from tests.support.synth import dump, entry, healthy_job, traces
 
 
-def _cols(by_rank: dict[int, RankTrace], group: str = "0") -> dict:
+def _cols(by_rank: dict[int, RankTrace], group: str = "nccl:0") -> dict:
     """Each rank's column of canonical signature ids, numbered across ranks (as the engine does)."""
     ids: dict[tuple, int] = {}
     return {r: (t.groups[group], array("l", (ids.setdefault(canonical(t.signatures[i]), len(ids))

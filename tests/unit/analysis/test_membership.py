@@ -18,12 +18,12 @@ def test_members_and_world_from_pg_config():
     dumps = {r: dump(es, world=4, groups={"5": ("tp", [r - r % 2, r - r % 2 + 1])}) for r, es in job.items()}
     m = build_membership(traces(dumps))
     # each pair of ranks reports its own tp group under the same name: one group per member set
-    assert sorted((g.key, g.members) for g in m.groups.values() if g.name == "5") == [("5@0", (0, 1)),
-                                                                                        ("5@1", (2, 3))]
-    assert m.group_of[(3, "5")] == "5@1" and m.group_of[(0, "5")] == "5@0"
-    assert m.groups["0"].members == (0, 1, 2, 3) and m.groups["0"].label == "0 (default_pg)"
+    assert sorted((g.key, g.members) for g in m.groups.values() if g.name == "nccl:5") == [("nccl:5@0", (0, 1)),
+                                                                                             ("nccl:5@1", (2, 3))]
+    assert m.group_of[(3, "nccl:5")] == "nccl:5@1" and m.group_of[(0, "nccl:5")] == "nccl:5@0"
+    assert m.groups["nccl:0"].members == (0, 1, 2, 3) and m.groups["nccl:0"].label == "nccl:0 (default_pg)"
     assert (m.world_size, m.world_size_inferred) == (4, False)
-    assert m.notes == ["process group '5' has 2 different member sets across ranks"]
+    assert m.notes == ["process group 'nccl:5' has 2 different member sets across ranks"]
 
 
 def test_gloo_membership_inferred_from_the_ops_each_rank_recorded():
@@ -47,6 +47,6 @@ def test_gloo_world_includes_ranks_known_without_a_dump():
 def test_global_rank_of_a_group_local_peer():
     job = healthy_job(world=4, steps=1)
     m = build_membership(traces({r: dump(es, world=4, groups={"7": ("pp", [3, 1])}) for r, es in job.items()}))
-    g = m.groups["7"]
+    g = m.groups["nccl:7"]
     assert g.members == (1, 3)  # group rank i is the i-th smallest global rank: new_group sorts them
     assert (g.global_rank(0), g.global_rank(1), g.global_rank(2), g.global_rank(None)) == (1, 3, None, None)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from frexport.analysis.membership import Group, build_membership
 from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers
+from frexport.model.dump import group_name
 from frexport.model.rank_trace import FINISHED, GroupTrace
 from tests.support.synth import STEP_NS, T0, dump, entry, traces
 
@@ -31,10 +32,12 @@ def _job(late_ms, world: int = 4, steps: int = 10, durations=None) -> dict:
     return out
 
 
-def _stragglers(dumps, **kw):
+def _stragglers(dumps, backend="gloo", **kw):
+    """`backend`: the one `_job` recorded with ("nccl" when it was given durations)."""
     by_rank = traces(dumps)
-    group = build_membership(by_rank).groups["0"]
-    cols = {r: t.groups["0"] for r, t in by_rank.items() if "0" in t.groups}  # as the engine passes them
+    name = group_name("0", backend)
+    group = build_membership(by_rank).groups[name]
+    cols = {r: t.groups[name] for r, t in by_rank.items() if name in t.groups}  # as the engine passes them
     return find_stragglers(group, cols, THRESHOLD_NS, **kw)
 
 
@@ -62,7 +65,7 @@ def test_late_but_not_the_last_most_of_the_time_is_not_a_straggler():
 
 def test_with_nccl_durations_the_late_rank_is_the_one_that_waited_least():
     """Clocks of different hosts need not agree: a collective ends at about the same moment everywhere."""
-    [s] = _stragglers(_job(lambda i, r: 0, durations=lambda r: 10.0 if r == 1 else 100.0))
+    [s] = _stragglers(_job(lambda i, r: 0, durations=lambda r: 10.0 if r == 1 else 100.0), backend="nccl")
     assert (s.rank, s.by_duration, s.median_lateness_ns) == (1, True, 90 * MS)
 
 
@@ -152,8 +155,9 @@ def test_the_sliced_columns_judge_as_the_row_by_row_reference(seed, world, steps
             del es[rng.randrange(1, len(es) - 1)]
         d["entries"] = es
     by_rank = traces(dumps)
-    group = build_membership(by_rank).groups["0"]
-    cols = {r: t.groups["0"] for r, t in by_rank.items() if "0" in t.groups}
+    name = group_name("0", "nccl" if timed else "gloo")
+    group = build_membership(by_rank).groups[name]
+    cols = {r: t.groups[name] for r, t in by_rank.items() if name in t.groups}
     for threshold, fraction in ((-10**18, 0.0), (0, 0.0), (10 * MS, 0.6), (THRESHOLD_NS, 0.6)):  # (every median shown)
         assert find_stragglers(group, cols, threshold, min_late_fraction=fraction) == \
             _reference(group, cols, threshold, min_late_fraction=fraction)

@@ -47,8 +47,8 @@ class _Fake(WorkerServerSource):
     """The real decode path, fed bodies directly (no socket needed for this property)."""
 
     def feed(self, state, rank, body, now):
-        dump = self._decode(RankTarget(rank, Target(unix_path="/x"), "x"), body, now)
-        self._last[rank] = dump
+        dump = self._decode(RankTarget(rank, Target(unix_path="/x"), "x"), "gloo", body, now)
+        self._last[(rank, "gloo")] = dump
         return state.ingest(dump, "x", now)
 
 

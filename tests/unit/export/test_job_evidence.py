@@ -38,9 +38,9 @@ def test_ranks_grouped_by_where_they_are():
     dumps = {r: _d(r, waiting, frames=False) for r in range(3)} | {3: _d(3, done, frames=False)}
     framed = {0: _d(0, waiting)}
     lines = where_ranks(dumps, framed, {3: {"traceback": TRACEBACK}}, {3})
-    assert lines[0].startswith("3 ranks (0-2) wait in all_reduce (collective 6 of group 0 (default_pg)) at "
+    assert lines[0].startswith("3 ranks (0-2) wait in all_reduce (collective 6 of group nccl:0 (default_pg)) at "
                                "/job/train.py:88"), lines
-    assert lines[1] == ("rank 3: after all_reduce (collective 5 of group 0 (default_pg)), now at "
+    assert lines[1] == ("rank 3: after all_reduce (collective 5 of group nccl:0 (default_pg)), now at "
                         "/job/data.py:210 next_batch"), lines
 
 

@@ -23,11 +23,11 @@ def test_pending_entry_counted_when_it_finishes():
     state, events = LiveState(), []
     events.extend(state.ingest(_snap([entry(0, 1), entry(1, 2, state="started")]), "s", T0))
     assert len(events) == 1
-    g = state.view().ranks[0].groups["0"]
+    g = state.view().ranks[0].groups["nccl:0"]
     assert g.pending == {"all_reduce": (1, T0 + 1 * 100_000_000)} and g.last_completed == 1
     events.extend(state.ingest(_snap([entry(0, 1), entry(1, 2)], at=T0 + 5), "s", T0 + 5))
     assert [e.entry.record_id for e in events] == [0, 1] and events[1].observed_ns == T0 + 5
-    assert state.view().ranks[0].groups["0"].last_completed == 2
+    assert state.view().ranks[0].groups["nccl:0"].last_completed == 2
 
 
 def test_wrapped_away_entries_are_counted_as_dropped():
@@ -61,11 +61,11 @@ def test_gone_process_group_expires_while_the_rank_stays():
     state.ingest(_snap(both, at=T0), "s", T0)
     later = T0 + 100
     state.ingest(_snap([entry(0, 1), entry(2, 2)], at=later), "s", later)  # group 7 wrapped away
-    assert set(state.view().ranks[0].groups) == {"0", "7"}  # its last values stay for a while...
+    assert set(state.view().ranks[0].groups) == {"nccl:0", "nccl:7"}  # its last values stay for a while...
     state.expire(T0 + 150, after_ns=200)
-    assert set(state.view().ranks[0].groups) == {"0", "7"}
+    assert set(state.view().ranks[0].groups) == {"nccl:0", "nccl:7"}
     state.expire(T0 + 201, after_ns=200)  # ...then the series go (last held at T0), the rank stays
-    assert set(state.view().ranks[0].groups) == {"0"}
+    assert set(state.view().ranks[0].groups) == {"nccl:0"}
 
 
 def test_outcome_follows_the_one_rule_per_backend():

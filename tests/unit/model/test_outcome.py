@@ -9,6 +9,7 @@ import pytest
 
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.normalize import normalize
+from frexport.model.dump import group_name
 from frexport.model.outcome import Outcome, outcome_of, tracks_completion
 from frexport.model.rank_trace import FINISHED, TIMED_OUT, build_rank_trace
 from tests.support.synth import dump, entry
@@ -76,7 +77,7 @@ def test_analysis_flags_follow_the_rule_on_both_decode_paths(backend, states):
     general = build_rank_trace(normalize(raw, "x", "pickle", rank=0, keep_frames=False))
     fast = trace_from_raw(raw, "x", "pickle", 0, None, 0)
     assert fast == general
-    flags = list(general.groups["0"].flags)
+    flags = list(general.groups[group_name("0", backend)].flags)
     assert [bool(f & FINISHED) for f in flags] == [o.done for o in expected]
     assert [bool(f & TIMED_OUT) for f in flags] == [o is Outcome.TIMED_OUT for o in expected]
 

@@ -101,7 +101,7 @@ def test_a_stall_is_a_stalled_span_for_the_waiting_rank_and_missing_for_the_culp
     assert f.kind == "missing_rank" and f.culprit_ranks == (1,) and S.stalled_ranks(f) == [0, 1]
     spans = {r: S.stall_span(f, r, "j", S.Resources("j").of(r), now) for r in S.stalled_ranks(f)}
     assert spans[0].name == "stalled all_reduce" and spans[1].name == "missing all_reduce"
-    assert spans[0].context.trace_id == spans[1].context.trace_id == S.trace_id_for("j", "0", 6)
+    assert spans[0].context.trace_id == spans[1].context.trace_id == S.trace_id_for("j", "nccl:0", 6)
     assert all(s.status.status_code == StatusCode.ERROR and s.events[0].name == "stalled" for s in spans.values())
     assert spans[0].start_time == f.time_ns and spans[0].end_time == now
 

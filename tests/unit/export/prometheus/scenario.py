@@ -1,9 +1,10 @@
 """A fixed sidecar state for the collector tests and the golden exposition: 4 ranks of one job,
-rank 2 missing from collective 11 of the default group, one clock.
+rank 2 missing from collective 11 of the default group, one clock. The entries are NCCL-shaped
+(profiling names `nccl:...`), so their groups are filed as "nccl:0" and "nccl:1" (model.dump.group_name).
 
     ranks 0, 1, 3: collectives 1-10 of default_pg completed, 11 (all_reduce) started, not finished
     rank 2:        collectives 1-10 completed, never issued 11; its worker server timed out once
-    ranks 0, 1:    one all_gather in tp (group "1"): completed on rank 0, timed out on rank 1
+    ranks 0, 1:    one all_gather in tp (group "1", filed as "nccl:1"): completed on rank 0, timed out on rank 1
     rank 3:        first snapshot held collectives 1-5; the second, 40 s later, starts at 8 (2 dropped)
 """
 
@@ -48,9 +49,9 @@ def tp(rank: int) -> list[dict]:
     return [entry(11, 1, op="all_gather", pg=("1", "tp"), pg_id=1, duration_ms=5.0, **timed_out)]
 
 
-STALL = Finding(F.MISSING_RANK, "0", "default_pg", 11, (2,), (0, 1, 3), "all_reduce", "/job/train.py:10 step",
+STALL = Finding(F.MISSING_RANK, "nccl:0", "default_pg", 11, (2,), (0, 1, 3), "all_reduce", "/job/train.py:10 step",
                 "rank 2 never issued all_reduce", root_cause=True, time_ns=T0 + 10 * STEP_NS)
-STRAGGLER = Finding(F.STRAGGLER, "1", "tp", None, (1,), (), "all_gather", None, "rank 1 is late")
+STRAGGLER = Finding(F.STRAGGLER, "nccl:1", "tp", None, (1,), (), "all_gather", None, "rank 1 is late")
 
 
 @dataclass

@@ -10,8 +10,9 @@ from tests.support.synth import T0, entry
 from tests.unit.export.prometheus.scenario import FIRST, NOW_NS, SECOND, S, snapshot
 
 
-def _pg(rank, pg="0", desc="default_pg", **extra):
-    return {"rank": str(rank), "pg": pg, "pg_desc": desc, **extra}
+def _pg(rank, pg="nccl:0", desc="default_pg", backend="nccl", **extra):
+    """The labels of a group's series: synth's entries are NCCL-shaped, so group "0" is filed as "nccl:0"."""
+    return {"rank": str(rank), "pg": pg, "pg_desc": desc, "backend": backend, **extra}
 
 
 def test_the_culprit_is_behind_its_peers_in_the_default_group(scenario):

@@ -33,7 +33,7 @@ def test_a_failing_collector_costs_only_its_own_families(scenario, monkeypatch):
     assert findings <= healthy
     assert _families(r) == healthy - findings
     assert _success(r) == {"rank_progress": 1, "collectives": 1, "findings": 0, "waits": 1, "sources": 1,
-                           "build_info": 1, "evidence": 1}
+                           "recorders": 1, "build_info": 1, "evidence": 1}
     assert r.get_sample_value("frexport_scrape_collector_duration_seconds", {"collector": "findings"}) >= 0
     # what the alert rules and dashboards read is still there
     assert r.get_sample_value("frexport_rank_status", {"rank": "2", "status": "stalled"}) == 1

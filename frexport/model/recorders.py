@@ -1,0 +1,90 @@
+"""A rank is every Flight Recorder its process holds, read as one dump.
+
+Up to torch 2.13 a process had one recorder (gloo's, or the legacy NCCL one on CUDA builds). The
+CUDA wheels of 2.14 have both, and from 2.15 every backend that does not record itself (nccl2, the
+default `nccl` there; nccl-lazy, mpi, ucc, out-of-tree backends) gets a recorder of its own, filled
+by PyTorch's `FlightRecorderHook`. Each is read on its own (its own cursor, its own buffer) and the
+rank's dump is their union:
+- each recorder numbers its records from 0, so a recorder's record ids are moved into a range of
+  their own (`record_offset`): ids stay unique within the rank and only grow within a recorder, which
+  is what the live state's "new, changed, restarted" rules need; gloo's (the default) keep theirs;
+- groups are already apart: decode files a group's ops under `group_name(pg, backend)`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import replace
+
+from frexport.model.dump import DEFAULT_RECORDER, Entry, RankDump
+
+# A recorder's records are numbered from 0 by one counter per process: 2**40 of them would take a
+# million collectives a second for 12 days. Ranges are picked by a hash of the recorder's name, so
+# they do not depend on which recorders exist yet (one created later must not move the others).
+RECORD_ID_SPAN = 1 << 40
+_RANGES = 1023
+
+
+def record_offset(recorder: str) -> int:
+    """Where this recorder's record ids start in its rank's merged dump."""
+    if recorder == DEFAULT_RECORDER:
+        return 0
+    return ((zlib.crc32(recorder.encode()) % _RANGES) + 1) * RECORD_ID_SPAN
+
+
+def recorder_record_id(record_id: int) -> int:
+    """The id the recorder itself gave a record (spans and reports show this one)."""
+    return record_id % RECORD_ID_SPAN
+
+
+class Shifter:
+    """Moves one recorder's entries into its record-id range, reusing what it moved last time: a
+    poller's decode reuses the Entry objects of entries that did not change, and so does this."""
+
+    __slots__ = ("offset", "_done")
+
+    def __init__(self, recorder: str) -> None:
+        self.offset = record_offset(recorder)
+        self._done: dict[int, tuple[Entry, Entry]] = {}  # record id -> (entry as decoded, moved)
+
+    def __call__(self, entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        if not self.offset:
+            return entries
+        done, out, offset = self._done, [], self.offset
+        now: dict[int, tuple[Entry, Entry]] = {}
+        for e in entries:
+            hit = done.get(e.record_id)
+            moved = hit[1] if hit is not None and hit[0] is e else e._replace(record_id=e.record_id + offset)
+            now[e.record_id] = (e, moved)
+            out.append(moved)
+        self._done = now
+        return tuple(out)
+
+
+def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | None = None) -> RankDump:
+    """One rank's dump from its recorders' dumps (recorder name -> dump), the default one first.
+    `shifters` (recorder -> Shifter) keeps moved entries between calls for the same rank."""
+    shifters = {} if shifters is None else shifters
+    order = sorted(dumps, key=lambda name: (name != DEFAULT_RECORDER, record_offset(name), name))
+    first = dumps[order[0]]
+    if len(order) == 1 and not record_offset(order[0]):
+        return replace(first, recorders=tuple(order))
+    entries: list[Entry] = []
+    pg_config, pg_status, notes = [], [], []
+    for name in order:
+        d = dumps[name]
+        shift = shifters.get(name)
+        if shift is None:
+            shift = shifters[name] = Shifter(name)
+        entries.extend(shift(d.entries))
+        pg_config.extend(d.pg_config)
+        pg_status.extend(d.pg_status)
+        notes.extend(f"{name} recorder: {n}" for n in d.notes)
+    for gone in [n for n in shifters if n not in dumps]:
+        del shifters[gone]
+    return replace(
+        first, entries=tuple(entries), pg_config=tuple(pg_config), pg_status=tuple(pg_status), notes=tuple(notes),
+        size_bytes=sum(d.size_bytes for d in dumps.values()),
+        dumped_at_ns=max((d.dumped_at_ns for d in dumps.values() if d.dumped_at_ns), default=first.dumped_at_ns),
+        declared_world_size=next((d.declared_world_size for d in dumps.values() if d.declared_world_size), None),
+        recorders=tuple(order))

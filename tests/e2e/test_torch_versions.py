@@ -1,0 +1,74 @@
+"""The live stall, end to end, on every torch a user runs: 2.13.0+cpu and the PyPI (CUDA) wheels of
+2.14.1 and 2.15.0 run on CPU with gloo (scripts/setup.sh installs them under .torch/). On the CUDA
+wheels the legacy NCCL recorder exists and is empty for gloo groups: a sidecar that read it saw four
+healthy ranks while rank 2 hung (issue 25)."""
+
+import time
+
+import pytest
+
+from tests.support.sidecar import Sidecar
+from tests.support.torchjob import TorchJob, torch_envs
+
+POLL_S, STALL_S = 1.0, 3.0
+ENVS = torch_envs()
+
+
+def _stall(tmp_path, bin_dir, agent: bool) -> dict[int, str]:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path),
+           "SOCKETS_DIR": str(shared)}
+    script = "train.py" if agent else "train_worker_server.py"
+    with TorchJob(script, shared, env=env, bin_dir=bin_dir, launch=agent) as job, \
+            Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
+        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
+        stuck_at = float((tmp_path / "stuck").read_text())
+        while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
+            time.sleep(0.2)
+        statuses = sc.statuses()
+        recorders = {(int(s.labels["rank"]), s.labels["recorder"]) for s in sc.samples()
+                     if s.name == "frexport_rank_recorder_info" and s.value == 1}
+        return statuses, recorders
+
+
+@pytest.mark.torchjob
+@pytest.mark.parametrize("agent", [True, False], ids=["agent", "pytorch-handlers"])
+@pytest.mark.parametrize("version", sorted(ENVS))
+def test_a_stuck_rank_is_named_on_every_torch(tmp_path, version, agent):
+    statuses, recorders = _stall(tmp_path, ENVS[version], agent)
+    assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, (version, statuses)
+    # the sidecar says which recorder it reads: gloo's, not the (empty) NCCL one of the CUDA wheels
+    assert recorders == {(r, "gloo") for r in range(4)}, recorders
+
+
+HOOK_VERSIONS = [v for v in sorted(ENVS) if v not in ("2.13", "2.14.1")]  # the hook attaches from 2.15
+
+
+@pytest.mark.torchjob
+@pytest.mark.parametrize("version", HOOK_VERSIONS or ["none"])
+def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
+    """The default group on an out-of-tree backend (torch records it with its FlightRecorderHook, as it
+    records nccl2) and a gloo subgroup: each rank holds two recorders, and the stall shows in the
+    hooked one's group."""
+    if version == "none":
+        pytest.fail("no torch >= 2.15 environment under .torch/: run scripts/setup.sh")
+    shared = tmp_path / "shared"
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train_hooked.py", shared, env=env, bin_dir=ENVS[version]) as job, \
+            Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
+        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
+        stuck_at = float((tmp_path / "stuck").read_text())
+        while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
+            time.sleep(0.2)
+        samples = sc.samples()
+        statuses = sc.statuses()
+    recorders = {(int(s.labels["rank"]), s.labels["recorder"]) for s in samples
+                 if s.name == "frexport_rank_recorder_info" and s.value == 1}
+    assert recorders == {(r, rec) for r in range(4) for rec in ("gloo", "storecomm")}, recorders
+    groups = {(s.labels["pg"], s.labels["backend"]) for s in samples
+              if s.name == "frexport_pg_last_enqueued_collective"}
+    assert groups == {("storecomm:0", "storecomm"), ("1", "gloo")}, groups
+    assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, statuses
