@@ -3,10 +3,14 @@
 wheels the legacy NCCL recorder exists and is empty for gloo groups: a sidecar that read it saw four
 healthy ranks while rank 2 hung (issue 25)."""
 
+import subprocess
+import sys
 import time
 
 import pytest
 
+from frexport.analysis.engine import analyze
+from frexport.decode.load import load
 from tests.support.sidecar import Sidecar
 from tests.support.torchjob import TorchJob, torch_envs
 
@@ -65,6 +69,17 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
             time.sleep(0.2)
         samples = sc.samples()
         statuses = sc.statuses()
+        snap = tmp_path / "snap"
+        out = subprocess.run([sys.executable, "-m", "frexport", "snapshot", str(snap), "--sockets-dir", str(shared)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    # each recorder a dump directory of its own; the hooked one's, read post-mortem, names rank 2
+    assert {p.name for p in snap.glob("trace_*")} == {p.name for p in (snap / "recorder-storecomm").glob("trace_*")} \
+        == {f"trace_{r}" for r in range(4)}
+    loaded = load([str(snap / "recorder-storecomm")], workers=1)
+    f = analyze(loaded.traces).findings[0]
+    assert (f.kind, f.culprit_ranks, f.pg_name) == ("missing_rank", (2,), "storecomm:0"), f
+    assert f.call_site.endswith("train_step")
     recorders = {(int(s.labels["rank"]), s.labels["recorder"]) for s in samples
                  if s.name == "frexport_rank_recorder_info" and s.value == 1}
     assert recorders == {(r, rec) for r in range(4) for rec in ("gloo", "storecomm")}, recorders

@@ -92,3 +92,19 @@ def test_odd_file_names(tmp_path):
     found = discover([str(tmp_path)])
     assert sorted(found.by_rank) == [0, 1, 2, 5]
     assert "no rank" in dict(found.skipped)[str(tmp_path / "trace_2\nx")]
+
+
+def test_a_snapshots_other_recorders_are_not_read_as_more_files_of_its_ranks(tmp_path):
+    """`frexport snapshot` of a rank with two recorders writes the second into recorder-<name>/: the
+    same ranks, other groups. They must not compete with the first's files (the newest would win)."""
+    from frexport.decode.discover import discover
+
+    for d in (tmp_path, tmp_path / "recorder-nccl2"):
+        d.mkdir(exist_ok=True)
+        for r in range(2):
+            (d / f"trace_{r}").write_bytes(b"x")
+    found = discover([str(tmp_path)])
+    assert {r: [f.path for f in fs] for r, fs in found.by_rank.items()} == \
+        {r: [str(tmp_path / f"trace_{r}")] for r in range(2)}
+    assert any("recorder-nccl2" in n for n in found.notes)
+    assert set(discover([str(tmp_path / "recorder-nccl2")]).by_rank) == {0, 1}
