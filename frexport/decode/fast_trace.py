@@ -66,7 +66,8 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
     sample = edges(rows)
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes, recorder=recorder_backend(r[ROW_PARSED][0] for r in sample))
-    tracks = any(shows_completion(r[ROW_PARSED][0], r[ROW_STATE]) for r in sample)  # outcome.tracks_completion
+    # outcome.tracks_completion
+    tracks = frozenset(r[ROW_PARSED][0] for r in sample if shows_completion(r[ROW_PARSED][0], r[ROW_STATE]))
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
     trace = RankTrace(
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,

@@ -90,7 +90,8 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
         _complete_coalesced(info, which, seqs, p2p_seqs, started, completed)
     n = len(which)
     sample = list(range(n)) if n <= 2 * SAMPLE else [*range(SAMPLE), *range(n - SAMPLE, n)]  # outcome.edges
-    tracks = any(shows_completion(info[which[i]][4][0], info[which[i]][7]) for i in sample)
+    tracks = frozenset(info[which[i]][4][0] for i in sample
+                       if shows_completion(info[which[i]][4][0], info[which[i]][7]))
     first_last = [created[i] for i in sample if created[i]]
     edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
                   for i in sample]

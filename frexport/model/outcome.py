@@ -6,9 +6,11 @@ depends on whether the recorder tracks completion:
   was abandoned by the watchdog: it timed out.
 - gloo (and MPI, UCC, any backend without completion events) leaves every entry 'scheduled' and
   retires finished and failed work alike: retired only says the work is over, not how it went.
-Whether a recorder tracks completion is a property of the whole dump, read from its backends'
-names or from any entry that shows a started/completed state. Metrics, spans and the analysis
-all ask this module, so an op cannot be "timed out" in one and "finished" in another.
+Whether a recorder tracks completion is a property of its backend, read from the backend's name or
+from any entry of that backend that shows a started/completed state. One rank's dump may hold
+several recorders (model/recorders.py: gloo's beside nccl2's), so the evidence is kept per backend.
+Metrics, spans and the analysis all ask this module, so an op cannot be "timed out" in one and
+"finished" in another.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ COMPLETED = "completed"
 
 # Backends whose recorder marks work started/completed (the profiling-name prefixes of NCCL and its
 # vendor variants in PyTorch's analyzer); gloo (2.13) leaves every entry 'scheduled'.
-COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
+# torch 2.15's nccl2 (and nccl-lazy) are recorded by its FlightRecorderHook, which retires an entry from
+# the backend's completion hook: completed, with its duration.
+COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl", "nccl2", "nccl-lazy",
+                                 "nccl-legacy"})
 
 # How many entries at each end of a dump are enough to tell whether it tracks completion: a
 # backend that does shows it in any stretch, and a bounded sample keeps this O(1) on huge dumps.
@@ -63,9 +68,15 @@ def edges(entries: Sequence) -> Sequence:
     return entries if len(entries) <= 2 * SAMPLE else entries[:SAMPLE] + entries[-SAMPLE:]
 
 
-def tracks_completion(entries: Sequence[Entry]) -> bool:
-    """Whether the recorder that wrote these entries (one rank's dump) reports completion."""
-    return any(shows_completion(e.backend, e.state) for e in edges(entries))
+def tracks_completion(entries: Sequence[Entry]) -> frozenset[str]:
+    """The backends among these entries (one rank's dump) whose recorder shows that it reports
+    completion (with `tracked`, which adds the backends known to by name)."""
+    return frozenset(e.backend for e in edges(entries) if shows_completion(e.backend, e.state))
+
+
+def tracked(backend: str, tracking: frozenset[str]) -> bool:
+    """Whether ops of `backend` are tracked to completion, given a dump's `tracks_completion`."""
+    return backend in tracking or backend in COMPLETION_BACKENDS
 
 
 def classify(state: str, retired: bool | None, tracks_completion: bool) -> Outcome:
@@ -77,9 +88,9 @@ def classify(state: str, retired: bool | None, tracks_completion: bool) -> Outco
     return Outcome.PENDING
 
 
-def outcome_of(entry: Entry, tracks_completion: bool) -> Outcome:
-    """`tracks_completion`: the value of `tracks_completion(...)` for the dump the entry came from."""
-    return classify(entry.state, entry.retired, tracks_completion)
+def outcome_of(entry: Entry, tracking: frozenset[str]) -> Outcome:
+    """`tracking`: the value of `tracks_completion(...)` for the dump the entry came from."""
+    return classify(entry.state, entry.retired, tracked(entry.backend, tracking))
 
 
 def settled(state: str, retired: bool | None) -> bool:

@@ -19,7 +19,7 @@ from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import COMPLETED as STATE_COMPLETED
 from frexport.model.outcome import STARTED as STATE_STARTED
-from frexport.model.outcome import Outcome, classify, edges, first_unsettled, tracks_completion
+from frexport.model.outcome import Outcome, classify, edges, first_unsettled, tracked, tracks_completion
 from frexport.model.signature import OpSignature, Signature
 
 _new_tuple = tuple.__new__
@@ -242,8 +242,8 @@ class RowIndex:
     heads: dict[str, list[int]] = field(default_factory=dict)  # pg_name -> row number of each position
 
 
-def add_rows(trace: RankTrace, rows: list, tracks: bool) -> None:
-    """`tracks`: whether the dump's recorder tracks completion (model/outcome.py)."""
+def add_rows(trace: RankTrace, rows: list, tracks: frozenset[str]) -> None:
+    """`tracks`: the dump's `tracks_completion` (model/outcome.py)."""
     append_rows(trace, rows, tracks)
     for g in trace.groups.values():
         finish_group(g)
@@ -258,7 +258,7 @@ def finish_group(g: GroupTrace) -> bool:
     return unsorted
 
 
-def append_rows(trace: RankTrace, rows: list, tracks: bool, index: RowIndex | None = None,
+def append_rows(trace: RankTrace, rows: list, tracks: frozenset[str], index: RowIndex | None = None,
                 marks: list[RowMark] | None = None, first_row: int = 0) -> None:
     """Add rows at the end of the trace's columns. With `index` and `marks` (numbering rows from
     `first_row`) it can be called again with more rows: the way a trace follows a sliding window."""
@@ -267,7 +267,7 @@ def append_rows(trace: RankTrace, rows: list, tracks: bool, index: RowIndex | No
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
     n = first_row - 1
-    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (_backend, op, src, dst), created, duration, sig,
+    for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (backend, op, src, dst), created, duration, sig,
          call_site, state, retired, started, _completed) in rows:
         n += 1
         if is_p2p and op == "coalesced":
@@ -277,10 +277,10 @@ def append_rows(trace: RankTrace, rows: list, tracks: bool, index: RowIndex | No
         g = groups.get(pg_name)
         if g is None:
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        flags = outcome_flags.get((state, retired))
+        flags = outcome_flags.get((state, retired, backend))
         if flags is None:
-            flags = outcome_flags[(state, retired)] = (
-                _OUTCOME_FLAGS[classify(state, retired, tracks)] | (RETIRED if retired else 0)
+            flags = outcome_flags[(state, retired, backend)] = (
+                _OUTCOME_FLAGS[classify(state, retired, tracked(backend, tracks))] | (RETIRED if retired else 0)
                 | (STARTED if state == STATE_STARTED else 0))
         if started:
             flags |= STARTED
@@ -321,7 +321,8 @@ def append_rows(trace: RankTrace, rows: list, tracks: bool, index: RowIndex | No
 
 
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],
-                created: Sequence[int], started: Sequence[int], durations: Sequence[float], tracks: bool) -> bool:
+                created: Sequence[int], started: Sequence[int], durations: Sequence[float],
+                tracks: frozenset[str]) -> bool:
     """add_rows for entries given as columns: `kinds` are the distinct (pg_name, pg_desc, pg_id, is_p2p,
     (backend, op, src, dst), signature 1-tuple, call site, state, retired, ...) of the entries, in the order
     of each one's first entry (a kind added later must repeat an earlier kind's group, signature and
@@ -352,7 +353,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
     site_index: dict[Frame, int] = {}
     groups, signatures, call_sites = trace.groups, trace.signatures, trace.call_sites
     k_sig, k_site, k_flags = [0] * n_kinds, [-1] * n_kinds, [0] * n_kinds
-    for n, (pg_name, pg_desc, pg_id, _p2p, _parsed, sig, site, state, retired, *_rest) in enumerate(kinds):
+    for n, (pg_name, pg_desc, pg_id, _p2p, parsed, sig, site, state, retired, *_rest) in enumerate(kinds):
         if bucket_of[n] < 0:
             continue
         if pg_name not in groups:
@@ -362,7 +363,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
             if k_site[n] == len(call_sites):
                 call_sites.append(site)
         k_sig[n] = _intern(sig, sig_index, signatures)
-        k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracks)] | (RETIRED if retired else 0)
+        k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracked(parsed[0], tracks))] | (RETIRED if retired else 0)
                       | (STARTED if state == STATE_STARTED else 0))
     for pg_name, idx in coll.items():
         g = groups[pg_name]

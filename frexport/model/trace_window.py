@@ -55,7 +55,7 @@ class TraceWindow:
         self._base = 0  # row number of _entries[0]: numbers grow for good, so marks never shift
         self._index = RowIndex()
         self._p2p: dict[str, list[P2POp]] = {}  # every p2p op per group (the trace keeps the recent ones)
-        self._tracks = False
+        self._tracks: frozenset[str] = frozenset()
         self._followable = False  # the last build left columns in row order: it can be followed
         self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
 

@@ -100,3 +100,24 @@ def test_a_live_window_keeps_the_older_unfinished_entries_only():
         want = [e for e in d.entries[:-tail] if not e.finished] + list(d.entries[-tail:]) \
             if len(d.entries) > tail else list(d.entries)
         assert build_rank_trace(d, tail=tail).n_entries == len(want)
+
+
+def test_in_one_rank_of_two_recorders_each_backend_keeps_its_own_rule():
+    """A rank read from gloo's recorder and nccl2's (model/recorders.py): nccl2 reports completion, gloo
+    does not. gloo's retired ops are over, not timed out, and nccl2's retired-without-completing one
+    timed out, in the live state and in the analysis alike."""
+    from frexport.live.state import LiveState
+    from frexport.model.rank_trace import FINISHED, TIMED_OUT, build_rank_trace
+    from frexport.model.recorders import merge_recorders
+
+    gloo = normalize(_raw("gloo", [("scheduled", True)] * 3), "g", "json", rank=0)
+    nccl2 = normalize(_raw("nccl2", [("completed", True), ("scheduled", True)]), "n", "json", rank=0)
+    merged = merge_recorders({"gloo": gloo, "nccl2": nccl2})
+    tracks = tracks_completion(merged.entries)
+    assert [outcome_of(e, tracks) for e in merged.entries] == \
+        [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.TIMED_OUT]
+    events = LiveState().ingest(merged, "x", 10**18)
+    assert [ev.outcome for ev in events] == [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.TIMED_OUT]
+    trace = build_rank_trace(merged)
+    assert all(f & FINISHED for f in trace.groups["0"].flags)
+    assert trace.groups["nccl2:0"].flags[-1] & TIMED_OUT
