@@ -11,6 +11,7 @@ import pytest
 
 from frexport.analysis.engine import analyze
 from frexport.decode.load import load
+from frexport.sources.http_client import Target, request
 from tests.support.sidecar import Sidecar
 from tests.support.torchjob import TorchJob, torch_envs
 
@@ -73,6 +74,16 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
         out = subprocess.run([sys.executable, "-m", "frexport", "snapshot", str(snap), "--sockets-dir", str(shared)],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
+        # PyTorch's own dump of the hooked recorder, written on the rank's side where its timeout dump
+        # goes (the agent sets TORCH_FR_DUMP_TEMP_FILE=<dir>/dumps/trace_): what a bundle asks for
+        for r in range(4):
+            resp = request(Target(unix_path=str(shared / f"rank-{r}.sock")), "POST",
+                           "/handler/fr_dump_file?backend=storecomm", timeout=30)
+            assert resp.status == 200, resp.body
+    written = load([str(shared / "dumps")], workers=1)
+    assert sorted(t.rank for t in written.traces) == [0, 1, 2, 3], written.errors
+    f = analyze(written.traces).findings[0]
+    assert (f.kind, f.culprit_ranks, f.pg_name) == ("missing_rank", (2,), "storecomm:0"), f
     # each recorder a dump directory of its own; the hooked one's, read post-mortem, names rank 2
     assert {p.name for p in snap.glob("trace_*")} == {p.name for p in (snap / "recorder-storecomm").glob("trace_*")} \
         == {f"trace_{r}" for r in range(4)}

@@ -72,7 +72,8 @@ def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
     return r.body if r.status == 200 else None
 
 
-def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 120.0) -> dict:
+def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 120.0,
+            torch_bin: Path | None = None) -> dict:
     import torch
 
     settings = SETTINGS.get(scenario, {})
@@ -82,7 +83,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
     sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
     env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE=str(settings.get("buffer", 2000)),
                OMP_NUM_THREADS="1")
-    torchrun = Path(sys.executable).with_name("torchrun")
+    torchrun = (torch_bin or Path(sys.executable).parent) / "torchrun"
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
            str(HERE / "scenarios" / f"{scenario}.py")]
     job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -130,7 +131,10 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
         (out / "json" / f"trace_{r}.json").write_bytes(js)
         if stacks.get(r):
             (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
-    meta = {"scenario": scenario, "world_size": world, "torch": torch.__version__, "backend": "gloo",
+    version = torch.__version__ if torch_bin is None else subprocess.run(
+        [str(torch_bin / "python"), "-W", "ignore", "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    meta = {"scenario": scenario, "world_size": world, "torch": version, "backend": "gloo",
             "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
             "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -142,6 +146,8 @@ def main() -> int:
     ap.add_argument("scenario", nargs="?", choices=SCENARIOS)
     ap.add_argument("outdir", nargs="?")
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--torch", type=Path, help="the bin directory of another torch's environment "
+                    "(.torch/2.15.0/bin): its torchrun runs the job")
     args = ap.parse_args()
     todo = SCENARIOS if args.all else [args.scenario]
     if not args.all and (not args.scenario or not args.outdir):
@@ -149,7 +155,7 @@ def main() -> int:
     for s in todo:
         out = ROOT / "tests" / "fixtures" / "real" / s if args.all else Path(args.outdir)
         t = time.monotonic()
-        meta = capture(s, out)
+        meta = capture(s, out, torch_bin=args.torch)
         print(f"{s}: ranks {meta['captured_ranks']} in {time.monotonic() - t:.0f} s -> {out}")
     return 0
 

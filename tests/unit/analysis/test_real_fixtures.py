@@ -95,3 +95,18 @@ def test_verdict_survives_renames_and_order(diagnose, tmp_path, scenario):
         _check(out, scenario)
         results.add(json.dumps(out.to_json(), sort_keys=True))
     assert len(results) == 1
+
+
+# The same scenario captured on the PyPI (CUDA) wheels users install, run on CPU with gloo:
+# tests/realjobs/capture.py --torch .torch/<version>/bin. From 2.14 gloo's placeholder pg_config lists
+# the ranks of the last group the process created (here the world): read as nobody's membership.
+OTHER_TORCH = {"torch-2.14.1": "2.14.1+cu130", "torch-2.15.0": "2.15.0+cu132"}
+
+
+@pytest.mark.parametrize("build", sorted(OTHER_TORCH))
+@pytest.mark.parametrize("json_only", [False, True], ids=["pickles", "json"])
+def test_the_same_hang_on_every_torch(diagnose, build, json_only):
+    d = FIXTURES / build / "stuck_before_collective"
+    meta = json.loads((d / "scenario.json").read_text())
+    assert meta["torch"] == OTHER_TORCH[build] and meta["captured_ranks"] == [0, 1, 2, 3]
+    _check(diagnose(d / "json" if json_only else d), "stuck_before_collective", with_frames=not json_only)
