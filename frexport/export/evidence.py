@@ -122,6 +122,10 @@ class EvidenceWriter:
             used += _write(os.path.join(tmp, f"trace_{rank}"), data)
             files.append(f"trace_{rank}")
         text, report = self._report(tmp, bundle)
+        health = _c10d_health(bundle.dumps)
+        if health:  # torch 2.15's health check: the backends that aborted, said before the analysis
+            text = "".join(f"c10d health check: backend {b} aborted on ranks {_ranks(rs)}\n"
+                           for b, rs in sorted(health.items())) + text
         text_b, json_b = text.encode(errors="replace"), json.dumps(report, indent=2).encode()
         if len(text_b) + len(json_b) > reserve:  # max_bytes holds: the live report fits by construction
             text_b = bundle.report_text.encode(errors="replace")
@@ -130,7 +134,9 @@ class EvidenceWriter:
         _write(os.path.join(tmp, "report.json"), json_b)
         manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
-                    "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"]}
+                    "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"],
+                    "recorders": {str(r): list(d.recorders) for r, d in sorted(bundle.dumps.items()) if d.recorders},
+                    "c10d_unhealthy_backends": {b: rs for b, rs in sorted(health.items())}}
         _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
         return manifest
 
@@ -382,6 +388,19 @@ class EvidenceSink(IncidentSink):
             elif handler in STACK_HANDLERS:  # (fr_dump_file's answer is the file it wrote on its side)
                 stacks.setdefault(rank, {})[STACK_HANDLERS[handler]] = body.decode(errors="replace")
         return raw, stacks
+
+
+def _c10d_health(dumps: dict[int, RankDump]) -> dict[str, list[int]]:
+    """backend -> the ranks whose c10d health check says it aborted (torch >= 2.15)."""
+    out: dict[str, list[int]] = {}
+    for rank, d in sorted(dumps.items()):
+        for backend in d.unhealthy_backends or ():
+            out.setdefault(backend, []).append(rank)
+    return out
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
 
 
 def _bundles_family() -> CounterMetricFamily:
