@@ -130,6 +130,7 @@ class RankDump:
     # that was in a watched directory before the sidecar started, dated past its wait's timeout (a copy)
     dumped_at_is_clock: bool = True
     recorders: tuple[str, ...] = ()  # the recorders it was read from, where known (model/recorders.py)
+    read_via: str = ""  # live: "frexport.agent" (its handlers) or "pytorch" (PyTorch's own handlers)
     # torch 2.15's c10d health check where the rank answered one: the backends that aborted (a watchdog
     # timeout, an async error; sticky for the process); None: not asked or not there
     unhealthy_backends: tuple[str, ...] | None = None

@@ -196,8 +196,8 @@ class WorkerServerSource:
             for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
                 del self._last[gone]
             dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
-            if HEALTH_HANDLER in b.names:
-                dump = replace(dump, unhealthy_backends=self._health(t))
+            dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
+                           unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,

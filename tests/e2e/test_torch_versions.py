@@ -3,6 +3,7 @@
 wheels the legacy NCCL recorder exists and is empty for gloo groups: a sidecar that read it saw four
 healthy ranks while rank 2 hung (issue 25)."""
 
+import json
 import subprocess
 import sys
 import time
@@ -98,3 +99,27 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
               if s.name == "frexport_pg_last_enqueued_collective"}
     assert groups == {("storecomm:0", "storecomm"), ("1", "gloo")}, groups
     assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, statuses
+
+
+@pytest.mark.torchjob
+def test_a_torch_whose_api_the_agent_does_not_know_is_read_through_pytorchs_handlers(tmp_path):
+    """The agent registers nothing of its own there, says so (stderr, rank-<N>.json), and the sidecar
+    reads PyTorch's handlers: the stall is still named, and the metric says through whom."""
+    version = max(ENVS, key=lambda v: tuple(map(int, v.split("."))))
+    shared = tmp_path / "shared"
+    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train_unknown_torch.py", shared, env=env, bin_dir=ENVS[version]) as job, \
+            Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
+                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
+        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
+        stuck_at = float((tmp_path / "stuck").read_text())
+        while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
+            time.sleep(0.2)
+        statuses, samples = sc.statuses(), sc.samples()
+        output = job.output()
+    assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, statuses
+    assert {(s.labels["recorder"], s.labels["via"]) for s in samples
+            if s.name == "frexport_rank_recorder_info"} == {("gloo", "pytorch")}
+    assert "frexport.agent: this torch's Flight Recorder API is not one the agent knows" in output
+    modes = {json.loads((shared / f"rank-{r}.json").read_text())["mode"] for r in range(4)}
+    assert modes == {"worker_server_pytorch_handlers"}
