@@ -40,7 +40,13 @@ class DumpDir:
 class WorkerServers:
     sockets_dir: str | None = None
     urls: dict[int, str] = field(default_factory=dict)  # rank -> http://host:port
-    poll_interval: float = 5.0
+    poll_interval: float = 5.0  # a rank whose worker server has no status-only read: its whole dump this often
+    # Status first (where frexport.agent serves `frexport_fr_status`): every rank's status this often,
+    # its entries only when a group moved and at most every `entries_interval`, at once when a stall
+    # is suspected, and before the ring buffer can wrap (sources/entry_schedule.py).
+    status_first: bool = True
+    status_interval: float = 1.0
+    entries_interval: float = 10.0
     timeout: float = 5.0
     concurrency: int = 8
     backoff_max: float = 60.0
@@ -178,7 +184,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
                     "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace",
-                    "discovery_interval"}
+                    "discovery_interval", "status_interval", "entries_interval"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -382,8 +388,9 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
             problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
     if cfg.world_size is not None and cfg.world_size < 1:
         problems.append("world_size: must be at least 1")
-    if ws.poll_interval <= 0:
-        problems.append("sources.worker_servers.poll_interval: must be positive")
+    for name in ("poll_interval", "status_interval", "entries_interval"):
+        if getattr(ws, name) <= 0:
+            problems.append(f"sources.worker_servers.{name}: must be positive")
     if cfg.decode.workers < 1:
         problems.append("decode.workers: must be at least 1")
     if ws.concurrency < 1:

@@ -229,7 +229,13 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     if os.path.exists(path) or os.path.islink(path):
         os.unlink(path)  # its owner is gone (socket_owner): the server refuses an existing path
     # here: every process imports this module, few serve
-    from frexport.agent.live import LIVE_HANDLER, RECORDERS_HANDLER, make_recorders_handler
+    from frexport.agent.live import (
+        LIVE_HANDLER,
+        RECORDERS_HANDLER,
+        STATUS_HANDLER,
+        make_recorders_handler,
+        make_status_handler,
+    )
     from frexport.agent.live import make_handler as make_live_handler
     from frexport.agent.recorders import Recorders
 
@@ -252,7 +258,8 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
             resp.set_status(200)
 
         handlers = {PICKLE_HANDLER: pickle_handler, LIVE_HANDLER: make_live_handler(recorders.dump),
-                    RECORDERS_HANDLER: make_recorders_handler(recorders.names, torch_version)}
+                    RECORDERS_HANDLER: make_recorders_handler(recorders.names, torch_version),
+                    STATUS_HANDLER: make_status_handler(recorders.dump)}
         mode = "worker_server"
     except Exception as exc:  # noqa: BLE001 - an unknown torch must never harm the trainer
         _warn(f"this torch's Flight Recorder API is not one the agent knows ({type(exc).__name__}: {exc}): "

@@ -20,6 +20,7 @@ knows which of its older entries the buffer still holds. Without `after`, all en
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from typing import Any
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
 RECORDERS_HANDLER = "frexport_recorders"  # {"recorders": [names], "torch": version}: what to poll
+STATUS_HANDLER = "frexport_fr_status"  # one recorder's pg_config and pg_status, no entries
+BUFFER_SIZE_KEY = "frexport_buffer_size"  # in a status: the ring buffer's entries (TORCH_FR_BUFFER_SIZE)
 
 
 def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
@@ -144,6 +147,40 @@ def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Call
             resp.set_status(404)
             return
         resp.set_content(live_dump(dump, after), "application/json")
+        resp.set_status(200)
+
+    return handler
+
+
+def status_dump(dump_pickle: Callable[..., bytes]) -> bytes:
+    """The recorder's status only (PyTorch's dump without collectives: well under a millisecond),
+    as JSON, with the ring buffer's size: what the sidecar polls every second to see which groups
+    moved, and how soon their entries must be fetched before the buffer wraps."""
+    raw = pickle.loads(dump_pickle(False, False, False))  # this process's own dump: plain data
+    raw.pop("entries", None)
+    raw[BUFFER_SIZE_KEY] = buffer_size()
+    return json.dumps(raw, separators=(",", ":")).encode()
+
+
+def buffer_size() -> int:
+    """PyTorch's rule (FlightRecorder.hpp): the first of these set, else 2000."""
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        value = os.environ.get(name, "")
+        if value.strip().isdecimal():
+            return int(value)
+    return 2000
+
+
+def make_status_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Callable[[Any, Any], None]:
+    """The worker-server handler around `status_dump`: `?backend=<recorder>`."""
+
+    def handler(req: Any, resp: Any) -> None:
+        dump = dump_for(req.get_param("backend"))
+        if dump is None:
+            resp.set_content("no such recorder", "text/plain")
+            resp.set_status(404)
+            return
+        resp.set_content(status_dump(dump), "application/json")
         resp.set_status(200)
 
     return handler

@@ -95,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dump-dir", action="append", default=[], metavar="DIR",
                    help="directory PyTorch writes dumps into (repeatable)")
     s.add_argument("--polling", action="store_true", help="poll dump dirs instead of inotify (NFS, shared volumes)")
-    s.add_argument("--poll-interval", help="worker-server poll interval, e.g. 5s")
+    s.add_argument("--poll-interval", help="worker-server poll interval where a rank has no status-only read "
+                   "(frexport.agent's), e.g. 5s")
+    s.add_argument("--status-interval", help="how often each rank's status is read (status first), e.g. 1s")
+    s.add_argument("--entries-interval", help="the longest a moving rank's entries wait to be fetched, e.g. 10s")
     s.add_argument("--stall-after", help="stall threshold, e.g. 2m (default: derived from the step time)")
     s.add_argument("--evidence-dir", help="where to write evidence bundles when a stall is seen")
     s.add_argument("--log-format", choices=("text", "json"))

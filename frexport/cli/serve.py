@@ -54,6 +54,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "web.config_file": args.web_config_file,
             "sources.worker_servers.sockets_dir": args.sockets_dir,
             "sources.worker_servers.poll_interval": args.poll_interval,
+            "sources.worker_servers.status_interval": args.status_interval,
+            "sources.worker_servers.entries_interval": args.entries_interval,
             "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir,
             "log.format": args.log_format,

@@ -131,6 +131,7 @@ class RankDump:
     dumped_at_is_clock: bool = True
     recorders: tuple[str, ...] = ()  # the recorders it was read from, where known (model/recorders.py)
     read_via: str = ""  # live: "frexport.agent" (its handlers) or "pytorch" (PyTorch's own handlers)
+    read_mode: str = ""  # live: "status_first" (sources/entry_schedule.py) or "whole_dump"
     # torch 2.15's c10d health check where the rank answered one: the backends that aborted (a watchdog
     # timeout, an async error; sticky for the process); None: not asked or not there
     unhealthy_backends: tuple[str, ...] | None = None

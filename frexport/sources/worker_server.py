@@ -32,6 +32,7 @@ from frexport import logs
 from frexport.config import WorkerServers
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
+from frexport.decode.fields import opt_int
 from frexport.decode.json_tail import parse_tail
 from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
@@ -40,6 +41,7 @@ from frexport.model.dump import RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.recorders import Shifter, merge_recorders
 from frexport.sources.base import Snapshot
+from frexport.sources.entry_schedule import Action, EntrySchedule, Status
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
@@ -65,8 +67,12 @@ PER_BACKEND_MARKER = "fr_dump_file"
 # is found by the agent only (it reads the names from the process groups).
 PROBED_RECORDERS = ("nccl2", "nccl-lazy", "nccl", "xccl", "mpi", "ucc")
 PROBE_EVERY_S = 30.0
+STATUS_HANDLER = "frexport_fr_status"  # frexport.agent: one recorder's pg_status, no entries
+BUFFER_SIZE_KEY = "frexport_buffer_size"
+MAX_BUFFER = 1 << 24
 HEALTH_HANDLER = "c10d_health_check"  # torch 2.15: which backends aborted (a watchdog timeout, an async error)
 MAX_RECORDERS = 16
+MAX_GROUPS = 4096  # process groups read from one status
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class _Backoff:
     live_off_until: float = 0.0  # monotonic time before which the agent's live handler is not asked (it failed)
     recorders: tuple[str, ...] = ()  # the recorders polled (model/recorders.py), re-listed as _recorders says
     recorders_at: float = 0.0  # monotonic time they were last listed
+    next_whole: float = 0.0  # without a status-only read: monotonic time of its next whole-dump poll
 
 
 class WorkerServerSource:
@@ -105,6 +112,8 @@ class WorkerServerSource:
         self._backoff: dict[str, _Backoff] = {}
         self._last: dict[tuple[int, str], RankDump] = {}  # (rank, recorder) -> its last snapshot (incremental decode)
         self._shifters: dict[int, dict[str, Shifter]] = {}  # rank -> its recorders' record-id moves
+        self._merged: dict[int, RankDump] = {}  # rank -> its last snapshot (all recorders)
+        self.schedule = EntrySchedule(cfg.entries_interval)
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -145,11 +154,14 @@ class WorkerServerSource:
         pass  # nothing to watch: targets are listed at every poll
 
     def collect(self) -> list[Snapshot]:
-        """Poll every due target once, every `poll_interval` (the loop asks more often than that)."""
+        """Poll every due target once: status first (sources/entry_schedule.py) every
+        `status_interval` where the rank serves a status-only read, else its whole dump every
+        `poll_interval` (the loop asks more often than either)."""
         now = time.monotonic()
         if now < self._next_poll:
             return []
-        self._next_poll = now + self.cfg.poll_interval
+        self._next_poll = now + (min(self.cfg.status_interval, self.cfg.poll_interval) if self.cfg.status_first
+                                 else self.cfg.poll_interval)
         targets = self.targets()
         if self.cfg.sockets_dir:
             self._sockets_dir_health(any(t.target.unix_path for t in targets))
@@ -164,6 +176,8 @@ class WorkerServerSource:
             del self._last[key]
         for rank in [r for r in self._shifters if r not in ranks]:
             del self._shifters[rank]
+            self._merged.pop(rank, None)
+        self.schedule.forget(ranks)
         now = time.monotonic()
         due = [t for t in targets if self._backoff.setdefault(t.name, _Backoff()).next_try <= now]
         if not due:
@@ -171,7 +185,41 @@ class WorkerServerSource:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=max(1, self.cfg.concurrency),
                                             thread_name_prefix="frexport-poll")
-        return [snap for snap in self._pool.map(self._poll_one, due) if snap is not None]
+        statused = [t for t in due if self._status_first(self._backoff[t.name])]
+        whole = [t for t in due if t not in statused and self._backoff[t.name].next_whole <= now]
+        for t in whole:
+            self._backoff[t.name].next_whole = now + self.cfg.poll_interval
+        # every status before any decision: a stall suspected on one rank fetches every rank's entries
+        read = [t for t, ok in zip(statused, self._pool.map(self._read_statuses, statused)) if ok]
+        suspected = self.schedule.suspected(time.monotonic(), settle=0.9 * self.cfg.status_interval)
+        return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected), read + whole)
+                if snap is not None]
+
+    def _status_first(self, b: _Backoff) -> bool:
+        return self.cfg.status_first and b.handler == LIVE_HANDLER and STATUS_HANDLER in b.names
+
+    def _read_statuses(self, t: RankTarget) -> bool:
+        """Every recorder's status of one rank, given to the schedule; False where it failed (said)."""
+        b = self._backoff[t.name]
+        start, now_ns = time.monotonic(), time.time_ns()
+        try:
+            statuses = {}
+            for r in self._recorders(t, b):
+                doc = json.loads(self.fetch(t, f"{STATUS_HANDLER}?backend={r}"))
+                statuses[r] = _status(doc)
+                size = doc.get(BUFFER_SIZE_KEY) if isinstance(doc, dict) else None
+                if type(size) is int and 0 < size <= MAX_BUFFER:
+                    self.schedule.buffer_entries[t.rank] = size
+        except PeerError as exc:
+            b.refused = exc.down
+            self._failed(t, b, exc.reason, exc.detail, start, now_ns)
+            return False
+        except (ValueError, RecursionError, AttributeError) as exc:
+            self.health.count_decode_error("not_json")
+            self._failed(t, b, "decode_not_json", f"status: {type(exc).__name__}: {exc}", start, now_ns)
+            return False
+        self.schedule.observe(t.rank, statuses, time.monotonic())
+        return True
 
     def stop(self) -> None:
         if self._pool is not None:
@@ -185,19 +233,31 @@ class WorkerServerSource:
             raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}")
         return resp.body
 
-    def _poll_one(self, t: RankTarget) -> Snapshot | None:
+    def _poll_one(self, t: RankTarget, suspected: bool = False) -> Snapshot | None:
         b = self._backoff[t.name]
         start = time.monotonic()
         now_ns = time.time_ns()
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
-            for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
-                del self._last[gone]
-            dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
-            dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
-                           unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
+            action = self.schedule.decide(t.rank, start, suspected) if self._status_first(b) else Action.FETCH
+            last = self._merged.get(t.rank)
+            if action is Action.WAIT and last is not None:
+                self.health.record(t.name, True, time.monotonic() - start, now_ns)
+                return None  # moved since its last entries: they come when due, with their recorder times
+            if action is Action.RESTAMP and last is not None:
+                # its status is the one its last entries came with: nothing was recorded since, seen now
+                dump = replace(last, dumped_at_ns=now_ns)
+            else:
+                dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
+                for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
+                    del self._last[gone]
+                dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
+                dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
+                               read_mode="status_first" if self._status_first(b) else "whole_dump",
+                               unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
+                if self._status_first(b):
+                    self.schedule.fetched(t.rank, start)
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,
@@ -222,6 +282,7 @@ class WorkerServerSource:
         b.failures, b.next_try, b.was_up, b.refused = 0, 0.0, True, False
         if dump.world_size is None and t.target.unix_path:
             dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
+        self._merged[t.rank] = dump
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
         return Snapshot(dump, t.name, now_ns)
 
@@ -475,6 +536,19 @@ def _whole_buffer_handler(b: _Backoff, recorder: str) -> str:
             or PER_BACKEND_MARKER in b.names:
         return _pytorch_handler(recorder, b.names)
     return f"{LIVE_HANDLER}?backend={recorder}"
+
+
+def _status(doc: object) -> Status:
+    """A recorder's pg_status as (pg_id, enqueued, started, completed) rows, sorted: compared, not read."""
+    raw = doc.get("pg_status") if isinstance(doc, dict) else None
+    if not isinstance(raw, dict):
+        raise ValueError("no pg_status")
+    rows = []
+    for key, val in list(raw.items())[:MAX_GROUPS]:
+        if isinstance(val, dict):
+            rows.append((opt_int(key) or 0, opt_int(val.get("last_enqueued_collective")),
+                         opt_int(val.get("last_started_collective")), opt_int(val.get("last_completed_collective"))))
+    return tuple(sorted(rows, key=lambda row: (row[0], str(row[1:]))))
 
 
 def _recorder_name_ok(name: object) -> bool:

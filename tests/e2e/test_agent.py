@@ -178,7 +178,9 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
     with TorchJob("train.py", shared, nproc=2, env=env) as job:
         job.wait_for(job.sockets_ready, timeout=120, what="sockets")
         state = LiveState()
-        src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared), poll_interval=0.0))
+        # status first, fast: a status every 0.05 s, entries at most every 0.3 s once a group moved
+        src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared), poll_interval=0.0, status_interval=0.05,
+                                                                 entries_interval=0.3))
         sizes: dict[int, list[int]] = {0: [], 1: []}
         done = [tmp_path / "done_0", tmp_path / "done_1"]
         while not all(p.exists() for p in done):
@@ -188,7 +190,9 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
             time.sleep(0.3)
             assert job.proc.poll() is None, job.output()
         time.sleep(0.5)
-        pump(src, state)  # the last entries, settled
+        pump(src, state)  # the status after the last entries
+        time.sleep(0.4)
+        pump(src, state)  # the last entries, settled, due now
         for r in range(2):
             assert src.handlers(r) >= {"frexport_fr_live", "fr_trace_json"}
             sock = Target(unix_path=str(shared / f"rank-{r}.sock"))

@@ -2,12 +2,13 @@
 the legacy NCCL one, and, from torch 2.15, one per hooked backend (nccl2, ...). A rank read through
 an empty recorder looks healthy whatever it does; this family says which one holds its data, and
 through whose handlers (`via`: frexport.agent's, or PyTorch's own where the agent is absent or
-does not know this torch and left them alone).
+does not know this torch and left them alone), and how (`read`: `status_first`, its status every
+second and its entries when needed, where the agent serves a status-only read; else `whole_dump`).
 
     # HELP frexport_rank_recorder_info The Flight Recorders read for a rank (one per backend that records)
     # TYPE frexport_rank_recorder_info gauge
-    frexport_rank_recorder_info{rank="0",recorder="gloo",via="frexport.agent"} 1.0
-    frexport_rank_recorder_info{rank="0",recorder="nccl2",via="frexport.agent"} 1.0
+    frexport_rank_recorder_info{rank="0",read="status_first",recorder="gloo",via="frexport.agent"} 1.0
+    frexport_rank_recorder_info{rank="0",read="status_first",recorder="nccl2",via="frexport.agent"} 1.0
     # HELP frexport_rank_c10d_healthy 1 while torch's c10d health check finds no backend aborted (torch >= 2.15)
     # TYPE frexport_rank_c10d_healthy gauge
     frexport_rank_c10d_healthy{rank="0"} 0.0
@@ -31,7 +32,7 @@ from frexport.live.state import LiveState
 def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
     return (GaugeMetricFamily("frexport_rank_recorder_info",
                               "The Flight Recorders read for a rank (one per backend that records)",
-                              labels=["rank", "recorder", "via"]),
+                              labels=["rank", "recorder", "via", "read"]),
             GaugeMetricFamily("frexport_rank_c10d_healthy",
                               "1 while torch's c10d health check finds no backend aborted (torch >= 2.15)",
                               labels=["rank"]),
@@ -52,7 +53,7 @@ class RecordersCollector:
         for rank, dump in sorted(self.state.latest_dumps().items()):
             r = str(rank)
             for recorder in dump.recorders:
-                info.add_metric([r, recorder, dump.read_via or "files"], 1.0)
+                info.add_metric([r, recorder, dump.read_via or "files", dump.read_mode or "files"], 1.0)
             if dump.unhealthy_backends is not None:
                 healthy.add_metric([r], 0.0 if dump.unhealthy_backends else 1.0)
                 for backend in dump.unhealthy_backends:

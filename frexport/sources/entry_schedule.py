@@ -1,0 +1,94 @@
+"""Status first: when a rank's entries are worth fetching (issue: live cost).
+
+The stall signal needs only each group's last enqueued, started and completed sequence numbers
+(`pg_status`), which a status-only dump returns in well under a millisecond; serializing the whole
+ring buffer costs the trainer tens of milliseconds. So every rank's status is read often, and its
+entries are fetched only when they can say something new:
+- never while its status is the one seen at its last fetch: nothing was recorded since (the last
+  entries are re-stamped with the status's time instead, so waits keep being measured);
+- when its status moved, at most every `entries_interval` (spans and durations keep their
+  recorder times: they arrive late, never lost);
+- at once when a stall is suspected anywhere: a rank with work pending whose status did not move
+  between two reads; the analysis then needs every rank's newest entries to name the culprit;
+- before the ring buffer can wrap: once half a buffer's worth of ops were enqueued since the last
+  fetch (a wrap that happens anyway is counted by the state as dropped entries).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# One recorder's status: (pg_id, last enqueued, last started, last completed) per group, sorted.
+Status = tuple[tuple[int, int | None, int | None, int | None], ...]
+
+
+class Action(enum.Enum):
+    FETCH = "fetch"  # ask for the entries
+    RESTAMP = "restamp"  # nothing was recorded since the last fetch: its entries, seen now
+    WAIT = "wait"  # moved, not due yet: the last snapshot stands
+
+
+@dataclass
+class _Rank:
+    fetched: dict[str, Status] | None = None  # the statuses its last entries came with
+    fetched_at: float = 0.0
+    last: dict[str, Status] | None = None  # the statuses read last time
+    still_since: float = 0.0  # since when `last` has not moved
+
+
+@dataclass
+class EntrySchedule:
+    entries_interval: float
+    buffer_entries: dict[int, int] = field(default_factory=dict)  # rank -> its ring buffer's size
+    _ranks: dict[int, _Rank] = field(default_factory=dict)
+    wrap_fetches: int = 0  # fetches made early because the buffer could wrap
+
+    def observe(self, rank: int, statuses: dict[str, Status], now: float) -> None:
+        r = self._ranks.setdefault(rank, _Rank())
+        if statuses != r.last:
+            r.last, r.still_since = statuses, now
+
+    def suspected(self, now: float, settle: float) -> bool:
+        """Whether some rank has work pending (enqueued past completed) that has not moved for `settle`."""
+        return any(r.last is not None and now - r.still_since >= settle and _pending(r.last)
+                   for r in self._ranks.values())
+
+    def decide(self, rank: int, now: float, suspected: bool) -> Action:
+        r = self._ranks.get(rank)
+        if r is None or r.last is None or r.fetched is None:
+            return Action.FETCH
+        if r.last == r.fetched:
+            return Action.RESTAMP
+        if suspected or now - r.fetched_at >= self.entries_interval:
+            return Action.FETCH
+        if _enqueued_since(r.fetched, r.last) >= self.buffer_entries.get(rank, 2000) // 2:
+            self.wrap_fetches += 1
+            return Action.FETCH
+        return Action.WAIT
+
+    def fetched(self, rank: int, now: float) -> None:
+        """Entries were fetched with the statuses `observe` saw last."""
+        r = self._ranks.setdefault(rank, _Rank())
+        r.fetched, r.fetched_at = r.last, now
+
+    def forget(self, ranks: set[int]) -> None:
+        for rank in [k for k in self._ranks if k not in ranks]:
+            del self._ranks[rank]
+            self.buffer_entries.pop(rank, None)
+
+
+def _pending(statuses: dict[str, Status]) -> bool:
+    return any(enq is not None and enq > (done if done is not None else -1)
+               for status in statuses.values() for _pg, enq, _started, done in status)
+
+
+def _enqueued_since(before: dict[str, Status], now: dict[str, Status]) -> int:
+    """Ops enqueued between two statuses, over every group of every recorder (a group that is new
+    counts from 0)."""
+    total = 0
+    for recorder, status in now.items():
+        old = {pg: enq for pg, enq, _s, _c in before.get(recorder, ())}
+        for pg, enq, _s, _c in status:
+            total += max(0, (enq or 0) - (old.get(pg) or 0))
+    return total

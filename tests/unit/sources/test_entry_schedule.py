@@ -1,0 +1,61 @@
+"""Status first (sources/entry_schedule.py): when a rank's entries are fetched."""
+
+from frexport.sources.entry_schedule import Action, EntrySchedule
+
+
+def _st(enq: int, done: int) -> dict:
+    return {"gloo": ((0, enq, -1, done),)}
+
+
+def _fetched(s: EntrySchedule, rank: int, status: dict, now: float) -> None:
+    s.observe(rank, status, now)
+    assert s.decide(rank, now, False) is Action.FETCH or s.decide(rank, now, True) is Action.FETCH
+    s.fetched(rank, now)
+
+
+def test_a_rank_is_fetched_first_then_only_when_it_moved_and_is_due():
+    s = EntrySchedule(entries_interval=10)
+    s.observe(0, _st(5, 5), 0.0)
+    assert s.decide(0, 0.0, False) is Action.FETCH  # nothing yet
+    s.fetched(0, 0.0)
+    s.observe(0, _st(5, 5), 1.0)
+    assert s.decide(0, 1.0, False) is Action.RESTAMP  # nothing recorded since: its entries, seen now
+    s.observe(0, _st(9, 9), 2.0)
+    assert s.decide(0, 2.0, False) is Action.WAIT  # moved, not due
+    assert s.decide(0, 10.0, False) is Action.FETCH  # due
+
+
+def test_a_suspected_stall_fetches_at_once():
+    s = EntrySchedule(entries_interval=10)
+    _fetched(s, 0, _st(3, 3), 0.0)
+    _fetched(s, 2, _st(3, 3), 0.0)
+    s.observe(0, _st(4, 3), 1.0)  # rank 0 entered op 4 and waits in it
+    s.observe(2, _st(3, 3), 1.0)  # rank 2 never issues it
+    assert not s.suspected(1.0, settle=0.9)  # it just moved
+    s.observe(0, _st(4, 3), 2.0)
+    assert s.suspected(2.0, settle=0.9)  # pending, still for a status interval
+    assert s.decide(0, 2.0, True) is Action.FETCH and s.decide(2, 2.0, True) is Action.RESTAMP
+
+
+def test_an_idle_rank_is_never_suspected():
+    s = EntrySchedule(entries_interval=10)
+    _fetched(s, 0, _st(7, 7), 0.0)
+    s.observe(0, _st(7, 7), 100.0)
+    assert not s.suspected(100.0, settle=0.9)
+
+
+def test_entries_are_fetched_before_the_ring_buffer_can_wrap():
+    s = EntrySchedule(entries_interval=10, buffer_entries={0: 100})
+    _fetched(s, 0, _st(10, 10), 0.0)
+    s.observe(0, _st(59, 59), 1.0)
+    assert s.decide(0, 1.0, False) is Action.WAIT
+    s.observe(0, _st(60, 60), 1.5)  # half a buffer since the last fetch
+    assert s.decide(0, 1.5, False) is Action.FETCH and s.wrap_fetches == 1
+
+
+def test_gone_ranks_are_forgotten():
+    s = EntrySchedule(entries_interval=10, buffer_entries={0: 100, 1: 100})
+    _fetched(s, 0, _st(1, 1), 0.0)
+    _fetched(s, 1, _st(1, 1), 0.0)
+    s.forget({1})
+    assert s.decide(0, 1.0, False) is Action.FETCH and set(s.buffer_entries) == {1}
