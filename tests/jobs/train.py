@@ -2,7 +2,7 @@
 
 STEPS (default 20), STEP_S (sleep per step, default 0.05), SLOW_RANK + SLOW_S (one rank is slow
 every step), STUCK_RANK + STUCK_STEP (that rank hangs in its data
-loader at that step, writing $MARK_DIR/stuck and $MARK_DIR/stuck_rank when it does; STUCK_LOCAL_RANK
+loader at that step, or at the first step once STUCK_FILE exists, writing $MARK_DIR/stuck and $MARK_DIR/stuck_rank when it does; STUCK_LOCAL_RANK
 picks the rank by its local rank instead, for a multi-node job whose global ranks the rendezvous
 assigns), HOLD_S (after the loop, stay alive this long; default 0),
 ENV_DUMP (write the rank's FR environment to $MARK_DIR/env_<rank>).
@@ -24,6 +24,7 @@ STUCK_RANK = int(os.environ.get("STUCK_RANK", "-1"))
 STUCK_STEP = int(os.environ.get("STUCK_STEP", "-1"))
 STUCK_LOCAL_RANK = int(os.environ.get("STUCK_LOCAL_RANK", "-1"))
 MARK_DIR = os.environ.get("MARK_DIR", "/tmp")
+STUCK_FILE = os.environ.get("STUCK_FILE", "")  # STUCK_RANK hangs at the first step after this file appears
 
 dist.init_process_group("gloo", timeout=timedelta(minutes=10))
 rank = dist.get_rank()
@@ -37,7 +38,7 @@ if os.environ.get("ENV_DUMP"):
 def load_batch(step):
     if rank == SLOW_RANK:
         time.sleep(SLOW_S)  # a slow disk on this rank's node
-    if stuck_here and step == STUCK_STEP:
+    if stuck_here and (step == STUCK_STEP or (STUCK_FILE and os.path.exists(STUCK_FILE))):
         open(os.path.join(MARK_DIR, "stuck_rank"), "w").write(str(rank))
         open(os.path.join(MARK_DIR, "stuck"), "w").write(str(time.time()))
         while True:
