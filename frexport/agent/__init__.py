@@ -53,6 +53,11 @@ _lock = threading.Lock()
 _enabled = False
 _server = None  # keeps PyTorch's worker server alive
 _closing = False  # the process is exiting: handlers answer at once
+# A sidecar reading status first fetches a rank's entries only when they can say something new, so the
+# last ones of a rank that exits would never be read (counts and spans lost). At exit the status says
+# so, and the exit waits, briefly, for one last read of every recorder (FinalRead).
+_FINAL_READ_WINDOW_S = 3.0  # a status request this recent: a sidecar reads this rank status first
+_FINAL_READ_MAX_S = 3.0  # the longest the exit waits for its last read
 _in_flight = 0  # handlers running now (changed under the GIL)
 
 
@@ -233,6 +238,7 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         LIVE_HANDLER,
         RECORDERS_HANDLER,
         STATUS_HANDLER,
+        FinalRead,
         make_recorders_handler,
         make_status_handler,
     )
@@ -240,6 +246,7 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     from frexport.agent.recorders import Recorders
 
     recorders = Recorders(c10d, sys.modules["torch.distributed"])
+    final_read = FinalRead(recorders.names, _FINAL_READ_WINDOW_S, _FINAL_READ_MAX_S)
     handlers = {}
     try:
         # one status-only dump of every recorder this torch has, before anything is registered: a
@@ -257,9 +264,9 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
             resp.set_content(dump(), "application/octet-stream")
             resp.set_status(200)
 
-        handlers = {PICKLE_HANDLER: pickle_handler, LIVE_HANDLER: make_live_handler(recorders.dump),
+        handlers = {PICKLE_HANDLER: pickle_handler, LIVE_HANDLER: make_live_handler(recorders.dump, final_read),
                     RECORDERS_HANDLER: make_recorders_handler(recorders.names, torch_version),
-                    STATUS_HANDLER: make_status_handler(recorders.dump)}
+                    STATUS_HANDLER: make_status_handler(recorders.dump, final_read)}
         mode = "worker_server"
     except Exception as exc:  # noqa: BLE001 - an unknown torch must never harm the trainer
         _warn(f"this torch's Flight Recorder API is not one the agent knows ({type(exc).__name__}: {exc}): "
@@ -285,6 +292,7 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
     def stop() -> None:
         if os.getpid() != owner_pid:
             return  # a forked child inherited this exit hook: the socket is its parent's
+        final_read.wait()
         # PyTorch's shutdown() joins the server's threads while holding the GIL; one of our Python
         # handlers still running then (a first pickle with frames takes seconds) waits for the GIL
         # in one of them: both wait for ever (seen at exit with torch 2.13 under live polls). So

@@ -23,6 +23,8 @@ import json
 import os
 import pickle
 import re
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +33,37 @@ FIRST_RECORD_KEY = "frexport_first_record"
 RECORDERS_HANDLER = "frexport_recorders"  # {"recorders": [names], "torch": version}: what to poll
 STATUS_HANDLER = "frexport_fr_status"  # one recorder's pg_config and pg_status, no entries
 BUFFER_SIZE_KEY = "frexport_buffer_size"  # in a status: the ring buffer's entries (TORCH_FR_BUFFER_SIZE)
+EXITING_KEY = "frexport_exiting"  # in a status: the process is exiting, read its entries now (FinalRead)
+
+
+class FinalRead:
+    """A sidecar reading status first fetches a rank's entries only when they can say something new,
+    so the last ones of a rank that exits would never be read. At exit the status says so
+    (EXITING_KEY) and the exit waits for every recorder's entries to be read once more: only where a
+    sidecar asked for the status lately, and at most `max_s`."""
+
+    def __init__(self, names: Callable[[], list[str]], window_s: float = 3.0, max_s: float = 3.0) -> None:
+        self._names, self.window_s, self.max_s = names, window_s, max_s
+        self.exiting = False
+        self._status_at = float("-inf")
+        self._read: set[str] = set()
+        self._done = threading.Event()
+
+    def status_asked(self) -> None:
+        self._status_at = time.monotonic()
+
+    def entries_read(self, recorder: str) -> None:
+        if self.exiting:
+            names = self._names()
+            self._read.add(recorder or names[0])
+            if set(names) <= self._read:
+                self._done.set()
+
+    def wait(self) -> None:
+        """Called at exit, before the server stops (sleeping here lets the server's threads run)."""
+        self.exiting = True
+        if time.monotonic() - self._status_at < self.window_s:
+            self._done.wait(self.max_s)
 
 
 def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
@@ -131,8 +164,10 @@ def parse_after(text: str) -> int | None:
     return int(text)
 
 
-def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Callable[[Any, Any], None]:
-    """The worker-server handler (req, resp) around `live_dump`: `?backend=<recorder>` (default: gloo's)."""
+def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None],
+                 final: FinalRead | None = None) -> Callable[[Any, Any], None]:
+    """The worker-server handler (req, resp) around `live_dump`: `?backend=<recorder>` (default: the first
+    recorder that holds a group)."""
 
     def handler(req: Any, resp: Any) -> None:
         try:
@@ -148,17 +183,21 @@ def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Call
             return
         resp.set_content(live_dump(dump, after), "application/json")
         resp.set_status(200)
+        if final is not None:
+            final.entries_read(req.get_param("backend"))
 
     return handler
 
 
-def status_dump(dump_pickle: Callable[..., bytes]) -> bytes:
+def status_dump(dump_pickle: Callable[..., bytes], exiting: bool = False) -> bytes:
     """The recorder's status only (PyTorch's dump without collectives: well under a millisecond),
     as JSON, with the ring buffer's size: what the sidecar polls every second to see which groups
     moved, and how soon their entries must be fetched before the buffer wraps."""
     raw = pickle.loads(dump_pickle(False, False, False))  # this process's own dump: plain data
     raw.pop("entries", None)
     raw[BUFFER_SIZE_KEY] = buffer_size()
+    if exiting:
+        raw[EXITING_KEY] = True
     return json.dumps(raw, separators=(",", ":")).encode()
 
 
@@ -171,16 +210,18 @@ def buffer_size() -> int:
     return 2000
 
 
-def make_status_handler(dump_for: Callable[[str], Callable[..., bytes] | None]) -> Callable[[Any, Any], None]:
+def make_status_handler(dump_for: Callable[[str], Callable[..., bytes] | None],
+                        final: FinalRead) -> Callable[[Any, Any], None]:
     """The worker-server handler around `status_dump`: `?backend=<recorder>`."""
 
     def handler(req: Any, resp: Any) -> None:
+        final.status_asked()
         dump = dump_for(req.get_param("backend"))
         if dump is None:
             resp.set_content("no such recorder", "text/plain")
             resp.set_status(404)
             return
-        resp.set_content(status_dump(dump), "application/json")
+        resp.set_content(status_dump(dump, final.exiting), "application/json")
         resp.set_status(200)
 
     return handler

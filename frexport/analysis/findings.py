@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from frexport.analysis.clock import Waited
-from frexport.model.dump import InputError
+from frexport.model.dump import DEFAULT_RECORDER, InputError, split_group_name
 
 # Finding kinds: the `kind` of a Finding, the `kind` label of frexport's metrics, the `frexport.finding`
 # attribute of spans. A new kind goes here and into the groups below that it belongs to.
@@ -55,7 +55,8 @@ class Finding:
     def to_json(self) -> dict:
         return {
             "kind": self.kind,
-            "process_group": {"name": self.pg_name, "desc": self.pg_desc},
+            "process_group": {"name": split_group_name(self.pg_name)[0], "desc": self.pg_desc,
+                              "backend": split_group_name(self.pg_name)[1] or DEFAULT_RECORDER},
             "collective_seq_id": self.collective_seq_id,
             "culprit_ranks": list(self.culprit_ranks),
             "blocked_ranks": list(self.blocked_ranks),

@@ -53,8 +53,14 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
     # Ranks whose configs hold the same member tuple (a job-level view interns them) sort and hash it
     # once: a 4096-rank default group is 4096 members in every one of 4096 ranks' configs.
     reporting: dict[tuple[str, int], set[int]] = {}
+    placeholder_ranks: set[int] = set()
     for rank, t in traces.items():
         for c in t.pg_config:
+            if not c.name:
+                # gloo's unnamed placeholder: it lists the ranks of the last group the process created
+                # (torch 2.13 to 2.15): ranks that exist, no group's membership
+                placeholder_ranks.update(c.ranks or ())
+                continue
             descs.setdefault(c.name, c.desc)
             if c.ranks is not None:
                 ranks = reporting.get((c.name, id(c.ranks)))  # (the traces keep the tuples alive meanwhile)
@@ -72,7 +78,7 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
     for name, variants in configs.items():
         if _is_default(name, descs.get(name, "")) and len(variants) == 1:
             world_from_config = len(next(iter(variants)))
-    seen = set(traces) | (known_ranks or set())
+    seen = set(traces) | (known_ranks or set()) | placeholder_ranks
     for variants in configs.values():
         for members in variants:
             seen.update(members)

@@ -141,11 +141,11 @@ def _pg_config(raw: Any, backend: str) -> tuple[ProcessGroupConfig, ...]:
             continue
         if not isinstance(name, str) or not isinstance(desc, str):
             continue
-        if name == "":
-            # gloo's placeholder: {"": {"name": "", "desc": "", "ranks": "[]"}} to 2.13; from 2.14 its
-            # ranks are those of the last group the process created, not the membership of any one
-            continue
-        out.append(ProcessGroupConfig(group_name(name, backend), desc, ranks))
+        if name == "" and desc == "" and ranks is None:
+            continue  # gloo's placeholder {"": {"name": "", "desc": "", "ranks": "[]"}}
+        # (one that lists ranks holds those of the last group the process created: ranks of the job,
+        # not any group's membership; analysis/membership.py reads it so)
+        out.append(ProcessGroupConfig(group_name(name, backend) if name else name, desc, ranks))
     return tuple(out)
 
 

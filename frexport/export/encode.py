@@ -9,11 +9,19 @@ from __future__ import annotations
 import json
 import pickle
 
-from frexport.model.dump import RankDump
+from frexport.model.dump import RankDump, split_group_name
 
 
 def to_pytorch_dict(dump: RankDump) -> dict:
-    pg_config = {c.name: {"name": c.name, "desc": c.desc,
+    """PyTorch's layout. Groups keep PyTorch's names (`model.dump.group_name` undone) where the dump is
+    one recorder's; a rank merged from several recorders keeps frexport's (`nccl2:0` beside gloo's `0`),
+    which read back the same."""
+    one_recorder = len(dump.recorders) <= 1
+
+    def name(filed: str) -> str:
+        return split_group_name(filed)[0] if one_recorder else filed
+
+    pg_config = {name(c.name): {"name": name(c.name), "desc": c.desc,
                           "ranks": "[" + ", ".join(map(str, c.ranks)) + "]" if c.ranks else "[]"}
                  for c in dump.pg_config} or {"": {"name": "", "desc": "", "ranks": "[]"}}
     pg_status = {str(s.pg_id): {"last_enqueued_collective": -1 if s.last_enqueued is None else s.last_enqueued,
@@ -24,7 +32,7 @@ def to_pytorch_dict(dump: RankDump) -> dict:
     for e in dump.entries:
         d = {
             "frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in e.frames],
-            "record_id": e.record_id, "pg_id": e.pg_id, "process_group": (e.pg_name, e.pg_desc),
+            "record_id": e.record_id, "pg_id": e.pg_id, "process_group": (name(e.pg_name), e.pg_desc),
             "collective_seq_id": e.collective_seq_id, "p2p_seq_id": e.p2p_seq_id, "op_id": e.op_id,
             "profiling_name": e.profiling_name, "time_created_ns": e.time_created_ns,
             "input_sizes": [list(s) for s in e.input_sizes], "input_dtypes": list(e.input_dtypes),

@@ -11,7 +11,9 @@ entries are fetched only when they can say something new:
 - at once when a stall is suspected anywhere: a rank with work pending whose status did not move
   between two reads; the analysis then needs every rank's newest entries to name the culprit;
 - before the ring buffer can wrap: once half a buffer's worth of ops were enqueued since the last
-  fetch (a wrap that happens anyway is counted by the state as dropped entries).
+  fetch (a wrap that happens anyway is counted by the state as dropped entries);
+- when the rank's process is exiting (frexport.agent says so in its status and waits for this last
+  read): its last entries would otherwise never be read.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class _Rank:
     fetched_at: float = 0.0
     last: dict[str, Status] | None = None  # the statuses read last time
     still_since: float = 0.0  # since when `last` has not moved
+    exiting: bool = False  # its process is exiting: one last read
 
 
 @dataclass
@@ -44,8 +47,9 @@ class EntrySchedule:
     _ranks: dict[int, _Rank] = field(default_factory=dict)
     wrap_fetches: int = 0  # fetches made early because the buffer could wrap
 
-    def observe(self, rank: int, statuses: dict[str, Status], now: float) -> None:
+    def observe(self, rank: int, statuses: dict[str, Status], now: float, exiting: bool = False) -> None:
         r = self._ranks.setdefault(rank, _Rank())
+        r.exiting = exiting
         if statuses != r.last:
             r.last, r.still_since = statuses, now
 
@@ -56,7 +60,7 @@ class EntrySchedule:
 
     def decide(self, rank: int, now: float, suspected: bool) -> Action:
         r = self._ranks.get(rank)
-        if r is None or r.last is None or r.fetched is None:
+        if r is None or r.last is None or r.fetched is None or r.exiting:
             return Action.FETCH
         if r.last == r.fetched:
             return Action.RESTAMP

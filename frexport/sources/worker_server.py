@@ -69,6 +69,7 @@ PROBED_RECORDERS = ("nccl2", "nccl-lazy", "nccl", "xccl", "mpi", "ucc")
 PROBE_EVERY_S = 30.0
 STATUS_HANDLER = "frexport_fr_status"  # frexport.agent: one recorder's pg_status, no entries
 BUFFER_SIZE_KEY = "frexport_buffer_size"
+EXITING_KEY = "frexport_exiting"  # the rank's process is exiting: its entries, one last time
 MAX_BUFFER = 1 << 24
 HEALTH_HANDLER = "c10d_health_check"  # torch 2.15: which backends aborted (a watchdog timeout, an async error)
 MAX_RECORDERS = 16
@@ -203,10 +204,11 @@ class WorkerServerSource:
         b = self._backoff[t.name]
         start, now_ns = time.monotonic(), time.time_ns()
         try:
-            statuses = {}
+            statuses, exiting = {}, False
             for r in self._recorders(t, b):
                 doc = json.loads(self.fetch(t, f"{STATUS_HANDLER}?backend={r}"))
                 statuses[r] = _status(doc)
+                exiting = exiting or doc.get(EXITING_KEY) is True
                 size = doc.get(BUFFER_SIZE_KEY) if isinstance(doc, dict) else None
                 if type(size) is int and 0 < size <= MAX_BUFFER:
                     self.schedule.buffer_entries[t.rank] = size
@@ -218,7 +220,7 @@ class WorkerServerSource:
             self.health.count_decode_error("not_json")
             self._failed(t, b, "decode_not_json", f"status: {type(exc).__name__}: {exc}", start, now_ns)
             return False
-        self.schedule.observe(t.rank, statuses, time.monotonic())
+        self.schedule.observe(t.rank, statuses, time.monotonic(), exiting)
         return True
 
     def stop(self) -> None:

@@ -38,7 +38,7 @@ def test_json_shape_and_exit_code_for_findings(tmp_path):
     assert set(f) == {"kind", "process_group", "collective_seq_id", "culprit_ranks", "blocked_ranks", "op",
                       "call_site", "message", "reason", "certain", "waited"}
     assert f["certain"] is False and "do not say how long" in f["reason"]
-    assert f["process_group"] == {"name": "0", "desc": "default_pg"}
+    assert f["process_group"] == {"name": "0", "desc": "default_pg", "backend": "nccl"}
     assert (f["kind"], f["culprit_ranks"], f["blocked_ranks"]) == ("missing_rank", [2], [0, 1, 3])
 
 

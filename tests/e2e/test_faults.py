@@ -167,10 +167,10 @@ def test_a_bug_on_one_rank_does_not_stop_the_others(tmp_path, monkeypatch):
     src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=2))
     real = src._decode
 
-    def flaky(t, body, now):
+    def flaky(t, recorder, body, now):
         if t.rank == 0:
             raise KeyError("a bug")
-        return real(t, body, now)
+        return real(t, recorder, body, now)
 
     monkeypatch.setattr(src, "_decode", flaky)
     pump(src, state)

@@ -1,10 +1,10 @@
 """A small gloo training loop for the real-job tests, shaped by environment variables.
 
 STEPS (default 20), STEP_S (sleep per step, default 0.05), SLOW_RANK + SLOW_S (one rank is slow
-every step), STUCK_RANK + STUCK_STEP (that rank hangs in its data
-loader at that step, or at the first step once STUCK_FILE exists, writing $MARK_DIR/stuck and $MARK_DIR/stuck_rank when it does; STUCK_LOCAL_RANK
-picks the rank by its local rank instead, for a multi-node job whose global ranks the rendezvous
-assigns), HOLD_S (after the loop, stay alive this long; default 0),
+every step), STUCK_RANK + STUCK_STEP (that rank hangs in its data loader at that step, or at the
+first step once STUCK_FILE exists, writing $MARK_DIR/stuck and $MARK_DIR/stuck_rank when it does;
+STUCK_LOCAL_RANK picks the rank by its local rank instead, for a multi-node job whose global ranks
+the rendezvous assigns), HOLD_S (after the loop, stay alive this long; default 0),
 ENV_DUMP (write the rank's FR environment to $MARK_DIR/env_<rank>).
 """
 

@@ -90,3 +90,27 @@ def test_the_sidecar_asks_for_the_agents_handler_by_its_name():
     assert worker_server.LIVE_HANDLER == live.LIVE_HANDLER
     assert worker_server.FIRST_RECORD_KEY == live.FIRST_RECORD_KEY
     assert worker_server.RECORDERS_HANDLER == live.RECORDERS_HANDLER
+
+
+def test_at_exit_the_last_read_is_waited_for_only_where_a_sidecar_reads_status_first():
+    import pickle
+    import threading
+    import time as _time
+
+    final = live.FinalRead(lambda: ["gloo", "nccl2"], window_s=5.0, max_s=5.0)
+    t0 = _time.monotonic()
+    final.wait()  # no status asked lately: nobody will read, no wait
+    assert _time.monotonic() - t0 < 0.5
+    final = live.FinalRead(lambda: ["gloo", "nccl2"], window_s=5.0, max_s=5.0)
+    final.status_asked()
+    waiter = threading.Thread(target=final.wait)
+    waiter.start()
+    _time.sleep(0.2)
+    assert waiter.is_alive() and final.exiting
+    assert b'"frexport_exiting":true' in live.status_dump(lambda *a: pickle.dumps({"pg_status": {}}), final.exiting)
+    final.entries_read("")  # the first recorder (gloo's)
+    _time.sleep(0.1)
+    assert waiter.is_alive()  # nccl2's entries not read yet
+    final.entries_read("nccl2")
+    waiter.join(1.0)
+    assert not waiter.is_alive()

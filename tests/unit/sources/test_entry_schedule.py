@@ -59,3 +59,10 @@ def test_gone_ranks_are_forgotten():
     _fetched(s, 1, _st(1, 1), 0.0)
     s.forget({1})
     assert s.decide(0, 1.0, False) is Action.FETCH and set(s.buffer_entries) == {1}
+
+
+def test_a_rank_whose_process_exits_is_read_one_last_time():
+    s = EntrySchedule(entries_interval=10)
+    _fetched(s, 0, _st(3, 3), 0.0)
+    s.observe(0, _st(9, 9), 1.0, exiting=True)  # moved, not due: but there is no later
+    assert s.decide(0, 1.0, False) is Action.FETCH
