@@ -20,14 +20,16 @@ from dataclasses import dataclass, replace
 
 from frexport.analysis import findings as F
 from frexport.analysis.clock import RECORDER, duration
+from frexport.analysis.consequence import fold
 from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
+from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers
-from frexport.model.call_site import Frame, site_text
+from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
@@ -63,9 +65,14 @@ def format_ranks(ranks) -> str:
 class _Context:
     """Shared lookups for one analysis run."""
 
-    def __init__(self, traces: dict[int, RankTrace], membership: Membership) -> None:
+    def __init__(self, traces: dict[int, RankTrace], membership: Membership,
+                 stacks: dict[int, Threads] | None = None) -> None:
         self.traces = traces
         self.membership = membership
+        self.stacks = stacks or {}
+        # ranks that answered at the look that took the stacks beside the dumps (none: no stacks)
+        self.alive = frozenset(self.stacks)
+        self.seen_waiting: frozenset[int] = frozenset()  # ranks a live poll saw waiting past the threshold
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
@@ -112,12 +119,14 @@ class _Context:
 
 
 def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
-            known_ranks: set[int] | None = None, options: Options = Options()) -> Diagnosis:
+            known_ranks: set[int] | None = None, options: Options = Options(),
+            stacks: dict[int, Threads] | None = None) -> Diagnosis:
+    """`stacks`: each rank's Python threads, taken at one look beside the dumps (decode/stacks.py)."""
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     # a rank whose file could not be read is still a rank of the job (its dump is missing)
     known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
     membership = build_membership(by_rank, known)
-    ctx = _Context(by_rank, membership)
+    ctx = _Context(by_rank, membership, stacks)
     stall_after_ns = int(options.stall_after_s * 1e9)
 
     matched = 0
@@ -133,6 +142,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
 
     waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
     roots = root_causes(waits, by_rank, stall_after_ns, options.scope)
+    if options.clock:
+        ctx.seen_waiting = frozenset(w.rank for w in waits if w.proven and not w.timed_out)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
@@ -153,6 +164,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     if len(versions) > 1:
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
+    findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
         findings = findings[: options.max_findings]
@@ -261,6 +273,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             else:
                 findings.append(_stuck_inside(ctx, w, ranks, blocked, certain))
         elif kind == NO_DUMP:
+            blocked |= set(w.left) - set(ranks)  # members that failed out of it: victims, like the waiters
             findings.append(Finding(
                 F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
                 op_name(w.sig), site_text(w.site),
@@ -377,14 +390,50 @@ def _left_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             site_text(site[1] if site else w.site),
             f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in: {bad.text()}",
             tuple(details), True, w.created_ns, reason + f"; {bad.text()}", True)
-    if not certain:
-        reason += (", or were dumped later than their peers (the dumps do not say how long the others "
-                   "had waited)")
+    still = set(w.joined) - set(ranks)
+    if still and still <= ctx.alive | ctx.seen_waiting:
+        # every member still in it was seen alive (its stack, or a live poll long after): none vanished,
+        # so the members that left are where it went wrong
+        if not certain:
+            reason += (", or were dumped later than their peers (the dumps do not say how long the others "
+                       "had waited)")
+        return Finding(
+            F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
+            site_text(site[1] if site else w.site),
+            f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in", tuple(details), True,
+            w.created_ns, reason, certain)
+    return _vanished_root(ctx, w, ranks, blocked, certain, where, reason)
+
+
+def _vanished_root(ctx: _Context, w: Wait, failed: tuple[int, ...], blocked: set[int], certain: bool,
+                   where: str, reason: str) -> Finding:
+    """Members failed out of a collective and nothing they passed explains it: a member vanished from
+    it (departure.py). The members that failed out are its victims; the one that left is named."""
+    still = sorted(set(w.joined) - set(failed))
+    gone, why = vanished(w.group, failed, still, ctx.alive)
+    # proven: a clock shows the others waited past the threshold, or the stacks of the same look show
+    # the one candidate left (it did not answer) while the members that failed out did
+    by_stack = bool(ctx.alive) and len(gone) == 1 and gone[0] not in ctx.alive and set(failed) <= ctx.alive
+    proven = len(gone) == 1 and (certain or by_stack)
+    waiting = tuple(sorted((set(still) - set(gone)) | (blocked - set(failed) - set(gone))))
+    victims = f"{_ranks(failed)} failed out of it (victims: a collective ends on some members only when it fails)"
+    if len(gone) == 1:
+        head = f"{_ranks(gone)} left the job inside {where}: {victims}"
+    else:
+        head = f"one of {_ranks(gone).replace(',', ' or')} left the job inside {where}: {victims}"
+    if waiting:
+        head += f"; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
+    if why:
+        reason += "; " + "; ".join(why)
+    if len(gone) > 1:
+        reason += f"; which of {_ranks(gone)} left, the dumps do not say"
+    elif not proven:
+        reason += ("; unless the dumps caught the collective completing (members dumped a moment apart): "
+                   "nothing in them says how long the others had waited")
+    details = [*_waiting_details(w, set(failed)), f"{_ranks(failed)} finished it and recorded nothing after"]
     return Finding(
-        F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
-        site_text(site[1] if site else w.site),
-        f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in", tuple(details), True,
-        w.created_ns, reason, certain)
+        F.MISSING_RANK, w.group.name, w.group.desc, w.seq, gone, tuple(sorted((set(w.joined) | blocked) - set(gone))),
+        op_name(w.sig), site_text(w.site), head, tuple(details), True, w.created_ns, reason, proven)
 
 
 def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
@@ -478,7 +527,9 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     peers_sites = set().union(*(ctx.sites_of(r) for r in ranks))
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
-    extra = not p2p and alone and not failed and (
+    # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
+    gone = bool(set(joined) & ctx.alive) and not set(ranks) & ctx.alive
+    extra = not p2p and alone and not failed and not gone and (
         (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait
     for r in ranks:
@@ -499,7 +550,8 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     waiting = tuple(sorted(blocked - failed))
     if failed:  # peers finished a collective these ranks never issued: they failed out of it
         blocked = blocked | failed
-        message = (f"{_ranks(ranks)} never issued {where}: {_ranks(failed)} failed in the collective, "
+        message = (f"{_ranks(ranks)} {'left the job before' if gone else 'never issued'} {where}: "
+                   f"{_ranks(failed)} failed in the collective, "
                    f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
         reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "
                   f"issued, and {_ranks(failed)} finished it without {'it' if len(ranks) == 1 else 'them'}: a "
@@ -517,6 +569,11 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         if went_on and not w.proven:
             reason = (f"{went_on} after {_ranks(joined)} issued it, without issuing it: "
                       f"{'its' if len(ranks) == 1 else 'their'} own recorder's clock, whatever the file times")
+    elif gone:
+        message = (f"{_ranks(ranks)} left the job before {where} that {_ranks(blocked or joined)} "
+                   f"{'wait' if len(blocked or joined) != 1 else 'waits'} in")
+        reason = (f"{_ranks(ranks)}'s records end before it, and {'it' if len(ranks) == 1 else 'they'} did not "
+                  f"answer at the look that took the stacks of {_ranks(joined)}")
     else:
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
@@ -529,7 +586,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     return Finding(
         kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
         op_name(w.sig), site_text(w.site), message, tuple(details), True, w.created_ns, reason,
-        certain or bool(failed))
+        certain or bool(failed) or gone)
 
 
 def _went_on(ctx: _Context, w: Wait, ranks: tuple[int, ...]) -> str | None:

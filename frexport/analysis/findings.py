@@ -51,6 +51,8 @@ class Finding:
     reason: str = ""  # the one line of evidence the conclusion rests on
     certain: bool = True  # False: a suspect that only the time ranks waited would confirm (not in the dumps)
     waited: Waited | None = None  # how long the oldest waiting rank waited, and by which clock (clock.py)
+    # faults that followed this one and are explained by it (consequence.py): deaths, waits, missing dumps
+    consequences: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -65,7 +67,7 @@ class Finding:
             "reason": self.reason,
             "certain": self.certain,
             "waited": self.waited.to_json() if self.waited is not None else None,
-        }
+        } | ({"consequences": [c.to_json() for c in self.consequences]} if self.consequences else {})
 
 
 @dataclass

@@ -12,9 +12,8 @@ from dataclasses import replace
 
 from frexport.analysis.engine import format_ranks
 from frexport.analysis.findings import Finding
-from frexport.model.call_site import Frame, frame_text, is_library_frame
+from frexport.model.call_site import Frame, Threads, frame_text, is_library_frame
 
-Threads = list[tuple[Frame, ...]]  # each thread's frames, innermost first
 MAX_BLOCKED = 3  # blocked ranks described per finding: they mostly share one place
 
 

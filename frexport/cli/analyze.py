@@ -72,12 +72,12 @@ def run_analyze(args: argparse.Namespace) -> int:
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
     """The analysis of what was loaded, with where each rank is now when the directories hold its
     stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
-    diagnosis = analyze(loaded.traces, loaded.errors, options=options)
-    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     stacks = {}
     for p in paths:
         if os.path.isdir(p):
             stacks.update(read_stacks(p))
+    diagnosis = analyze(loaded.traces, loaded.errors, options=options, stacks=stacks)
+    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     where = places(stacks, callee)
     diagnosis.findings = with_whereabouts(diagnosis.findings, where)
     return diagnosis, where

@@ -31,7 +31,8 @@ from tests.support.proctree import kill_tree  # noqa: E402
 
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
-             "crashed_rank", "healthy_midrun"]
+             "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
+             "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -39,6 +40,11 @@ SETTINGS: dict[str, dict] = {
     # torchrun would SIGTERM the survivors 0.1 s after rank 3 dies; they must live on to be captured
     "crashed_rank": {"torchrun_args": ["--monitor-interval=3600"]},
     "healthy_midrun": {"world": 8, "snapshot_after": 6.0, "buffer": 24},  # a small ring: wrapped buffers
+    "killed_in_allreduce": {"torchrun_args": ["--monitor-interval=3600"]},
+    "died_between_collectives": {"torchrun_args": ["--monitor-interval=3600"]},
+    "coalesced_extra_tensor": {"torchrun_args": ["--monitor-interval=3600"]},
+    # the same job, one poll round 3 s in: ranks caught inside collectives waiting for the late rank
+    "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 3.0},
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
@@ -61,6 +67,18 @@ DESCRIPTIONS = {
                     "all_reduce); its ring neighbours fail, the others wait. Culprit: rank 3.",
     "healthy_midrun": "8 ranks, ranks 4-7 computing longer per step, snapshot mid-run with some ranks waiting inside "
                       "collectives for peers still computing. No culprit.",
+    "killed_in_allreduce": "rank 2 is SIGKILLed inside step 6's all_reduce while its peers wait in it for rank 0; "
+                           "its ring neighbours 1 and 3 fail out of it, rank 0 waits. Culprit: rank 2.",
+    "died_between_collectives": "rank 3 is SIGKILLed between collectives; its ring neighbours 0 and 2 fail in the "
+                                "next all_reduce and exit, then rank 1: the job collapses, every dump is stale. "
+                                "Culprit: rank 3 (a suspect: nothing in the dumps times the wait).",
+    "coalesced_extra_tensor": "a coalesced all_reduce of gradient buckets; at step 4 rank 1 passes an extra tensor. "
+                              "Culprit: rank 1.",
+    "straggler_2d": "2x2 tp x dp grid; rank 0 is 0.4 s late to every step, its tp peer 1 inherits the lateness in "
+                    "dp. Straggler: rank 0 only.",
+    "straggler_2d_midrun": "straggler_2d snapshotted mid-run. Straggler: rank 0 only; no hang.",
+    "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "
+                      "blocks in send/recv, which gloo does not record. Culprit: rank 2 (from the stacks).",
 }
 
 
@@ -84,7 +102,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                OMP_NUM_THREADS="1")
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
-           str(HERE / "scenarios" / f"{scenario}.py")]
+           str(HERE / "scenarios" / f"{settings.get('script', scenario)}.py")]
     job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     last: dict[int, tuple[bytes, bytes]] = {}
