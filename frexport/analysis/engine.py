@@ -141,7 +141,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                 mismatch_findings[(key, s)] = f
 
     waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
-    roots = root_causes(waits, by_rank, stall_after_ns, options.scope)
+    roots = root_causes(waits, by_rank, stall_after_ns, options.scope, options.clock)
     if options.clock:
         ctx.seen_waiting = frozenset(w.rank for w in waits if w.proven and not w.timed_out)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
