@@ -28,7 +28,7 @@ from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
-from frexport.analysis.straggler import find_stragglers
+from frexport.analysis.straggler import find_stragglers, inherited_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
@@ -146,7 +146,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         ctx.seen_waiting = frozenset(w.rank for w in waits if w.proven and not w.timed_out)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
-    hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
+    # a proven hang's culprit is not also called a straggler; a suspect may be one (see below)
+    hang_culprits = {r for f in root_findings if f.certain for r in f.culprit_ranks}
 
     seen_mismatch = set()
     for f in mismatch_findings.values():
@@ -154,7 +155,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             seen_mismatch.add(id(f))
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
-    findings.extend(_straggler_findings(ctx, all_cols, hang_culprits, options))
+    findings = _late_not_hung(findings, _straggler_findings(ctx, all_cols, hang_culprits, options))
     findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], options.scope))
 
     notes = list(membership.notes)
@@ -627,24 +628,55 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
 
 def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Options) -> list[Finding]:
     best = {}
-    for key, group in ctx.membership.groups.items():
-        cols = {r: c[0] for r, c in all_cols[key].items()}
-        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9)):
-            if s.rank not in exclude and (s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns):
-                best[s.rank] = s
+    every: dict[int, list] = {}
+    groups = [(group, {r: c[0] for r, c in all_cols[key].items()}) for key, group in ctx.membership.groups.items()]
+    inherited = inherited_waits(groups)  # lateness a rank inherits from a peer it waited for is not its own
+    for group, cols in groups:
+        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9),
+                                 inherited=inherited.get(group.key)):
+            if s.rank not in exclude:
+                every.setdefault(s.rank, []).append(s)
+                if s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns:
+                    best[s.rank] = s
     out = []
     for rank, s in sorted(best.items()):
+        # one finding per source of delay: the rank, in the group where it is latest, holding back
+        # the peers of every group it is late in
+        held = sorted({r for x in every[rank] for r in x.group.members} - {rank})
+        also = [f"also late in group {x.group.label}: a median {x.median_lateness_ns / 1e6:.0f} ms"
+                for x in every[rank] if x is not s]
         entry = ctx.entry(rank, s.group, s.first_seq)
         sig, site = (entry[0], entry[1]) if entry else ((), None)
         how = "shorter collective durations" if s.by_duration else "later enqueue times"
         out.append(Finding(
             F.STRAGGLER, s.group.name, s.group.desc, s.first_seq, (rank,),
-            tuple(r for r in s.group.members if r != rank), op_name(sig) if sig else None, site_text(site),
+            tuple(held), op_name(sig) if sig else None, site_text(site),
             f"rank {rank} reaches collectives of group {s.group.label} a median {s.median_lateness_ns / 1e6:.0f} ms "
             f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
-            f"(from {how}); its peers wait for it", (), False, None,
-            f"judged from the last {s.samples} collectives of the group, by {how}"))
+            f"(from {how}); its peers wait for it", tuple(also), False, None,
+            f"judged from the last {s.samples} collectives of the group, by {how}"
+            + ("; lateness a rank inherits from a peer it waited for in its previous collective is not counted"
+               if not s.by_duration else "")))
     return out
+
+
+def _late_not_hung(findings: list[Finding], stragglers: list[Finding]) -> list[Finding]:
+    """A snapshot of a job with a straggler catches its peers waiting for it: a hang suspect whose
+    culprits all reach collectives late every step is that lateness, seen once, not a second fault.
+    One look cannot tell it from a hang that began now (two looks can); it is said under the straggler."""
+    late = {f.culprit_ranks[0]: i for i, f in enumerate(stragglers)}
+    out = []
+    for f in findings:
+        if (f.root_cause and not f.certain and f.kind in F.MISSING_KINDS and f.culprit_ranks
+                and all(r in late for r in f.culprit_ranks)):
+            for r in f.culprit_ranks:
+                s = stragglers[late[r]]
+                stragglers[late[r]] = replace(s, details=s.details + (
+                    f"now: {f.message.split(': the suspect', 1)[0]}: its usual lateness, or a hang if it never "
+                    f"arrives (one look cannot tell)",))
+            continue
+        out.append(f)
+    return out + stragglers
 
 
 def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],

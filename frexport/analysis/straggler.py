@@ -11,6 +11,7 @@ the last to arrive in most collectives, by a margin, holds the group back.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -33,8 +34,46 @@ class Straggler:
     by_duration: bool
 
 
+def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[str, dict[int, dict[int, int]]]:
+    """group key -> rank -> seq -> how long the rank waited, in the collective it issued just before
+    that one (in any group), for its last member to arrive. A rank that waits for a late peer reaches
+    its next collective late by as much: lateness it inherits, not its own (a tp peer of a
+    data-starved rank is late to its own dp collectives). Judged by enqueue times, over the recent
+    collectives of every group whose members all recorded them."""
+    last_in: dict[tuple[str, int], int] = {}  # (group key, seq) -> when its last member issued it
+    timeline: dict[int, list[tuple[int, str, int]]] = {}  # rank -> (issued, group key, seq)
+    for group, cols in groups:
+        members = [r for r in group.members if r in cols and len(cols[r].seq)]
+        if len(members) < 2 or len(members) < len(group.members):
+            continue
+        hi = min(cols[r].last_seq for r in members)
+        # one more than the window judged: the collective before the first one judged counts too
+        lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
+        issued: dict[int, list[int]] = {}
+        for r in members:
+            g = cols[r]
+            for i in range(bisect_left(g.seq, lo), len(g.seq)):
+                seq = g.seq[i]
+                if lo <= seq <= hi and g.created_ns[i] and g.flags[i] & FINISHED:
+                    issued.setdefault(seq, []).append(g.created_ns[i])
+                    timeline.setdefault(r, []).append((g.created_ns[i], group.key, seq))
+        for seq, times in issued.items():
+            if len(times) == len(members):
+                last_in[(group.key, seq)] = max(times)
+    out: dict[str, dict[int, dict[int, int]]] = {}
+    for r, events in timeline.items():
+        events.sort()
+        for (t0, k0, s0), (_, k1, s1) in zip(events, events[1:]):
+            last = last_in.get((k0, s0))
+            if last is not None and last > t0:
+                out.setdefault(k1, {}).setdefault(r, {})[s1] = last - t0
+    return out
+
+
 def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
-                    min_samples: int = 5, min_late_fraction: float = 0.6) -> list[Straggler]:
+                    min_samples: int = 5, min_late_fraction: float = 0.6,
+                    inherited: dict[int, dict[int, int]] | None = None) -> list[Straggler]:
+    """`inherited`: rank -> seq -> lateness it inherited (`inherited_waits`), taken off its arrival."""
     members = [r for r in group.members if r in cols and len(cols[r].seq)]
     if len(members) < 2 or len(members) < len(group.members):
         return []
@@ -51,6 +90,9 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     every = int.from_bytes(b"\x01" * n, "little")  # byte j: seq first + j usable on every member so far
     for r in members:
         usable, c, d = _columns(cols[r], first, n)
+        owed = (inherited or {}).get(r)
+        if owed:  # an arrival as early as it would have been, had the rank not waited for a peer before
+            c = [t - owed.get(first + j, 0) if t else t for j, t in enumerate(c)]
         every &= int.from_bytes(usable, "little")
         created.append(c)
         durations.append(d)

@@ -43,8 +43,8 @@ SETTINGS: dict[str, dict] = {
     "killed_in_allreduce": {"torchrun_args": ["--monitor-interval=3600"]},
     "died_between_collectives": {"torchrun_args": ["--monitor-interval=3600"]},
     "coalesced_extra_tensor": {"torchrun_args": ["--monitor-interval=3600"]},
-    # the same job, one poll round 3 s in: ranks caught inside collectives waiting for the late rank
-    "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 3.0},
+    # the same job, one poll round 4 s in: ranks caught inside collectives waiting for the late rank
+    "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 4.0},
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",

@@ -20,6 +20,6 @@ def train_step(step):
     dist.all_reduce(x, group=dp)
 
 
-for step in range(12):
+for step in range(24):
     train_step(step)
 hold()

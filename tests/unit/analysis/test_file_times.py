@@ -28,7 +28,7 @@ EXPECTED = {
     "size_mismatch": ("unhealthy", (3,)),
     "slow_rank": ("unhealthy", (1,)),
     "straggler_2d": ("unhealthy", (0,)),
-    "straggler_2d_midrun": ("inconclusive", (0,)),
+    "straggler_2d_midrun": ("unhealthy", (0,)),
     "stuck_before_collective": ("inconclusive", (2,)),
 }
 
@@ -37,7 +37,7 @@ def test_every_real_job_is_covered():
     assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) == sorted(EXPECTED)
 
 
-TODO = {"p2p_wrong_peer", "straggler_2d_midrun"}  # classes 1 and 3: fixed in the commits that follow
+TODO = {"p2p_wrong_peer"}  # class 1: fixed in the commit that follows
 
 
 @pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.xfail(strict=True)) if s in TODO else s
