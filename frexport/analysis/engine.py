@@ -24,11 +24,12 @@ from frexport.analysis.consequence import fold
 from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
 from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
-from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.findings import Diagnosis, Finding, format_ranks
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.straggler import find_stragglers, inherited_waits
+from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
@@ -47,19 +48,6 @@ class Options:
     # the ranks this analysis may blame (a sidecar's own ranks); None: every rank the world size implies.
     # Ranks outside it are remote: never a culprit nor "missing their dump", their waiters are blocked.
     scope: frozenset[int] | None = None
-
-
-def format_ranks(ranks) -> str:
-    """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
-    ranks = sorted(set(ranks))
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.extend([f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else map(str, ranks[i:j + 1]))
-        i = j + 1
-    return ", ".join(out)
 
 
 class _Context:
@@ -120,8 +108,11 @@ class _Context:
 
 def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
             known_ranks: set[int] | None = None, options: Options = Options(),
-            stacks: dict[int, Threads] | None = None) -> Diagnosis:
-    """`stacks`: each rank's Python threads, taken at one look beside the dumps (decode/stacks.py)."""
+            stacks: dict[int, Threads] | None = None,
+            calls: dict[int, tuple[str, dict[str, str]]] | None = None) -> Diagnosis:
+    """`stacks`: each rank's Python threads, taken at one look beside the dumps; `calls`: the
+    torch.distributed call each rank's stack is in, with its arguments where py-spy printed them
+    (decode/stacks.py)."""
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     # a rank whose file could not be read is still a rank of the job (its dump is missing)
     known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
@@ -165,6 +156,9 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     if len(versions) > 1:
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
+    if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
+        explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
+        findings = unseen_waits(blocked_ranks(stacks, calls or {}), {w.rank for w in waits}, explained) + findings
     findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")

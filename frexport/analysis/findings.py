@@ -34,6 +34,19 @@ UNHEALTHY = "unhealthy"
 INCONCLUSIVE = "inconclusive"
 
 
+def format_ranks(ranks) -> str:
+    """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
+    ranks = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.extend([f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else map(str, ranks[i:j + 1]))
+        i = j + 1
+    return ", ".join(out)
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str

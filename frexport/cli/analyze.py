@@ -17,7 +17,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.decode.stacks import callee, read_stacks
+from frexport.decode.stacks import callee, read_stack_dir
 from frexport.export.report import render_text
 from frexport.model.call_site import site_text
 
@@ -72,11 +72,13 @@ def run_analyze(args: argparse.Namespace) -> int:
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
     """The analysis of what was loaded, with where each rank is now when the directories hold its
     stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
-    stacks = {}
+    stacks, calls = {}, {}
     for p in paths:
         if os.path.isdir(p):
-            stacks.update(read_stacks(p))
-    diagnosis = analyze(loaded.traces, loaded.errors, options=options, stacks=stacks)
+            threads, args = read_stack_dir(p)
+            stacks.update(threads)
+            calls.update(args)
+    diagnosis = analyze(loaded.traces, loaded.errors, options=options, stacks=stacks, calls=calls)
     diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     where = places(stacks, callee)
     diagnosis.findings = with_whereabouts(diagnosis.findings, where)

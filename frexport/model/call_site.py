@@ -47,7 +47,8 @@ def is_library_frame(frame: Frame) -> bool:
     site of an op is its innermost frame that is not one (decode's field rules), and where a rank
     is now is its innermost such frame of the training thread (analysis/whereabouts.py): one rule."""
     f = frame.filename
-    return (not f.endswith(".py") or "/torch/" in f or "\\torch\\" in f
+    # (py-spy names files relative to their sys.path entry: torch/distributed/distributed_c10d.py)
+    return (not f.endswith(".py") or "/torch/" in f or "\\torch\\" in f or f.startswith("torch/")
             or _STDLIB.search(f) is not None)
 
 

@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ SETTINGS: dict[str, dict] = {
     "coalesced_extra_tensor": {"torchrun_args": ["--monitor-interval=3600"]},
     # the same job, one poll round 4 s in: ranks caught inside collectives waiting for the late rank
     "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 4.0},
+    "p2p_wrong_peer": {"pyspy": True},  # py-spy's locals name each send/recv's peer
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
@@ -88,6 +90,17 @@ def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
     except PeerError:
         return None
     return r.body if r.status == 200 else None
+
+
+def _pyspy(pidfile: Path) -> bytes | None:
+    """`py-spy dump --locals` of one rank (its arguments name the peers of send/recv), where py-spy is
+    installed (PY_SPY, else on PATH); the capture goes on without it."""
+    exe = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if not exe or not pidfile.exists():
+        return None
+    r = subprocess.run([exe, "dump", "--locals", "--pid", pidfile.read_text().strip()], capture_output=True,
+                       timeout=60)
+    return r.stdout if r.returncode == 0 else None
 
 
 def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 120.0) -> dict:
@@ -135,6 +148,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
             if job.poll() is not None:
                 break
         stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
+        pyspy = {r: _pyspy(sockdir / f"rank-{r}.pid") for r in range(world)} if settings.get("pyspy") else {}
     finally:
         kill_tree(job.pid)  # torchrun's workers run in sessions of their own: kill the whole tree
         job.wait(30)
@@ -148,6 +162,8 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
         (out / "json" / f"trace_{r}.json").write_bytes(js)
         if stacks.get(r):
             (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
+        if pyspy.get(r):
+            (out / "stacks" / f"rank_{r}.pyspy_dump.txt").write_bytes(pyspy[r])
     meta = {"scenario": scenario, "world_size": world, "torch": torch.__version__, "backend": "gloo",
             "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
             "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}

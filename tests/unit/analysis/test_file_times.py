@@ -24,7 +24,7 @@ EXPECTED = {
     "healthy": ("healthy", None),
     "healthy_midrun": ("inconclusive", (4, 5, 6)),
     "killed_in_allreduce": ("unhealthy", (2,)),
-    "p2p_wrong_peer": ("inconclusive", ()),
+    "p2p_wrong_peer": ("unhealthy", (2,)),
     "size_mismatch": ("unhealthy", (3,)),
     "slow_rank": ("unhealthy", (1,)),
     "straggler_2d": ("unhealthy", (0,)),
@@ -37,11 +37,7 @@ def test_every_real_job_is_covered():
     assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) == sorted(EXPECTED)
 
 
-TODO = {"p2p_wrong_peer"}  # class 1: fixed in the commit that follows
-
-
-@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.xfail(strict=True)) if s in TODO else s
-                                      for s in sorted(EXPECTED)])
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_same_diagnosis_whatever_the_file_times(diagnose, tmp_path, scenario):
     out = {variant: diagnose(d) for variant, d in copies(FIXTURES / scenario, tmp_path)}
     docs = {v: json.dumps(d.to_json(), sort_keys=True) for v, d in out.items()}
