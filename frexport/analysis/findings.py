@@ -95,6 +95,10 @@ class Diagnosis:
     # Findings a report filter (--selected-ranks, --pg-filters) leaves out: still part of the verdict,
     # so a filter can narrow what is shown but never turn an unhealthy job healthy.
     hidden: list[Finding] = field(default_factory=list)
+    # two looks (analysis/looks.py): per group whether it progressed or hung between them, and how far
+    # apart they were as the snapshot measured it (None: not recorded)
+    progress: list = field(default_factory=list)
+    looks_gap_s: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -113,4 +117,6 @@ class Diagnosis:
             "ranks": list(self.ranks),
             "findings": [f.to_json() for f in self.findings],
             "input_errors": [{"file": e.file, "error": e.error} for e in self.input_errors],
-        } | ({"outside_filter": len(self.hidden)} if self.hidden else {})
+        } | ({"outside_filter": len(self.hidden)} if self.hidden else {}) | (
+            {"looks": {"gap_s": self.looks_gap_s, "groups": [g.to_json() for g in self.progress]}}
+            if self.progress else {})

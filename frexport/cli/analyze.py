@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.looks import decide, gap_seconds, look_dirs, progress
 from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
@@ -51,8 +52,16 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
-    diagnosis, where = diagnose(loaded, paths, Options(stall_after_s=args.stall_after,
-                                                       straggler_lateness_s=args.straggler_ms / 1000))
+    options = Options(stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000)
+    looks = look_dirs(paths[0]) if len(paths) == 1 else []
+    if looks:  # `frexport snapshot --rounds 2`: the last look, decided by what moved since the one before
+        loaded = _load(looks[-1:], args, limits)
+        first = _load(looks[-2:-1], args, limits)
+        diagnosis, where = diagnose(loaded, looks[-1:], options)
+        diagnosis = decide(diagnosis, progress(first.traces, loaded.traces), gap_seconds(paths[0]),
+                           options.stall_after_s)
+    else:
+        diagnosis, where = diagnose(loaded, paths, options)
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:
         from frexport.export.timeline import write_timeline
@@ -67,6 +76,11 @@ def run_analyze(args: argparse.Namespace) -> int:
             print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
         return 2
     return 0 if diagnosis.verdict == "healthy" else 1
+
+
+def _load(paths: list[str], args: argparse.Namespace, limits: Limits) -> Loaded:
+    return load(paths, prefix=args.prefix, workers=args.workers, limits=limits,
+                max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
 
 
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:

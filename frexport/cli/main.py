@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--stacks", action="store_true", help="also save each rank's Python stacks (dump_traceback)")
     n.add_argument("--force", action="store_true",
                    help="write into OUTDIR even if it holds files (a mix of two snapshots misleads analyze)")
+    n.add_argument("--rounds", type=int, default=1, metavar="N",
+                   help="take N looks (OUTDIR/look_1, look_2, ...): `analyze OUTDIR` then says per process group "
+                        "whether it is progressing or hung (default 1)")
+    n.add_argument("--gap", type=_positive_float, default=5.0, metavar="SECONDS",
+                   help="seconds between the starts of two looks (default 5)")
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)

@@ -33,7 +33,8 @@ from tests.support.proctree import kill_tree  # noqa: E402
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
-             "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer"]
+             "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
+             "two_looks_hung", "two_looks_running"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -47,6 +48,9 @@ SETTINGS: dict[str, dict] = {
     # the same job, one poll round 4 s in: ranks caught inside collectives waiting for the late rank
     "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 4.0},
     "p2p_wrong_peer": {"pyspy": True},  # py-spy's locals name each send/recv's peer
+    # `frexport snapshot --rounds 2 --gap 6` instead of the capture's own files: look_1/, look_2/, looks.json
+    "two_looks_hung": {"script": "stuck_before_collective", "looks": 6.0},
+    "two_looks_running": {"script": "straggler_2d", "snapshot_after": 2.0, "looks": 6.0},
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
@@ -79,6 +83,10 @@ DESCRIPTIONS = {
     "straggler_2d": "2x2 tp x dp grid; rank 0 is 0.4 s late to every step, its tp peer 1 inherits the lateness in "
                     "dp. Straggler: rank 0 only.",
     "straggler_2d_midrun": "straggler_2d snapshotted mid-run. Straggler: rank 0 only; no hang.",
+    "two_looks_hung": "stuck_before_collective seen by `frexport snapshot --rounds 2 --gap 6`: no rank moves. "
+                      "Culprit: rank 2, certain.",
+    "two_looks_running": "straggler_2d seen mid-run by `frexport snapshot --rounds 2 --gap 6`: every group "
+                         "progresses. No hang.",
     "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "
                       "blocks in send/recv, which gloo does not record. Culprit: rank 2 (from the stacks).",
 }
@@ -147,6 +155,11 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                 break  # (polls that time out on a loaded machine change nothing: wait for real answers)
             if job.poll() is not None:
                 break
+        if settings.get("looks"):
+            subprocess.run([sys.executable, "-m", "frexport", "snapshot", str(out), "--sockets-dir", str(sockdir),
+                            "--rounds", "2", "--gap", str(settings["looks"]), "--stacks", "--force"], check=True,
+                           timeout=120, stdout=subprocess.DEVNULL)
+            last = {}  # the snapshot wrote the looks
         stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
         pyspy = {r: _pyspy(sockdir / f"rank-{r}.pid") for r in range(world)} if settings.get("pyspy") else {}
     finally:
@@ -155,8 +168,12 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
         for p in sockdir.iterdir():
             p.unlink()
         sockdir.rmdir()
-    (out / "json").mkdir(parents=True, exist_ok=True)
-    (out / "stacks").mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if last:
+        (out / "json").mkdir(exist_ok=True)
+        (out / "stacks").mkdir(exist_ok=True)
+    if settings.get("looks"):
+        stacks = {}
     for r, (js, pk) in sorted(last.items()):
         (out / f"trace_{r}").write_bytes(pk)
         (out / "json" / f"trace_{r}.json").write_bytes(js)
@@ -165,7 +182,8 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
         if pyspy.get(r):
             (out / "stacks" / f"rank_{r}.pyspy_dump.txt").write_bytes(pyspy[r])
     meta = {"scenario": scenario, "world_size": world, "torch": torch.__version__, "backend": "gloo",
-            "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
+            "description": DESCRIPTIONS[scenario],
+            "captured_ranks": sorted(last) if not settings.get("looks") else list(range(world)),
             "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta

@@ -34,7 +34,9 @@ EXPECTED = {
 
 
 def test_every_real_job_is_covered():
-    assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) == sorted(EXPECTED)
+    # (two-look snapshots are covered with the same three copies in test_looks.py)
+    assert sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("two_looks")) == \
+        sorted(EXPECTED)
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
