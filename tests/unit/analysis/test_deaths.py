@@ -90,3 +90,17 @@ def test_crashed_rank_neighbours_are_victims(diagnose, tmp_path):
     d = _same_everywhere(diagnose, FIXTURES / "crashed_rank", tmp_path)
     f = _only(d)
     assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.certain) == ("missing_rank", (3,), (0, 1, 2), True)
+
+
+def test_the_ring_names_the_rank_whose_neighbours_failed_in_a_larger_group():
+    """Beyond four members a dying rank's two ring neighbours are its own: the ring decides. With
+    four, ranks 0 and 2 share neighbours 1 and 3 and it does not."""
+    from frexport.analysis.departure import vanished
+    from frexport.analysis.membership import Group
+
+    eight = Group("0", "0", "default_pg", tuple(range(8)))
+    assert vanished(eight, (4, 6), [0, 1, 2, 3, 5, 7]) == ((5,), ["ranks 4 and 6 are the ring neighbours of rank 5"])
+    assert vanished(eight, (7, 1), [0, 2, 3, 4, 5, 6])[0] == (0,)  # the ring wraps around
+    four = Group("0", "0", "default_pg", (0, 1, 2, 3))
+    assert vanished(four, (1, 3), [0, 2]) == ((0, 2), [])
+    assert vanished(four, (1, 3), [0, 2], alive={0, 1, 3})[0] == (2,)  # the stacks of the same look decide
