@@ -26,9 +26,9 @@ from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding, format_ranks
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
+from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
-from frexport.analysis.straggler import find_stragglers, inherited_waits
 from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError
@@ -146,7 +146,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             seen_mismatch.add(id(f))
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
-    findings = _late_not_hung(findings, _straggler_findings(ctx, all_cols, hang_culprits, options))
+    findings = late_not_hung(findings, straggler_findings(ctx, all_cols, hang_culprits, options))
     findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], options.scope))
 
     notes = list(membership.notes)
@@ -618,59 +618,6 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
             f"{format_ranks(ranks)}", _waiting_details(w), False, w.created_ns,
             "the recorder marks it retired without completing: the watchdog gave up on it"))
     return findings
-
-
-def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Options) -> list[Finding]:
-    best = {}
-    every: dict[int, list] = {}
-    groups = [(group, {r: c[0] for r, c in all_cols[key].items()}) for key, group in ctx.membership.groups.items()]
-    inherited = inherited_waits(groups)  # lateness a rank inherits from a peer it waited for is not its own
-    for group, cols in groups:
-        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9),
-                                 inherited=inherited.get(group.key)):
-            if s.rank not in exclude:
-                every.setdefault(s.rank, []).append(s)
-                if s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns:
-                    best[s.rank] = s
-    out = []
-    for rank, s in sorted(best.items()):
-        # one finding per source of delay: the rank, in the group where it is latest, holding back
-        # the peers of every group it is late in
-        held = sorted({r for x in every[rank] for r in x.group.members} - {rank})
-        also = [f"also late in group {x.group.label}: a median {x.median_lateness_ns / 1e6:.0f} ms"
-                for x in every[rank] if x is not s]
-        entry = ctx.entry(rank, s.group, s.first_seq)
-        sig, site = (entry[0], entry[1]) if entry else ((), None)
-        how = "shorter collective durations" if s.by_duration else "later enqueue times"
-        out.append(Finding(
-            F.STRAGGLER, s.group.name, s.group.desc, s.first_seq, (rank,),
-            tuple(held), op_name(sig) if sig else None, site_text(site),
-            f"rank {rank} reaches collectives of group {s.group.label} a median {s.median_lateness_ns / 1e6:.0f} ms "
-            f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
-            f"(from {how}); its peers wait for it", tuple(also), False, None,
-            f"judged from the last {s.samples} collectives of the group, by {how}"
-            + ("; lateness a rank inherits from a peer it waited for in its previous collective is not counted"
-               if not s.by_duration else "")))
-    return out
-
-
-def _late_not_hung(findings: list[Finding], stragglers: list[Finding]) -> list[Finding]:
-    """A snapshot of a job with a straggler catches its peers waiting for it: a hang suspect whose
-    culprits all reach collectives late every step is that lateness, seen once, not a second fault.
-    One look cannot tell it from a hang that began now (two looks can); it is said under the straggler."""
-    late = {f.culprit_ranks[0]: i for i, f in enumerate(stragglers)}
-    out = []
-    for f in findings:
-        if (f.root_cause and not f.certain and f.kind in F.MISSING_KINDS and f.culprit_ranks
-                and all(r in late for r in f.culprit_ranks)):
-            for r in f.culprit_ranks:
-                s = stragglers[late[r]]
-                stragglers[late[r]] = replace(s, details=s.details + (
-                    f"now: {f.message.split(': the suspect', 1)[0]}: its usual lateness, or a hang if it never "
-                    f"arrives (one look cannot tell)",))
-            continue
-        out.append(f)
-    return out + stragglers
 
 
 def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],
