@@ -20,8 +20,8 @@ from frexport.analysis.findings import DESYNC_KINDS, MISSING_DUMP, STALL_KINDS, 
 
 
 def _after(f: Finding, root: Finding) -> bool:
-    if f.kind == MISSING_DUMP and f.time_ns is None:
-        return True  # a rank that left no dump at all: nothing says it went before the fault
+    if f.time_ns is None:
+        return False  # no moment to place it by (a rank without any dump: see `fold`)
     if f.pg_name == root.pg_name and f.collective_seq_id is not None and root.collective_seq_id is not None:
         return f.collective_seq_id >= root.collective_seq_id
     return f.time_ns is not None and root.time_ns is not None and f.time_ns >= root.time_ns
@@ -34,6 +34,10 @@ def fold(findings: list[Finding]) -> list[Finding]:
         return findings
     root = min(proven, key=lambda f: (f.time_ns, f.culprit_ranks))
     later = [f for f in findings if f is not root and f.kind in STALL_KINDS and _after(f, root)]
+    if later or root.root_cause:
+        # the fault was followed by a hang: a rank that left no dump at all is taken to be part of it
+        # (nothing says it went before); after a mismatch that completed, it stays a finding of its own
+        later += [f for f in findings if f.kind == MISSING_DUMP and f.time_ns is None]
     if not later:
         return findings
     blocked = set(root.blocked_ranks)

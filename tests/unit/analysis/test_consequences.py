@@ -57,3 +57,15 @@ def test_call_sites_skip_library_frames():
     for user in ["/job/train.py", "/opt/conda/lib/python3.10/site-packages/megatron/core/utils.py",
                  "/home/me/torchtitan/train.py"]:
         assert not is_library_frame(Frame("f", user, 1)), user
+
+
+def test_a_mismatch_that_completed_does_not_absorb_an_unrelated_missing_dump(diagnose, tmp_path):
+    """size_mismatch: rank 3's larger broadcast buffer completes silently. Rank 0's dump removed: nothing
+    hangs after the mismatch, so the missing dump is a finding of its own, not its consequence."""
+    src = tmp_path / "src"
+    shutil.copytree(paths.REAL_FIXTURES / "size_mismatch", src)
+    (src / "trace_0").unlink()
+    (src / "json" / "trace_0.json").unlink()
+    d = _diagnoses(diagnose, src, tmp_path / "v")
+    assert [(f.kind, f.culprit_ranks, f.consequences) for f in d.findings] == [
+        ("size_mismatch", (3,), ()), ("missing_dump", (0,), ())]
