@@ -422,7 +422,7 @@ def _vanished_root(ctx: _Context, w: Wait, failed: tuple[int, ...], blocked: set
         reason += "; " + "; ".join(why)
     if len(gone) > 1:
         reason += f"; which of {_ranks(gone)} left, the dumps do not say"
-    elif not proven:
+    if not certain and not by_stack:
         reason += ("; unless the dumps caught the collective completing (members dumped a moment apart): "
                    "nothing in them says how long the others had waited")
     details = [*_waiting_details(w, set(failed)), f"{_ranks(failed)} finished it and recorded nothing after"]
