@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="diagnose a directory of Flight Recorder dumps (post-mortem)",
                        description="Diagnose Flight Recorder dumps across ranks: names the culprit rank, the "
-                                   "collective and the call site. Exit 0 healthy, 1 findings, 2 no readable input.")
+                                   "collective and the call site. Stacks beside the dumps (stacks/rank_<r>.*.txt: "
+                                   "faulthandler, py-spy) are evidence too; a directory from `frexport snapshot "
+                                   "--rounds 2` is judged by what moved between its looks. Exit 0 healthy, 1 "
+                                   "findings, 2 no readable input.")
     a.add_argument("paths", nargs="*", metavar="DIR",
                    help="dump directories, files, or path prefixes like /tmp/nccl_trace_rank_ "
                         "(default: PyTorch's dump locations)")
