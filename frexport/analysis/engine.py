@@ -158,7 +158,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
     if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
         explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
-        findings = unseen_waits(blocked_ranks(stacks, calls or {}), {w.rank for w in waits}, explained) + findings
+        records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
+        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained) + findings
     findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")

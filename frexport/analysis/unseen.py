@@ -5,8 +5,10 @@ gloo records no send/recv at all (torch 2.13 to 2.15): a pipeline whose stages d
 point-to-point ops leaves dumps that look like a healthy job. Only the ranks' stacks, taken at one
 look beside the dumps, show each rank blocked in send or recv. So the stacks are read as evidence:
 
-- every rank the stacks show inside a torch.distributed call, with no unfinished op in its recorder,
-  waits where the recorder cannot see; the job is never `healthy` then;
+- every rank the stacks show inside a send or recv, whose recorder holds no point-to-point op at all
+  (gloo's), waits where the recorder cannot see; the job is never `healthy` then. (Collectives are
+  always recorded: a stack inside one its dump shows finished was taken a moment later than the dump,
+  which is no hidden wait.)
 - where the stacks hold each call's arguments (py-spy's `dump --locals`), each send and recv names its
   peer, and the point-to-point wait-for graph decides: a rank that sends to a peer which receives from
   another rank, while a third rank waits to receive from the sender, sent to the wrong peer (the
@@ -63,17 +65,19 @@ def _ranks(ranks) -> str:
     return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
 
 
-def unseen_waits(blocked: dict[int, Blocked], recorded: set[int], explained: set[int]) -> list[Finding]:
-    """`recorded`: ranks the recorder shows in an unfinished op; `explained`: ranks a finding already
-    names. One finding for the ranks left, which wait where the recorder cannot see."""
-    unseen = {r: b for r, b in blocked.items() if r not in recorded and r not in explained}
+def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: set[int]) -> list[Finding]:
+    """`records_p2p`: ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): there the
+    recorder shows such waits itself. Collectives are always recorded, so a stack inside one that its
+    dump shows finished was taken at another moment than the dump, not a hidden wait. `explained`:
+    ranks a finding already names. One finding for the ranks left, which wait where the recorder
+    cannot see."""
+    unseen = {r: b for r, b in blocked.items() if b.call in P2P and r not in records_p2p and r not in explained}
     if not unseen:
         return []
     where = tuple(f"rank {r} waits in torch.distributed {b.call}"
                   + (f" ({'to' if P2P.get(b.call) == 'dst' else 'from'} rank {b.peer})" if b.peer is not None else "")
                   + f" at {frame_text(b.site)}" for r, b in sorted(unseen.items()))
-    p2p = all(b.call in P2P for b in unseen.values())
-    kind = F.UNMATCHED_P2P if p2p else F.NOT_COMPLETED
+    kind = F.UNMATCHED_P2P
     site = frame_text(min(unseen.values(), key=lambda b: b.rank).site)
     closed = _closed(unseen)
     wrong = _misdirected(unseen)
