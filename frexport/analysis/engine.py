@@ -546,7 +546,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     waiting = tuple(sorted(blocked - failed))
     if failed:  # peers finished a collective these ranks never issued: they failed out of it
         blocked = blocked | failed
-        message = (f"{_ranks(ranks)} {'left the job before' if gone else 'never issued'} {where}: "
+        message = (f"{_ranks(ranks)} {'left the job; its records end before' if gone else 'never issued'} {where}: "
                    f"{_ranks(failed)} failed in the collective, "
                    f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
         reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "

@@ -34,7 +34,7 @@ SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mism
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
              "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
-             "two_looks_hung", "two_looks_running"]
+             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -43,6 +43,9 @@ SETTINGS: dict[str, dict] = {
     "crashed_rank": {"torchrun_args": ["--monitor-interval=3600"]},
     "healthy_midrun": {"world": 8, "snapshot_after": 6.0, "buffer": 24},  # a small ring: wrapped buffers
     "killed_in_allreduce": {"torchrun_args": ["--monitor-interval=3600"]},
+    # 8 members: the dead rank's ring neighbours are its own, so the ring decides without stacks
+    "killed_in_allreduce_8": {"script": "killed_in_allreduce", "world": 8, "env": {"KILL_AFTER_S": "5", "LATE_S": "8"},
+                              "torchrun_args": ["--monitor-interval=3600"]},
     "died_between_collectives": {"torchrun_args": ["--monitor-interval=3600"]},
     "coalesced_extra_tensor": {"torchrun_args": ["--monitor-interval=3600"]},
     # the same job, one poll round 4 s in: ranks caught inside collectives waiting for the late rank
@@ -75,6 +78,8 @@ DESCRIPTIONS = {
                       "collectives for peers still computing. No culprit.",
     "killed_in_allreduce": "rank 2 is SIGKILLed inside step 6's all_reduce while its peers wait in it for rank 0; "
                            "its ring neighbours 1 and 3 fail out of it, rank 0 waits. Culprit: rank 2.",
+    "killed_in_allreduce_8": "killed_in_allreduce with 8 ranks: rank 2's ring neighbours 1 and 3 fail out, 0 and 4-7 "
+                             "wait. Culprit: rank 2, by the ring alone.",
     "died_between_collectives": "rank 3 is SIGKILLed between collectives; its ring neighbours 0 and 2 fail in the "
                                 "next all_reduce and exit, then rank 1: the job collapses, every dump is stale. "
                                 "Culprit: rank 3 (a suspect: nothing in the dumps times the wait).",
@@ -120,7 +125,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
 
     sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
     env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE=str(settings.get("buffer", 2000)),
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", **settings.get("env", {}))
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
            str(HERE / "scenarios" / f"{settings.get('script', scenario)}.py")]

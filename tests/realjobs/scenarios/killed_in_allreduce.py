@@ -12,15 +12,17 @@ import time
 from _common import dist, hold, init, torch
 
 rank, world, server = init()
+# (a capture of many ranks on a loaded machine needs longer to see rank 2 inside the all_reduce)
+KILL_AFTER_S, LATE_S = float(os.environ.get("KILL_AFTER_S", "2")), float(os.environ.get("LATE_S", "4"))
 
 
 def train_step(step):
     time.sleep(0.5)  # forward/backward
     grads = torch.ones(64) * step
     if step == 6 and rank == 0:
-        time.sleep(4)  # a slow data loader this step: the others wait inside the all_reduce
+        time.sleep(LATE_S)  # a slow data loader this step: the others wait inside the all_reduce
     if step == 6 and rank == 2:
-        threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        threading.Timer(KILL_AFTER_S, os.kill, (os.getpid(), signal.SIGKILL)).start()
     dist.all_reduce(grads)
 
 

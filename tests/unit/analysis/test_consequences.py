@@ -37,7 +37,7 @@ def _check(d, consequence_kind):
 def test_mismatch_outranks_the_victims_stale_dump(diagnose, tmp_path):
     f = _check(_diagnoses(diagnose, SRC, tmp_path), "missing_rank")
     # rank 0 answered no stack at the look where 1-3 did: it left the job
-    assert f.consequences[0].message.startswith("rank 0 left the job before all_reduce")
+    assert f.consequences[0].message.startswith("rank 0 left the job; its records end before all_reduce")
 
 
 def test_mismatch_outranks_the_victims_missing_dump(diagnose, tmp_path):

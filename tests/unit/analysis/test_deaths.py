@@ -104,3 +104,16 @@ def test_the_ring_names_the_rank_whose_neighbours_failed_in_a_larger_group():
     four = Group("0", "0", "default_pg", (0, 1, 2, 3))
     assert vanished(four, (1, 3), [0, 2]) == ((0, 2), [])
     assert vanished(four, (1, 3), [0, 2], alive={0, 1, 3})[0] == (2,)  # the stacks of the same look decide
+
+
+def test_in_a_ring_of_eight_the_dead_ranks_neighbours_name_it(diagnose, tmp_path):
+    """8 ranks, rank 2 killed inside all_reduce 7: its ring neighbours 1 and 3 failed out (real gloo
+    fails exactly those), 0 and 4-7 wait. The ring names rank 2 from the dumps alone, a suspect
+    without a clock; with the stacks of the same look (rank 2's is missing) it is certain."""
+    src = FIXTURES / "killed_in_allreduce_8"
+    f = _only(_same_everywhere(diagnose, src / "json", tmp_path / "json"))
+    assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.certain) == ("missing_rank", (2,), (0, 1, 3, 4, 5, 6, 7),
+                                                                      False)
+    assert "ranks 1 and 3 are the ring neighbours of rank 2" in f.reason
+    f = _only(_same_everywhere(diagnose, src, tmp_path / "all"))
+    assert (f.culprit_ranks, f.certain) == ((2,), True)

@@ -24,6 +24,7 @@ EXPECTED = {
     "healthy": ("healthy", None),
     "healthy_midrun": ("inconclusive", (4, 5, 6)),
     "killed_in_allreduce": ("unhealthy", (2,)),
+    "killed_in_allreduce_8": ("unhealthy", (2,)),
     "p2p_wrong_peer": ("unhealthy", (2,)),
     "size_mismatch": ("unhealthy", (3,)),
     "slow_rank": ("unhealthy", (1,)),
