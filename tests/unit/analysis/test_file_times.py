@@ -52,3 +52,25 @@ def test_same_diagnosis_whatever_the_file_times(diagnose, tmp_path, scenario):
         assert d.findings == []
     else:
         assert d.findings[0].culprit_ranks == culprits, [(f.kind, f.message) for f in d.findings]
+
+
+def test_several_dumps_of_a_rank_the_newest_by_content_wins(diagnose, tmp_path):
+    """Two attempts' dumps of every rank in one folder, the older one with the newer file time and the
+    name that sorts last: the dumps' own events say which is newer, so the stuck job's last dumps are
+    diagnosed, not the healthy attempt before (issue 27: no verdict on file times, names or order)."""
+    import os
+    import shutil
+
+    from tests.support.synth import T0, dump, healthy_job, write
+
+    old = write(tmp_path / "old", {r: dump(es, world=4) for r, es in healthy_job(steps=3).items()},
+                prefix="trace_")
+    for i, (last, earlier) in enumerate([("a_last", "z_earlier"), ("z_last", "a_earlier")]):
+        d = tmp_path / f"d{i}"
+        shutil.copytree(FIXTURES / "stuck_before_collective", d / last)
+        (d / earlier).mkdir()
+        for p in old.iterdir():
+            shutil.copy(p, d / earlier / p.name)
+            os.utime(d / earlier / p.name, ns=(T0 * 2, T0 * 2))  # the older attempt touched later
+        out = diagnose(d)
+        assert out.findings and out.findings[0].culprit_ranks == (2,), [f.message for f in out.findings]
