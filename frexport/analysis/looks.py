@@ -112,13 +112,24 @@ def progress(first: list[RankTrace], second: list[RankTrace]) -> list[GroupProgr
     return out
 
 
-def decide(d: Diagnosis, groups: list[GroupProgress], gap_s: float | None, stall_after_s: float) -> Diagnosis:
-    """The second look's diagnosis with its suspects decided by the two looks."""
+def decide(d: Diagnosis, groups: list[GroupProgress], gap_s: float | None, stall_after_s: float,
+           still: frozenset[int] = frozenset()) -> Diagnosis:
+    """The second look's diagnosis with its suspects decided by the two looks. `still`: ranks whose
+    stack was at the same place in both looks (whereabouts.place): for waits the recorder cannot see
+    (gloo's send/recv, no group), ranks that stayed in the same call with nothing recorded moving."""
     by_name = {g.pg_name: g for g in groups}
     findings, notes = [], list(d.notes)
+    quiet_job = not any(g.state == PROGRESSING for g in groups)
+    long_enough = gap_s is not None and gap_s >= stall_after_s
     for f in d.findings:
         g = by_name.get(f.pg_name)
-        if f.certain or not f.root_cause or g is None:
+        if (not f.certain and f.root_cause and not f.pg_name and quiet_job and long_enough
+                and f.blocked_ranks and set(f.blocked_ranks) <= still):
+            findings.append(replace(f, certain=True, message=f.message.replace(
+                ", or ops caught in flight", f" (the same calls in two looks {gap_s:.1f} s apart)"),
+                reason=f"{f.reason}; in two looks {gap_s:.1f} s apart every "
+                                    f"one of these ranks was in the same call and no recorded op moved: a hang"))
+        elif f.certain or not f.root_cause or g is None:
             findings.append(f)
         elif g.state == PROGRESSING:
             notes.append(f"cleared by the second look: {f.message} (group {g.label} moved between the looks: "

@@ -58,8 +58,10 @@ def run_analyze(args: argparse.Namespace) -> int:
         loaded = _load(looks[-1:], args, limits)
         first = _load(looks[-2:-1], args, limits)
         diagnosis, where = diagnose(loaded, looks[-1:], options)
+        before = places(read_stack_dir(looks[-2])[0])
+        still = frozenset(r for r, p in where.items() if before.get(r) == p)  # stacks that did not move
         diagnosis = decide(diagnosis, progress(first.traces, loaded.traces), gap_seconds(paths[0]),
-                           options.stall_after_s)
+                           options.stall_after_s, still)
     else:
         diagnosis, where = diagnose(loaded, paths, options)
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)

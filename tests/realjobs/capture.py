@@ -34,7 +34,7 @@ SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mism
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
              "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
-             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8"]
+             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -54,6 +54,7 @@ SETTINGS: dict[str, dict] = {
     # `frexport snapshot --rounds 2 --gap 6` instead of the capture's own files: look_1/, look_2/, looks.json
     "two_looks_hung": {"script": "stuck_before_collective", "looks": 6.0},
     "two_looks_running": {"script": "straggler_2d", "snapshot_after": 2.0, "looks": 6.0},
+    "two_looks_p2p": {"script": "p2p_wrong_peer", "looks": 6.0},
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
@@ -90,6 +91,8 @@ DESCRIPTIONS = {
     "straggler_2d_midrun": "straggler_2d snapshotted mid-run. Straggler: rank 0 only; no hang.",
     "two_looks_hung": "stuck_before_collective seen by `frexport snapshot --rounds 2 --gap 6`: no rank moves. "
                       "Culprit: rank 2, certain.",
+    "two_looks_p2p": "p2p_wrong_peer seen by `frexport snapshot --rounds 2 --gap 6 --stacks` (faulthandler stacks, "
+                     "no peers): every rank in the same send/recv in both looks. A certain hang, no culprit.",
     "two_looks_running": "straggler_2d seen mid-run by `frexport snapshot --rounds 2 --gap 6`: every group "
                          "progresses. No hang.",
     "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "

@@ -57,3 +57,25 @@ def test_a_suspect_whose_group_moved_is_cleared(diagnose):
     out = decide(later, [GroupProgress("0", "default_pg", PROGRESSING, (0, 1, 2, 3), (0, 1, 3))], 6.0, 5.0)
     assert out.findings == [] and out.verdict == "healthy"
     assert any(n.startswith("cleared by the second look: rank 2 has not issued") for n in out.notes)
+
+
+def test_a_send_recv_hang_the_recorder_cannot_see_is_certain_after_two_looks(diagnose, tmp_path):
+    """p2p_wrong_peer seen by `frexport snapshot --rounds 2 --gap 6 --stacks`: faulthandler stacks name
+    no peer, so no culprit; but every rank sat in the same send/recv in both looks while no recorded
+    op moved: a certain hang, every rank's wait listed (the CLI passes the ranks whose stacks stayed)."""
+    from frexport.analysis.whereabouts import places
+    from frexport.decode.stacks import read_stack_dir
+
+    for _, d in copies(FIXTURES / "two_looks_p2p", tmp_path):
+        first, second = look_dirs(str(d))
+        before, after = places(read_stack_dir(first)[0]), places(read_stack_dir(second)[0])
+        still = frozenset(r for r, p in after.items() if before.get(r) == p)
+        assert still == {0, 1, 2, 3}
+        groups = progress(load([first], workers=1).traces, load([second], workers=1).traces)
+        out = decide(diagnose(second), groups, gap_seconds(str(d)), 5.0, still)
+        assert out.verdict == "unhealthy" and len(out.findings) == 1
+        f = out.findings[0]
+        assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.certain) == ("unmatched_p2p", (), (0, 1, 2, 3), True)
+        assert "the same calls in two looks 6.0 s apart" in f.message
+        # one look of it alone: inconclusive
+        assert diagnose(second).verdict == "inconclusive"
