@@ -55,8 +55,7 @@ def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupT
             f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
             f"(from {how}); its peers wait for it", tuple(also), False, None,
             f"judged from the last {s.samples} collectives of the group, by {how}"
-            + ("; lateness a rank inherits from a peer it waited for in its previous collective is not counted"
-               if not s.by_duration else "")))
+            + "; lateness a rank inherits from a peer it waited for in its previous collective is not counted"))
     return out
 
 

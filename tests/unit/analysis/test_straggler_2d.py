@@ -42,10 +42,11 @@ def test_a_mid_run_snapshot_of_that_job_is_the_straggler_not_a_hang(diagnose, tm
     assert any(line.startswith("now: ") and "one look cannot tell" in line for line in f.details), f.details
 
 
-def _grid(late_rank: int, lateness_ns: int, steps: int = 12, n: int = 4) -> dict[int, list[dict]]:
+def _grid(late_rank: int, lateness_ns: int, steps: int = 12, n: int = 4, nccl: bool = False) -> dict[int, list[dict]]:
     """An n x n tp x dp grid run step by step: each step all_reduces on tp (ranks n*i..n*i+n-1), then on
     dp (ranks j, j+n, ...); a collective ends when its last member arrives; `late_rank` starts every
-    step `lateness_ns` late (its data loader)."""
+    step `lateness_ns` late (its data loader). `nccl`: the entries carry NCCL's durations (from each
+    member's start to the collective's end), as with timing enabled; else gloo's enqueue times only."""
     world = n * n
     tp = {r: r // n for r in range(world)}
     dp = {r: r % n for r in range(world)}
@@ -59,9 +60,10 @@ def _grid(late_rank: int, lateness_ns: int, steps: int = 12, n: int = 4) -> dict
                 members = [m for m in range(world) if of[m] == of[r]]
                 done[r] = max(arrive[m] for m in members) + 1_000_000
                 g = str(pg0 + of[r])
-                job[r].append(entry(len(job[r]), step + 1, pg=(g, kind), pg_id=pg0 + of[r], backend="gloo",
-                                    state="scheduled", retired=True, duration_ms=None, created=arrive[r],
-                                    line=20 if kind == "tp" else 21))
+                timing = ({"backend": "nccl", "state": "completed", "duration_ms": (done[r] - arrive[r]) / 1e6}
+                          if nccl else {"backend": "gloo", "state": "scheduled", "retired": True, "duration_ms": None})
+                job[r].append(entry(len(job[r]), step + 1, pg=(g, kind), pg_id=pg0 + of[r], created=arrive[r],
+                                    line=20 if kind == "tp" else 21, **timing))
             arrive = {r: done[r] + 5_000_000 for r in range(world)}
         free = {r: arrive[r] for r in range(world)}
     groups = {str(1 + i): ("tp", [r for r in range(world) if tp[r] == i]) for i in range(n)}
@@ -76,6 +78,14 @@ def test_4x4_grid_names_one_straggler_not_its_tp_peers(diagnose, tmp_path):
     f = _one_straggler(d)
     assert f.culprit_ranks == (5,)
     assert f.blocked_ranks == (1, 4, 6, 7, 9, 13)  # its tp peers and its dp peers
+
+
+def test_4x4_grid_with_nccl_durations_names_one_straggler(diagnose, tmp_path):
+    """Judged by durations (NCCL timing): rank 5's tp peers wait long in tp and then reach dp late, so
+    their dp durations are short; that is inherited from the wait in tp, not their own."""
+    f = _one_straggler(diagnose(write(tmp_path, _grid(5, 1_500_000_000, nccl=True))))
+    assert f.culprit_ranks == (5,) and "shorter collective durations" in f.message
+    assert f.blocked_ranks == (1, 4, 6, 7, 9, 13)
 
 
 def test_healthy_grid_has_no_straggler(diagnose, tmp_path):
