@@ -44,7 +44,7 @@ def parse_traceback(text: str) -> list[tuple[Frame, ...]]:
     return [tuple(t) for t in threads if t]
 
 
-_PYSPY_THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \(\w+\)(?:: "(?P<name>[^"]{0,256})")?')
+_PYSPY_THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \([\w+ ]{1,64}\)(?:: "(?P<name>[^"]{0,256})")?')
 _PYSPY_FRAME = re.compile(r"^ {4}(?P<name>\S[^()]{0,256}?) \((?P<file>[^()]{1,1024}):(?P<line>\d{1,9})\)\s*$")
 _PYSPY_ARG = re.compile(r"^ {12}(?P<key>\w{1,64}): (?P<value>.{0,256})$")
 _PYSPY_NAME = re.compile(r"^rank_(\d{1,7})\.pyspy_dump\.txt$")

@@ -7,6 +7,9 @@ text alone (no peers) the verdict is inconclusive, saying where every rank waits
 import json
 import shutil
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from frexport.decode.stacks import parse_pyspy, read_stack_dir
 from tests.support import paths
 from tests.support.filetimes import copies
@@ -78,3 +81,19 @@ def test_py_spy_text_is_parsed_not_evaluated():
     _, calls = read_stack_dir(str(SRC))
     assert {r: (c, a.get("src", a.get("dst"))) for r, (c, a) in calls.items()} == {
         0: ("recv", "1"), 1: ("recv", "2"), 2: ("send", "0"), 3: ("recv", "2")}
+
+
+@given(st.text(max_size=2000))
+def test_any_text_parses_to_frames_or_nothing(text):
+    """The stacks come from the ranks (or a person's paste): any text gives frames and arguments, or
+    none, and never runs anything."""
+    frames, args = parse_pyspy(text)
+    assert len(frames) == len(args) and all(len(f) == len(a) for f, a in zip(frames, args))
+
+
+def test_a_thread_header_line_of_py_spy_variants_is_read():
+    text = ('Thread 0x7F4A1C2D3740 (active+gil): "MainThread"\n    recv (torch/distributed/distributed_c10d.py:2799)\n'
+            "        Arguments:\n            src: 3\n    <module> (train.py:9)\n"
+            'Thread 4242 (idle): "Thread-1"\n    wait (threading.py:320)\n')
+    frames, args = parse_pyspy(text)
+    assert [f[0].name for f in frames] == ["recv", "wait"] and args[0][0] == {"src": "3"}
