@@ -12,10 +12,11 @@ the members that did not fail out, and two things narrow it down:
   members two ranks can share the same neighbours (in a 4-ring, 0 and 2 both neighbour 1 and 3),
   and a tree or a butterfly (broadcast, barrier) fails other members: then the ring does not
   decide, and nothing is concluded from it.
-- the stacks taken at the same look (a bundle, `frexport snapshot --stacks`): a rank whose stack
-  was taken answered, so it is alive; one whose stack is missing where other ranks' were taken
-  did not answer. This only ever picks among candidates the recorder already gave; it never
-  accuses a rank by itself (a stack file can be missing for other reasons).
+- the stacks taken at the same look (`frexport snapshot --stacks`): a rank whose stack was taken
+  answered, so it is alive; one whose stack is missing where every other rank's was taken did not
+  answer. Where only some ranks' stacks are there (an evidence bundle keeps the stuck ranks'), the
+  look says nothing of the others (engine `answered_but`). This only ever picks among candidates the
+  recorder already gave; it never accuses a rank by itself.
 """
 
 from __future__ import annotations

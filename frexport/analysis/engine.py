@@ -72,6 +72,12 @@ class _Context:
                     i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
                 ids.append(i)
 
+    def answered_but(self, ranks) -> bool:
+        """The stacks are one look at every rank but `ranks`: a missing stack among those is a rank that
+        did not answer. A look at only some ranks (an evidence bundle keeps the stuck ranks' stacks, a
+        fetch that timed out) says nothing of the others, so nothing is concluded from it."""
+        return bool(self.alive) and set(self.traces) - set(ranks) <= self.alive
+
     def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
         cols = {}
         for r in group.members:
@@ -406,10 +412,11 @@ def _vanished_root(ctx: _Context, w: Wait, failed: tuple[int, ...], blocked: set
     """Members failed out of a collective and nothing they passed explains it: a member vanished from
     it (departure.py). The members that failed out are its victims; the one that left is named."""
     still = sorted(set(w.joined) - set(failed))
-    gone, why = vanished(w.group, failed, still, ctx.alive)
-    # proven: a clock shows the others waited past the threshold, or the stacks of the same look show
-    # the one candidate left (it did not answer) while the members that failed out did
-    by_stack = bool(ctx.alive) and len(gone) == 1 and gone[0] not in ctx.alive and set(failed) <= ctx.alive
+    look = ctx.alive if ctx.answered_but(still) else frozenset()
+    gone, why = vanished(w.group, failed, still, look)
+    # proven: a clock shows the others waited past the threshold, or the stacks of one look at every rank
+    # show the one candidate left (it did not answer) while the members that failed out did
+    by_stack = bool(look) and len(gone) == 1 and gone[0] not in look
     proven = len(gone) == 1 and (certain or by_stack)
     waiting = tuple(sorted((set(still) - set(gone)) | (blocked - set(failed) - set(gone))))
     victims = f"{_ranks(failed)} failed out of it (victims: a collective ends on some members only when it fails)"
@@ -524,7 +531,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
     # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
-    gone = bool(set(joined) & ctx.alive) and not set(ranks) & ctx.alive
+    gone = not set(ranks) & ctx.alive and ctx.answered_but(ranks)
     extra = not p2p and alone and not failed and not gone and (
         (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait

@@ -71,18 +71,31 @@ def test_job_that_collapsed_after_a_death_is_never_healthy(diagnose, tmp_path):
 
 
 def test_ranks_without_a_stack_at_the_look_left_the_job(diagnose, tmp_path):
-    """The collapsed job, had rank 1 still answered: its stack beside the dumps (a rank blocked in
-    all_reduce: the killed_in_allreduce job's rank 0) and none for the others. Rank 3, whose records
-    end before the collective, left the job; 0 and 2 did not answer either, but they are in it."""
+    """The collapsed job, had 0-2 still answered one look: their stacks beside the dumps (a rank blocked
+    in all_reduce: the killed_in_allreduce job's rank 0) and none for rank 3, whose records end before
+    the collective: it left the job. Had only rank 1 answered, the look says nothing of 0 and 2 (not
+    asked, or gone: the files do not tell), and rank 3 stays a suspect."""
+    stack = FIXTURES / "killed_in_allreduce" / "stacks" / "rank_0.txt"
+    for answered, certain in (((0, 1, 2), True), ((1,), False)):
+        src = tmp_path / f"src{len(answered)}"
+        shutil.copytree(FIXTURES / "died_between_collectives", src)
+        (src / "stacks").mkdir(exist_ok=True)
+        for r in answered:
+            shutil.copy(stack, src / "stacks" / f"rank_{r}.txt")
+        d = _same_everywhere(diagnose, src, tmp_path / f"v{len(answered)}")
+        f = _only(d)
+        assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.certain) == ("missing_rank", (3,), (0, 1, 2), certain)
+        assert f.message.startswith("rank 3 left the job before all_reduce") == certain
+
+
+def test_stacks_of_only_some_ranks_conclude_nothing(diagnose, tmp_path):
+    """An evidence bundle keeps only the stuck ranks' stacks: a rank without one was not asked."""
     src = tmp_path / "src"
-    shutil.copytree(FIXTURES / "died_between_collectives", src)
-    (src / "stacks").mkdir(exist_ok=True)
-    shutil.copy(FIXTURES / "killed_in_allreduce" / "stacks" / "rank_0.txt", src / "stacks" / "rank_1.txt")
-    d = _same_everywhere(diagnose, src, tmp_path / "v")
-    f = _only(d)
-    assert d.verdict == "unhealthy" and f.certain
-    assert (f.kind, f.culprit_ranks, f.blocked_ranks) == ("missing_rank", (3,), (0, 1, 2))
-    assert f.message.startswith("rank 3 left the job before all_reduce")
+    shutil.copytree(FIXTURES / "killed_in_allreduce", src)
+    for r in (1, 3):
+        (src / "stacks" / f"rank_{r}.txt").unlink()
+    f = _only(_same_everywhere(diagnose, src, tmp_path / "v"))
+    assert (f.culprit_ranks, f.certain) == ((0, 2), False)
 
 
 def test_crashed_rank_neighbours_are_victims(diagnose, tmp_path):
