@@ -9,6 +9,7 @@ from hypothesis import settings
 
 from frexport.analysis.engine import Options, analyze
 from frexport.decode.load import load
+from frexport.decode.stacks import read_stack_dir
 
 _E2E = Path(__file__).parent / "e2e"
 
@@ -32,6 +33,12 @@ def diagnose():
 
     def run(*paths, prefix=None, **options):
         loaded = load([str(p) for p in paths], prefix=prefix, workers=2)
-        return analyze(loaded.traces, loaded.errors, options=Options(**options))
+        stacks, calls = {}, {}  # the stacks lying beside the dumps, read as `frexport analyze` reads them
+        for p in paths:
+            if Path(p).is_dir():
+                threads, args = read_stack_dir(str(p))
+                stacks.update(threads)
+                calls.update(args)
+        return analyze(loaded.traces, loaded.errors, options=Options(**options), stacks=stacks, calls=calls)
 
     return run

@@ -20,14 +20,17 @@ from dataclasses import dataclass, replace
 
 from frexport.analysis import findings as F
 from frexport.analysis.clock import RECORDER, duration
+from frexport.analysis.consequence import fold
 from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
+from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
-from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.findings import Diagnosis, Finding, format_ranks
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
+from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
-from frexport.analysis.straggler import find_stragglers
-from frexport.model.call_site import Frame, site_text
+from frexport.analysis.unseen import blocked_ranks, unseen_waits
+from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
@@ -47,25 +50,17 @@ class Options:
     scope: frozenset[int] | None = None
 
 
-def format_ranks(ranks) -> str:
-    """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
-    ranks = sorted(set(ranks))
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.extend([f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else map(str, ranks[i:j + 1]))
-        i = j + 1
-    return ", ".join(out)
-
-
 class _Context:
     """Shared lookups for one analysis run."""
 
-    def __init__(self, traces: dict[int, RankTrace], membership: Membership) -> None:
+    def __init__(self, traces: dict[int, RankTrace], membership: Membership,
+                 stacks: dict[int, Threads] | None = None) -> None:
         self.traces = traces
         self.membership = membership
+        self.stacks = stacks or {}
+        # ranks that answered at the look that took the stacks beside the dumps (none: no stacks)
+        self.alive = frozenset(self.stacks)
+        self.seen_waiting: frozenset[int] = frozenset()  # ranks a live poll saw waiting past the threshold
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
@@ -76,6 +71,12 @@ class _Context:
                 if i is None:
                     i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
                 ids.append(i)
+
+    def answered_but(self, ranks) -> bool:
+        """The stacks are one look at every rank but `ranks`: a missing stack among those is a rank that
+        did not answer. A look at only some ranks (an evidence bundle keeps the stuck ranks' stacks, a
+        fetch that timed out) says nothing of the others, so nothing is concluded from it."""
+        return bool(self.alive) and set(self.traces) - set(ranks) <= self.alive
 
     def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
         cols = {}
@@ -112,12 +113,17 @@ class _Context:
 
 
 def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
-            known_ranks: set[int] | None = None, options: Options = Options()) -> Diagnosis:
+            known_ranks: set[int] | None = None, options: Options = Options(),
+            stacks: dict[int, Threads] | None = None,
+            calls: dict[int, tuple[str, dict[str, str]]] | None = None) -> Diagnosis:
+    """`stacks`: each rank's Python threads, taken at one look beside the dumps; `calls`: the
+    torch.distributed call each rank's stack is in, with its arguments where py-spy printed them
+    (decode/stacks.py)."""
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     # a rank whose file could not be read is still a rank of the job (its dump is missing)
     known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
     membership = build_membership(by_rank, known)
-    ctx = _Context(by_rank, membership)
+    ctx = _Context(by_rank, membership, stacks)
     stall_after_ns = int(options.stall_after_s * 1e9)
 
     matched = 0
@@ -132,10 +138,13 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                 mismatch_findings[(key, s)] = f
 
     waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
-    roots = root_causes(waits, by_rank, stall_after_ns, options.scope)
+    roots = root_causes(waits, by_rank, stall_after_ns, options.scope, options.clock)
+    if options.clock:
+        ctx.seen_waiting = frozenset(w.rank for w in waits if w.proven and not w.timed_out)
     root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
-    hang_culprits = {r for f in root_findings for r in f.culprit_ranks}
+    # a proven hang's culprit is not also called a straggler; a suspect may be one (see below)
+    hang_culprits = {r for f in root_findings if f.certain for r in f.culprit_ranks}
 
     seen_mismatch = set()
     for f in mismatch_findings.values():
@@ -143,7 +152,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             seen_mismatch.add(id(f))
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
-    findings.extend(_straggler_findings(ctx, all_cols, hang_culprits, options))
+    findings = late_not_hung(findings, straggler_findings(ctx, all_cols, hang_culprits, options))
     findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], options.scope))
 
     notes = list(membership.notes)
@@ -153,6 +162,11 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     if len(versions) > 1:
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
+    if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
+        explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
+        records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
+        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained) + findings
+    findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
         findings = findings[: options.max_findings]
@@ -261,6 +275,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             else:
                 findings.append(_stuck_inside(ctx, w, ranks, blocked, certain))
         elif kind == NO_DUMP:
+            blocked |= set(w.left) - set(ranks)  # members that failed out of it: victims, like the waiters
             findings.append(Finding(
                 F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
                 op_name(w.sig), site_text(w.site),
@@ -377,14 +392,51 @@ def _left_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             site_text(site[1] if site else w.site),
             f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in: {bad.text()}",
             tuple(details), True, w.created_ns, reason + f"; {bad.text()}", True)
-    if not certain:
-        reason += (", or were dumped later than their peers (the dumps do not say how long the others "
-                   "had waited)")
+    still = set(w.joined) - set(ranks)
+    if still and still <= ctx.alive | ctx.seen_waiting:
+        # every member still in it was seen alive (its stack, or a live poll long after): none vanished,
+        # so the members that left are where it went wrong
+        if not certain:
+            reason += (", or were dumped later than their peers (the dumps do not say how long the others "
+                       "had waited)")
+        return Finding(
+            F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
+            site_text(site[1] if site else w.site),
+            f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in", tuple(details), True,
+            w.created_ns, reason, certain)
+    return _vanished_root(ctx, w, ranks, blocked, certain, where, reason)
+
+
+def _vanished_root(ctx: _Context, w: Wait, failed: tuple[int, ...], blocked: set[int], certain: bool,
+                   where: str, reason: str) -> Finding:
+    """Members failed out of a collective and nothing they passed explains it: a member vanished from
+    it (departure.py). The members that failed out are its victims; the one that left is named."""
+    still = sorted(set(w.joined) - set(failed))
+    look = ctx.alive if ctx.answered_but(still) else frozenset()
+    gone, why = vanished(w.group, failed, still, look)
+    # proven: a clock shows the others waited past the threshold, or the stacks of one look at every rank
+    # show the one candidate left (it did not answer) while the members that failed out did
+    by_stack = bool(look) and len(gone) == 1 and gone[0] not in look
+    proven = len(gone) == 1 and (certain or by_stack)
+    waiting = tuple(sorted((set(still) - set(gone)) | (blocked - set(failed) - set(gone))))
+    victims = f"{_ranks(failed)} failed out of it (victims: a collective ends on some members only when it fails)"
+    if len(gone) == 1:
+        head = f"{_ranks(gone)} left the job inside {where}: {victims}"
+    else:
+        head = f"one of {_ranks(gone).replace(',', ' or')} left the job inside {where}: {victims}"
+    if waiting:
+        head += f"; {_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it"
+    if why:
+        reason += "; " + "; ".join(why)
+    if len(gone) > 1:
+        reason += f"; which of {_ranks(gone)} left, the dumps do not say"
+    if not certain and not by_stack:
+        reason += ("; unless the dumps caught the collective completing (members dumped a moment apart): "
+                   "nothing in them says how long the others had waited")
+    details = [*_waiting_details(w, set(failed)), f"{_ranks(failed)} finished it and recorded nothing after"]
     return Finding(
-        F.NOT_COMPLETED, w.group.name, w.group.desc, w.seq, ranks, waiting, op_name(w.sig),
-        site_text(site[1] if site else w.site),
-        f"{_ranks(ranks)} left {where} that {_ranks(waiting)} still wait in", tuple(details), True,
-        w.created_ns, reason, certain)
+        F.MISSING_RANK, w.group.name, w.group.desc, w.seq, gone, tuple(sorted((set(w.joined) | blocked) - set(gone))),
+        op_name(w.sig), site_text(w.site), head, tuple(details), True, w.created_ns, reason, proven)
 
 
 def _as_root(f: Finding, blocked: tuple[int, ...], w: Wait) -> Finding:
@@ -478,7 +530,9 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     peers_sites = set().union(*(ctx.sites_of(r) for r in ranks))
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
-    extra = not p2p and alone and not failed and (
+    # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
+    gone = not set(ranks) & ctx.alive and ctx.answered_but(ranks)
+    extra = not p2p and alone and not failed and not gone and (
         (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait
     for r in ranks:
@@ -499,7 +553,8 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     waiting = tuple(sorted(blocked - failed))
     if failed:  # peers finished a collective these ranks never issued: they failed out of it
         blocked = blocked | failed
-        message = (f"{_ranks(ranks)} never issued {where}: {_ranks(failed)} failed in the collective, "
+        message = (f"{_ranks(ranks)} {'left the job; its records end before' if gone else 'never issued'} {where}: "
+                   f"{_ranks(failed)} failed in the collective, "
                    f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
         reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "
                   f"issued, and {_ranks(failed)} finished it without {'it' if len(ranks) == 1 else 'them'}: a "
@@ -517,6 +572,11 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         if went_on and not w.proven:
             reason = (f"{went_on} after {_ranks(joined)} issued it, without issuing it: "
                       f"{'its' if len(ranks) == 1 else 'their'} own recorder's clock, whatever the file times")
+    elif gone:
+        message = (f"{_ranks(ranks)} left the job before {where} that {_ranks(blocked or joined)} "
+                   f"{'wait' if len(blocked or joined) != 1 else 'waits'} in")
+        reason = (f"{_ranks(ranks)}'s records end before it, and {'it' if len(ranks) == 1 else 'they'} did not "
+                  f"answer at the look that took the stacks of {_ranks(joined)}")
     else:
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
@@ -529,7 +589,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     return Finding(
         kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
         op_name(w.sig), site_text(w.site), message, tuple(details), True, w.created_ns, reason,
-        certain or bool(failed))
+        certain or bool(failed) or gone)
 
 
 def _went_on(ctx: _Context, w: Wait, ranks: tuple[int, ...]) -> str | None:
@@ -566,28 +626,6 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
             f"{format_ranks(ranks)}", _waiting_details(w), False, w.created_ns,
             "the recorder marks it retired without completing: the watchdog gave up on it"))
     return findings
-
-
-def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Options) -> list[Finding]:
-    best = {}
-    for key, group in ctx.membership.groups.items():
-        cols = {r: c[0] for r, c in all_cols[key].items()}
-        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9)):
-            if s.rank not in exclude and (s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns):
-                best[s.rank] = s
-    out = []
-    for rank, s in sorted(best.items()):
-        entry = ctx.entry(rank, s.group, s.first_seq)
-        sig, site = (entry[0], entry[1]) if entry else ((), None)
-        how = "shorter collective durations" if s.by_duration else "later enqueue times"
-        out.append(Finding(
-            F.STRAGGLER, s.group.name, s.group.desc, s.first_seq, (rank,),
-            tuple(r for r in s.group.members if r != rank), op_name(sig) if sig else None, site_text(site),
-            f"rank {rank} reaches collectives of group {s.group.label} a median {s.median_lateness_ns / 1e6:.0f} ms "
-            f"after its peers and is the last to arrive in {s.late_fraction:.0%} of the last {s.samples} "
-            f"(from {how}); its peers wait for it", (), False, None,
-            f"judged from the last {s.samples} collectives of the group, by {how}"))
-    return out
 
 
 def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],

@@ -34,6 +34,19 @@ UNHEALTHY = "unhealthy"
 INCONCLUSIVE = "inconclusive"
 
 
+def format_ranks(ranks) -> str:
+    """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
+    ranks = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.extend([f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else map(str, ranks[i:j + 1]))
+        i = j + 1
+    return ", ".join(out)
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str
@@ -51,6 +64,8 @@ class Finding:
     reason: str = ""  # the one line of evidence the conclusion rests on
     certain: bool = True  # False: a suspect that only the time ranks waited would confirm (not in the dumps)
     waited: Waited | None = None  # how long the oldest waiting rank waited, and by which clock (clock.py)
+    # faults that followed this one and are explained by it (consequence.py): deaths, waits, missing dumps
+    consequences: tuple[Finding, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -66,7 +81,7 @@ class Finding:
             "reason": self.reason,
             "certain": self.certain,
             "waited": self.waited.to_json() if self.waited is not None else None,
-        }
+        } | ({"consequences": [c.to_json() for c in self.consequences]} if self.consequences else {})
 
 
 @dataclass
@@ -81,6 +96,10 @@ class Diagnosis:
     # Findings a report filter (--selected-ranks, --pg-filters) leaves out: still part of the verdict,
     # so a filter can narrow what is shown but never turn an unhealthy job healthy.
     hidden: list[Finding] = field(default_factory=list)
+    # two looks (analysis/looks.py): per group whether it progressed or hung between them, and how far
+    # apart they were as the snapshot measured it (None: not recorded)
+    progress: list = field(default_factory=list)
+    looks_gap_s: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -99,4 +118,6 @@ class Diagnosis:
             "ranks": list(self.ranks),
             "findings": [f.to_json() for f in self.findings],
             "input_errors": [{"file": e.file, "error": e.error} for e in self.input_errors],
-        } | ({"outside_filter": len(self.hidden)} if self.hidden else {})
+        } | ({"outside_filter": len(self.hidden)} if self.hidden else {}) | (
+            {"looks": {"gap_s": self.looks_gap_s, "groups": [g.to_json() for g in self.progress]}}
+            if self.progress else {})

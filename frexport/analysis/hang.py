@@ -208,7 +208,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 # completes only once every member issued it), so members that lack it or still
                 # wait in it were dumped earlier (dumps of a running job are never simultaneous)
                 moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
-        elif _fresh(t, created_ns, stall_after_ns):
+        elif _fresh(t, created_ns, stall_after_ns, clock):
             not_yet.append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
@@ -265,7 +265,7 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
             w.all_in_ns = max(w.created_ns, other.created_ns)
             w.proven = _proven(w, traces[w.rank], w.all_in_ns, stall_after_ns, clock)
             return
-    if _fresh(t, w.created_ns, stall_after_ns):
+    if _fresh(t, w.created_ns, stall_after_ns, clock):
         w.not_yet = (peer,)
     else:
         w.missing = (peer,)
@@ -273,7 +273,7 @@ def _classify_p2p(w: Wait, op, traces: dict[int, RankTrace], stall_after_ns: int
             w.outlived = (peer,)
 
 
-def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
+def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> bool:
     """The rank was seen too soon after the op was issued to say it never will issue it.
 
     A dump time older than the rank's own newest recorded event is not when the dump was taken (a
@@ -281,13 +281,15 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     only a suspect unless other evidence decides (see `Root.certain`). A rank whose own recorder
     went on past the threshold is never fresh, whatever its dump time. A dump time close after the
     op shows a fresh snapshot whether or not it is a clock."""
+    if not (clock and t.dumped_at_is_clock):
+        return False  # a post-mortem's file times are no clock: they decide nothing, fresh or old
     if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted:
         return False
     return t.dumped_at_ns - created_ns < stall_after_ns
 
 
 def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns: int,
-                scope: frozenset[int] | None = None) -> list[Root]:
+                scope: frozenset[int] | None = None, clock: bool = False) -> list[Root]:
     # The wait-for graph, with its edges shared: every waiter of one collective waits for the same
     # members (classified once per collective, one tuple), so a rank's edges go through that tuple, a
     # hub, to the members. In a 4096-rank hang the millions of rank-to-rank edges are a few hundred hubs.
@@ -308,13 +310,13 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
             # cannot complete without every member), so the member is not merely late
             _edge(hub, w, w.edges, w.proven or bool(w.left), hubs, out, settled, evidence, first_edge,
                   w.outlived)
-        if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces,
+        if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces, clock,
                                                                                                    stall_after_ns):
             _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _seen_soon_after_all_in(w, traces, stall_after_ns)):
+                and not _seen_soon_after_all_in(w, traces, clock, stall_after_ns)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -368,11 +370,11 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
     return roots
 
 
-def _seen_soon_after_all_in(w: Wait, traces: dict[int, RankTrace], stall_after_ns: int) -> bool:
+def _seen_soon_after_all_in(w: Wait, traces: dict[int, RankTrace], clock: bool, stall_after_ns: int) -> bool:
     """The waiting rank was seen too soon after the op's last member issued it to say it is stuck in it:
     a collective in flight, or (members that finished it) one this rank finished just after its snapshot."""
     t = traces.get(w.rank)
-    return t is not None and _fresh(t, w.all_in_ns or w.created_ns, stall_after_ns)
+    return t is not None and _fresh(t, w.all_in_ns or w.created_ns, stall_after_ns, clock)
 
 
 def _stuck_long(w: Wait, stall_after_ns: int) -> bool:

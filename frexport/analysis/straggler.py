@@ -11,6 +11,7 @@ the last to arrive in most collectives, by a margin, holds the group back.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -33,8 +34,57 @@ class Straggler:
     by_duration: bool
 
 
+def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[str, dict[int, dict[int, int]]]:
+    """group key -> rank -> seq -> how long the rank waited, in the collective it issued just before
+    that one (in any group), for its last member to arrive. A rank that waits for a late peer reaches
+    its next collective late by as much: lateness it inherits, not its own (a tp peer of a
+    data-starved rank is late to its own dp collectives). The wait is read from durations where every
+    member has one (NCCL timing: its duration beyond the shortest member's, the last to arrive), else
+    from enqueue times (from its issue to its last member's); over the recent collectives of every
+    group whose members all recorded them, in each rank's order of issue."""
+    waited: dict[tuple[str, int, int], int] = {}  # (group key, seq, rank) -> how long it waited there
+    timeline: dict[int, list[tuple[int, str, int]]] = {}  # rank -> (issued, group key, seq)
+    for group, cols in groups:
+        members = [r for r in group.members if r in cols and len(cols[r].seq)]
+        if len(members) < 2 or len(members) < len(group.members):
+            continue
+        hi = min(cols[r].last_seq for r in members)
+        # one more than the window judged: the collective before the first one judged counts too
+        lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
+        issued: dict[int, list[tuple[int, int, int]]] = {}  # seq -> (rank, issued, duration in us)
+        for r in members:
+            g = cols[r]
+            for i in range(bisect_left(g.seq, lo), len(g.seq)):
+                seq = g.seq[i]
+                if lo <= seq <= hi and g.created_ns[i] and g.flags[i] & FINISHED:
+                    issued.setdefault(seq, []).append((r, g.created_ns[i], g.duration_us[i]))
+                    timeline.setdefault(r, []).append((g.created_ns[i], group.key, seq))
+        for seq, rows in issued.items():
+            if len(rows) < len(members):
+                continue
+            if all(d >= 0 for _, _, d in rows):
+                shortest = min(d for _, _, d in rows)
+                waits = {r: (d - shortest) * 1000 for r, _, d in rows}
+            else:
+                last = max(t for _, t, _ in rows)
+                waits = {r: last - t for r, t, _ in rows}
+            for r, w in waits.items():
+                if w > 0:
+                    waited[(group.key, seq, r)] = w
+    out: dict[str, dict[int, dict[int, int]]] = {}
+    for r, events in timeline.items():
+        events.sort()
+        for (_, k0, s0), (_, k1, s1) in zip(events, events[1:]):
+            w = waited.get((k0, s0, r))
+            if w:
+                out.setdefault(k1, {}).setdefault(r, {})[s1] = w
+    return out
+
+
 def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
-                    min_samples: int = 5, min_late_fraction: float = 0.6) -> list[Straggler]:
+                    min_samples: int = 5, min_late_fraction: float = 0.6,
+                    inherited: dict[int, dict[int, int]] | None = None) -> list[Straggler]:
+    """`inherited`: rank -> seq -> lateness it inherited (`inherited_waits`), taken off its arrival."""
     members = [r for r in group.members if r in cols and len(cols[r].seq)]
     if len(members) < 2 or len(members) < len(group.members):
         return []
@@ -63,9 +113,13 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     first_late: dict[int, int] = {}
     k = len(members) - 1  # the others of a member: its lateness is against their median
     half = k // 2
+    # an arrival as early as it would have been, had the rank not waited for a peer just before
+    owed = [(inherited or {}).get(r, {}) for r in members]
     for j in samples:
         # arrival on a common axis: later is larger
         arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
+        if inherited:
+            arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
         latest = max(arrival)
         last_count[min(r for r, a in zip(members, arrival) if a == latest)] += 1
         o = sorted(arrival)

@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from frexport.analysis.engine import format_ranks
-from frexport.analysis.findings import Finding
-from frexport.model.call_site import Frame, frame_text, is_library_frame
+from frexport.analysis.findings import Finding, format_ranks
+from frexport.model.call_site import Frame, Threads, frame_text, is_library_frame
 
-Threads = list[tuple[Frame, ...]]  # each thread's frames, innermost first
 MAX_BLOCKED = 3  # blocked ranks described per finding: they mostly share one place
 
 
-def _training_thread(threads: Threads) -> tuple[Frame, ...] | None:
+def training_thread(threads: Threads) -> tuple[Frame, ...] | None:
     """The main thread runs the script (`<module>` outermost); else the first with user code."""
     for t in threads:
         if t[-1].name == "<module>":
@@ -26,26 +24,26 @@ def _training_thread(threads: Threads) -> tuple[Frame, ...] | None:
     return next((t for t in threads if any(not is_library_frame(f) for f in t)), None)
 
 
-def _distributed_call(frames: tuple[Frame, ...], user_index: int) -> str | None:
+def distributed_call(frames: tuple[Frame, ...], user_index: int) -> str | None:
     """The torch.distributed function the user's frame called, if the thread is inside one."""
     inner = frames[:user_index]
     c10d = [f for f in inner if f.filename.endswith("distributed_c10d.py")]
     if c10d:
         return c10d[-1].name  # the outermost: the API the user called (all_reduce, barrier, ...)
-    dist = [f for f in inner if "/torch/distributed/" in f.filename]
+    dist = [f for f in inner if "/torch/distributed/" in f.filename or f.filename.startswith("torch/distributed/")]
     return dist[-1].name if dist else None
 
 
 def place(threads: Threads, callee: Callable[[Frame], str | None] = lambda f: None) -> str | None:
     """'train.py:8 load_batch (time.sleep), outside any collective', or None without a user frame."""
-    frames = _training_thread(threads)
+    frames = training_thread(threads)
     if frames is None:
         return None
     i = next((k for k, f in enumerate(frames) if not is_library_frame(f)), None)
     if i is None:
         return None
     text = frame_text(frames[i])
-    inside = _distributed_call(frames, i)
+    inside = distributed_call(frames, i)
     if inside:
         return f"{text}, inside torch.distributed {inside}"
     called = callee(frames[i])  # a C function (time.sleep) has no frame of its own: the line says it

@@ -11,13 +11,14 @@ from dataclasses import dataclass, replace
 
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.looks import decide, gap_seconds, look_dirs, progress
 from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.decode.stacks import callee, read_stacks
+from frexport.decode.stacks import callee, read_stack_dir
 from frexport.export.report import render_text
 from frexport.model.call_site import site_text
 
@@ -51,8 +52,18 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
-    diagnosis, where = diagnose(loaded, paths, Options(stall_after_s=args.stall_after,
-                                                       straggler_lateness_s=args.straggler_ms / 1000))
+    options = Options(stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000)
+    looks = look_dirs(paths[0]) if len(paths) == 1 else []
+    if looks:  # `frexport snapshot --rounds 2`: the last look, decided by what moved since the one before
+        loaded = _load(looks[-1:], args, limits)
+        first = _load(looks[-2:-1], args, limits)
+        diagnosis, where = diagnose(loaded, looks[-1:], options)
+        before = places(read_stack_dir(looks[-2])[0])
+        still = frozenset(r for r, p in where.items() if before.get(r) == p)  # stacks that did not move
+        diagnosis = decide(diagnosis, progress(first.traces, loaded.traces), gap_seconds(paths[0]),
+                           options.stall_after_s, still)
+    else:
+        diagnosis, where = diagnose(loaded, paths, options)
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
     if args.timeline:
         from frexport.export.timeline import write_timeline
@@ -69,15 +80,22 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0 if diagnosis.verdict == "healthy" else 1
 
 
+def _load(paths: list[str], args: argparse.Namespace, limits: Limits) -> Loaded:
+    return load(paths, prefix=args.prefix, workers=args.workers, limits=limits,
+                max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
+
+
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
     """The analysis of what was loaded, with where each rank is now when the directories hold its
     stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
-    diagnosis = analyze(loaded.traces, loaded.errors, options=options)
-    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
-    stacks = {}
+    stacks, calls = {}, {}
     for p in paths:
         if os.path.isdir(p):
-            stacks.update(read_stacks(p))
+            threads, args = read_stack_dir(p)
+            stacks.update(threads)
+            calls.update(args)
+    diagnosis = analyze(loaded.traces, loaded.errors, options=options, stacks=stacks, calls=calls)
+    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
     where = places(stacks, callee)
     diagnosis.findings = with_whereabouts(diagnosis.findings, where)
     return diagnosis, where

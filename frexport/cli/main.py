@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="diagnose a directory of Flight Recorder dumps (post-mortem)",
                        description="Diagnose Flight Recorder dumps across ranks: names the culprit rank, the "
-                                   "collective and the call site. Exit 0 healthy, 1 findings, 2 no readable input.")
+                                   "collective and the call site. Stacks beside the dumps (stacks/rank_<r>.*.txt: "
+                                   "faulthandler, py-spy) are evidence too; a directory from `frexport snapshot "
+                                   "--rounds 2` is judged by what moved between its looks. Exit 0 healthy, 1 "
+                                   "findings, 2 no readable input.")
     a.add_argument("paths", nargs="*", metavar="DIR",
                    help="dump directories, files, or path prefixes like /tmp/nccl_trace_rank_ "
                         "(default: PyTorch's dump locations)")
@@ -142,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--stacks", action="store_true", help="also save each rank's Python stacks (dump_traceback)")
     n.add_argument("--force", action="store_true",
                    help="write into OUTDIR even if it holds files (a mix of two snapshots misleads analyze)")
+    n.add_argument("--rounds", type=int, default=1, metavar="N",
+                   help="take N looks (OUTDIR/look_1, look_2, ...): `analyze OUTDIR` then says per process group "
+                        "whether it is progressing or hung (default 1)")
+    n.add_argument("--gap", type=_positive_float, default=5.0, metavar="SECONDS",
+                   help="seconds between the starts of two looks (default 5)")
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)

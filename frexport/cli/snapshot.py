@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 
+from frexport.analysis.looks import LOOKS_FILE
 from frexport.cli.serve import parse_urls
 from frexport.config import ConfigError, WorkerServers
 from frexport.files import atomic_write
@@ -34,31 +37,57 @@ def run_snapshot(args: argparse.Namespace) -> int:
         print(f"frexport snapshot: no worker servers found in {args.sockets_dir}", file=sys.stderr)
         return 2
     os.makedirs(args.output, exist_ok=True)
-    saved, failed = [], []
+    rounds = max(1, getattr(args, "rounds", 1) or 1)
+    if rounds == 1:
+        saved, failed, _ = _look(source, targets, args.output, args.stacks)
+    else:
+        # Two looks some seconds apart: `analyze` says per group whether any rank moved between them
+        # (analysis/looks.py). When each rank was seen is measured here, on this process's monotonic
+        # clock, and written down: file times are no clock.
+        saved, failed, seen = [], [], []
+        start = time.monotonic()
+        for i in range(rounds):
+            if i:
+                time.sleep(max(0.0, start + i * args.gap - time.monotonic()))
+            s, f, when = _look(source, targets, os.path.join(args.output, f"look_{i + 1}"), args.stacks, start)
+            saved, failed = s, failed + [f"look {i + 1}: {x}" for x in f]
+            seen.append({str(r): t for r, t in when.items()})
+        atomic_write(os.path.join(args.output, LOOKS_FILE),
+                     json.dumps({"rounds": rounds, "gap_s": args.gap, "seen_s": seen}, indent=2).encode())
+    print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}"
+          + (f" ({rounds} looks {args.gap:g} s apart)" if rounds > 1 else ""))
+    for f in failed:
+        print(f"  failed: {f}", file=sys.stderr)
+    return 0 if saved else 1
+
+
+def _look(source: WorkerServerSource, targets, output: str, stacks: bool,
+          start: float | None = None) -> tuple[list[str], list[str], dict[int, float]]:
+    """One round over every rank: (files saved, failures, when each rank answered, seconds since `start`)."""
+    saved, failed, when = [], [], {}
     for t in targets:
         try:
             recorders = source.recorders(t)
         except PeerError as exc:
             failed.append(f"rank {t.rank}: {exc.detail}")
             continue
+        if start is not None:
+            when[t.rank] = round(time.monotonic() - start, 3)
         # A rank is every recorder that holds a group (model/recorders.py): the first at the top, each
         # other one a dump directory of its own (recorder-<name>/), as `frexport analyze` reads one
         # recorder per rank.
         for n, recorder in enumerate(recorders):
-            where = args.output if n == 0 else os.path.join(args.output, f"recorder-{recorder}")
+            where = output if n == 0 else os.path.join(output, f"recorder-{recorder}")
             name = _fetch_one(source, t, recorder, where, failed)
             if name is not None:
-                saved.append(os.path.relpath(os.path.join(where, name), args.output))
-        if args.stacks:
+                saved.append(os.path.relpath(os.path.join(where, name), output))
+        if stacks:
             try:
-                atomic_write(os.path.join(args.output, "stacks", f"rank_{t.rank}.traceback.txt"),
+                atomic_write(os.path.join(output, "stacks", f"rank_{t.rank}.traceback.txt"),
                              source.fetch(t, "dump_traceback"), make_dirs=True)
             except PeerError as exc:
                 failed.append(f"rank {t.rank} stacks: {exc.detail}")
-    print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}")
-    for f in failed:
-        print(f"  failed: {f}", file=sys.stderr)
-    return 0 if saved else 1
+    return saved, failed, when
 
 
 def _fetch_one(source: WorkerServerSource, t: RankTarget, recorder: str, where: str,

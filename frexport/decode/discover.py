@@ -10,7 +10,7 @@ files. Rules, in order:
   so `trace_0`, `trace_0.json` and `host7_trace_40` style names group sensibly;
   without `--prefix` the family covering the most ranks is used, the others are
   skipped with a note;
-- several files for one rank: the newest dump wins; a pickle beats its JSON twin
+- several files for one rank: the newest dump wins (load.py reads their events); a pickle beats its JSON twin
   (it carries stack frames); the rest stay as fallbacks if the first is unreadable.
 """
 
@@ -182,6 +182,6 @@ def _choose(candidates: list[DumpFile], prefix: str | None, found: Discovery) ->
     if several:
         example = by_rank[several[0]]
         found.notes.append(
-            f"{len(several)} ranks have several files (JSON twins or older dumps); each uses the newest, "
-            f"pickle before JSON, e.g. rank {several[0]}: {example[0].path} over {example[1].path}")
+            f"{len(several)} ranks have several files (JSON twins or older dumps); each uses its newest dump "
+            f"by the events in it, pickle before JSON, e.g. rank {several[0]}: {example[0].path} or {example[1].path}")
     found.by_rank = dict(sorted(by_rank.items()))

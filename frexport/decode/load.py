@@ -2,8 +2,9 @@
 
 Each rank is decoded in a limited worker process (see sandbox.py) straight into
 its compact `RankTrace`, so the parent never holds millions of entry objects.
-A rank whose preferred file is unreadable falls back to its next candidate
-(e.g. the JSON twin); every unreadable file is reported, none stops the others.
+A rank with several files (a JSON twin, an older attempt) uses the newest dump by
+its content, never by file time or name; every unreadable file is reported, none
+stops the others.
 """
 
 from __future__ import annotations
@@ -42,29 +43,46 @@ class _Task:
         return self.paths[0]
 
 
+_MAX_CANDIDATES = 8  # files decoded per rank to find its newest dump (attempts, twins, older copies)
+
+
 def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
-    errors = []
-    for path in task.paths:
-        try:
-            data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
-            fmt = sniff_format(data[:64])
-            # the compiled scanner (pickles, where it is built) or the JSON scanner where the dump has the
-            # common shape; else the pure path
-            scan = trace_from_pickle if fmt == "pickle" else trace_from_json
-            trace = scan(data, path, task.rank, st.st_mtime_ns, st.st_size)
-            if trace is not None:
-                return trace, errors
-            raw = decode_raw(data, path, fmt)
-            del data  # the bytes are not needed any more: the decoded dump is the bigger of the two
-            trace = trace_from_raw(raw, path, fmt, task.rank, st.st_mtime_ns, st.st_size)
-            if trace is None:  # not the common shape: the general path
-                trace = build_rank_trace(normalize(raw, path, fmt, rank=task.rank, dumped_at_ns=st.st_mtime_ns,
-                                                   size_bytes=st.st_size, keep_frames=False))
-        except DecodeError as exc:
-            errors.append(exc)
-            continue
-        return trace, errors
-    return None, errors
+    """The rank's newest dump by its content: the newest event its recorder wrote, then the pickle
+    (richer: frames) over its JSON twin. Never by file time or name: copies, checkouts and `touch`
+    set those (issue 27); discovery's order only says which to try first."""
+    errors: list[DecodeError] = []
+    best: RankTrace | None = None
+    for path in task.paths[:_MAX_CANDIDATES]:
+        trace, failed = _load_one(path, task)
+        errors.extend(failed)
+        if trace is not None and (best is None or _content_key(trace) > _content_key(best)):
+            best = trace
+    return best, errors
+
+
+def _content_key(t: RankTrace) -> tuple:
+    return (t.last_event_ns or t.last_created_ns or 0, t.format == "pickle")
+
+
+def _load_one(path: str, task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
+    try:
+        data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
+        fmt = sniff_format(data[:64])
+        # the compiled scanner (pickles, where it is built) or the JSON scanner where the dump has the
+        # common shape; else the pure path
+        scan = trace_from_pickle if fmt == "pickle" else trace_from_json
+        trace = scan(data, path, task.rank, st.st_mtime_ns, st.st_size)
+        if trace is not None:
+            return trace, []
+        raw = decode_raw(data, path, fmt)
+        del data  # the bytes are not needed any more: the decoded dump is the bigger of the two
+        trace = trace_from_raw(raw, path, fmt, task.rank, st.st_mtime_ns, st.st_size)
+        if trace is None:  # not the common shape: the general path
+            trace = build_rank_trace(normalize(raw, path, fmt, rank=task.rank, dumped_at_ns=st.st_mtime_ns,
+                                               size_bytes=st.st_size, keep_frames=False))
+    except DecodeError as exc:
+        return None, [exc]
+    return trace, []
 
 
 def load(paths: list[str], prefix: str | None = None, workers: int | None = None,

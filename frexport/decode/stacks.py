@@ -5,6 +5,11 @@
       File "/job/train.py", line 8 in load_batch
       File "/job/train.py", line 17 in train_step
 
+and py-spy's `dump` (`stacks/rank_<r>.pyspy_dump.txt`, PyTorch's `pyspy_dump` handler or py-spy run
+by hand), whose frames are `    recv (torch/distributed/distributed_c10d.py:2799)` and which, with
+`--locals`, lists each frame's arguments: the peer a send or recv waits for (`dst: 0`), which no other
+record holds (gloo records no point-to-point op).
+
 The text comes from the ranks, so it is parsed, never evaluated; files and lines are bounded.
 """
 
@@ -39,29 +44,95 @@ def parse_traceback(text: str) -> list[tuple[Frame, ...]]:
     return [tuple(t) for t in threads if t]
 
 
-def read_stacks(directory: str) -> dict[int, list[tuple[Frame, ...]]]:
-    """rank -> threads, from `<directory>/stacks/rank_<r>.traceback.txt` (none when there are none).
-    py-spy's `rank_<r>.pyspy_dump.txt` is for people: another format, not read here."""
-    out: dict[int, list[tuple[Frame, ...]]] = {}
+_PYSPY_THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \([\w+ ]{1,64}\)(?:: "(?P<name>[^"]{0,256})")?')
+_PYSPY_FRAME = re.compile(r"^ {4}(?P<name>\S[^()]{0,256}?) \((?P<file>[^()]{1,1024}):(?P<line>\d{1,9})\)\s*$")
+_PYSPY_ARG = re.compile(r"^ {12}(?P<key>\w{1,64}): (?P<value>.{0,256})$")
+_PYSPY_NAME = re.compile(r"^rank_(\d{1,7})\.pyspy_dump\.txt$")
+Args = dict[str, str]  # a frame's arguments as py-spy printed them (repr text, never evaluated)
+
+
+def parse_pyspy(text: str) -> tuple[list[tuple[Frame, ...]], list[tuple[Args, ...]]]:
+    """Each thread's frames, innermost first, and each frame's arguments (empty without --locals).
+    The main thread comes first, as in faulthandler's text the thread that runs the script does."""
+    threads: list[tuple[list[Frame], list[Args], bool]] = []
+    section = None
+    for line in text.splitlines():
+        m = _PYSPY_THREAD.match(line)
+        if m:
+            threads.append(([], [], m["name"] == "MainThread"))
+            continue
+        if not threads or len(threads[-1][0]) >= _MAX_FRAMES:
+            continue
+        m = _PYSPY_FRAME.match(line)
+        if m:
+            threads[-1][0].append(Frame(m["name"], m["file"], int(m["line"])))
+            threads[-1][1].append({})
+            section = None
+            continue
+        stripped = line.strip()
+        if stripped in ("Arguments:", "Locals:"):
+            section = stripped
+            continue
+        m = _PYSPY_ARG.match(line)
+        if m and section == "Arguments:" and threads[-1][1]:
+            threads[-1][1][-1][m["key"]] = m["value"].strip()
+    threads.sort(key=lambda t: not t[2])
+    return [tuple(f) for f, _, _ in threads if f], [tuple(a) for f, a, _ in threads if f]
+
+
+def _api_call(frames: list[tuple[Frame, ...]], args: list[tuple[Args, ...]]) -> tuple[str, Args] | None:
+    """The torch.distributed function the main thread is in (the outermost frame of distributed_c10d.py:
+    the API the user called, not its helpers) and the arguments py-spy printed for it."""
+    if not frames:
+        return None
+    for frame, a in reversed(list(zip(frames[0], args[0]))):
+        if frame.filename.endswith("distributed_c10d.py"):
+            return frame.name, a
+    return None
+
+
+def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
+    """(rank -> threads, rank -> the torch.distributed call its main thread is in, with its arguments)
+    from `<directory>/stacks/`: faulthandler text (`rank_<r>.traceback.txt`, captured fixtures'
+    `rank_<r>.txt`) and py-spy dumps (`rank_<r>.pyspy_dump.txt`). Where a rank has both, faulthandler's
+    frames (full file names) are its threads and py-spy's give the call's arguments."""
+    threads: dict[int, list[tuple[Frame, ...]]] = {}
+    args: dict[int, tuple[str, Args]] = {}
+    spied: dict[int, list[tuple[Frame, ...]]] = {}
     folder = os.path.join(directory, "stacks")
     try:
         names = sorted(os.listdir(folder))
     except OSError:
-        return out
+        return threads, args
     for name in names:
-        m = _NAME.search(name)
+        m, p = _NAME.search(name), _PYSPY_NAME.search(name)
         path = os.path.join(folder, name)
-        if not m or os.path.islink(path):
+        if not (m or p) or os.path.islink(path):
             continue
         try:
             with open(path, "rb") as f:
                 text = f.read(_MAX_BYTES).decode(errors="replace")
         except OSError:
             continue
-        threads = parse_traceback(text)
-        if threads:
-            out[int(m.group(1))] = threads
-    return out
+        if m:
+            parsed = parse_traceback(text)
+            if parsed:
+                threads[int(m.group(1))] = parsed
+        else:
+            frames, frame_args = parse_pyspy(text)
+            if frames:
+                spied[int(p.group(1))] = frames
+                call = _api_call(frames, frame_args)
+                if call is not None:
+                    args[int(p.group(1))] = call
+    for rank, frames in spied.items():
+        threads.setdefault(rank, frames)
+    return threads, args
+
+
+def read_stacks(directory: str) -> dict[int, list[tuple[Frame, ...]]]:
+    """rank -> threads, from `<directory>/stacks/` (none when there are none): see `read_stack_dir`."""
+    return read_stack_dir(directory)[0]
 
 
 def callee(frame: Frame) -> str | None:

@@ -22,7 +22,7 @@ from frexport.analysis.findings import Diagnosis
 from frexport.export.evidence import PICKLE_HANDLER, STACK_HANDLERS, Bundle, EvidenceWriter, IncidentSink
 from frexport.export.report import render_text
 from frexport.live.sink import Pass
-from frexport.model.call_site import Frame, frame_text, is_library_frame, site_text
+from frexport.model.call_site import Frame, frame_text, is_third_party, site_text
 from frexport.model.dump import RankDump
 from frexport.model.rank_trace import build_rank_trace
 
@@ -178,5 +178,4 @@ def hang_line(traceback: str) -> str | None:
 
 def _foreign(f: Frame) -> bool:
     name = f.filename
-    return is_library_frame(f) or "/site-packages/" in name or "/dist-packages/" in name \
-        or "/frexport/" in name or bool(re.search(r"/lib/python3\.\d+/", name))
+    return is_third_party(f) or "/frexport/" in name

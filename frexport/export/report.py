@@ -17,6 +17,11 @@ def render_text(d: Diagnosis, skipped: list[tuple[str, str]] = (), verbose: bool
     for i, f in enumerate(d.findings, 1):
         lines.append("")
         lines.extend(_finding(i, f))
+    if d.progress:
+        lines.append("")
+        gap = f"{d.looks_gap_s:.1f} s apart" if d.looks_gap_s is not None else "time apart not recorded"
+        lines.append(f"between two looks ({gap}):")
+        lines.extend(f"  {g.text()}" for g in d.progress)
     if d.input_errors:
         lines.append("")
         lines.append(f"unreadable input ({len(d.input_errors)} files):")

@@ -123,9 +123,10 @@ def test_stall_after_decides_when_an_absent_rank_is_missing(tmp_path):
     late = _run("analyze", d, "--format", "json", "--stall-after", "5")
     assert late.returncode == 1 and late.stderr == ""
     assert [(f["kind"], f["culprit_ranks"]) for f in json.loads(late.stdout)["findings"]] == [("missing_rank", [2])]
-    # seen only 10 s after its peers: it may still be on its way, not missing
-    early = _run("analyze", d, "--format", "json", "--stall-after", "60")
-    assert early.returncode == 0 and json.loads(early.stdout)["verdict"] == "healthy"
+    # with a threshold longer than anything the dumps show, rank 2 is a suspect, never healthy: the
+    # files' times (10 s after) are no clock in a post-mortem, so they cannot clear it either
+    early = json.loads(_run("analyze", d, "--format", "json", "--stall-after", "60").stdout)
+    assert early["verdict"] == "inconclusive" and early["findings"][0]["culprit_ranks"] == [2]
 
 
 def test_stuck_after_is_a_deprecated_alias_of_stall_after(tmp_path):
@@ -339,3 +340,29 @@ def test_ctrl_c_stops_the_analysis_with_one_line_and_no_traceback(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "frexport: interrupted" and "Traceback" not in err, err
+
+
+def test_snapshot_takes_two_looks_and_analyze_decides_by_them(tmp_path):
+    """`frexport snapshot --rounds 2 --gap S` writes look_1/, look_2/ and when it saw each rank;
+    `analyze` of that directory says per group whether it moved (issue 27, deliverable 6)."""
+    sockets, outdir = tmp_path / "sockets", tmp_path / "snap"
+    sockets.mkdir()
+    ranks = [FakeRank(r, str(sockets / f"rank-{r}.sock"), 2, time.time() - 5) for r in range(2)]
+    try:
+        out = _run("snapshot", outdir, "--sockets-dir", sockets, "--rounds", "2", "--gap", "1")
+        assert out.returncode == 0 and "2 looks 1 s apart" in out.stdout, out.stderr
+    finally:
+        for rank in ranks:
+            rank.close()
+    assert sorted(p.name for p in outdir.iterdir()) == ["look_1", "look_2", "looks.json"]
+    seen = json.loads((outdir / "looks.json").read_text())["seen_s"]
+    assert all(0.9 <= seen[1][r] - seen[0][r] < 5 for r in ("0", "1"))
+    doc = json.loads(_run("analyze", outdir, "--format", "json").stdout)
+    assert [g["state"] for g in doc["looks"]["groups"]] == ["progressing"]  # the fake ranks run on
+
+
+def test_analyze_of_two_looks_of_a_hung_real_job_is_certain(tmp_path):
+    out = _run("analyze", REAL_FIXTURES / "two_looks_hung")
+    assert out.returncode == 1 and out.stdout.startswith("unhealthy: 1 finding"), out.stdout
+    assert "between two looks (6.0 s apart):\n  group 0 (default_pg): hung, no rank moved; ranks 0, 1, 3 wait in it" \
+        in out.stdout

@@ -20,6 +20,8 @@ def start() -> object:
         resp.set_status(200)
 
     c10d._register_handler("fr_trace_pickle", pickle_handler)
+    with open(os.path.join(os.environ["FR_SOCKET_DIR"], f"rank-{os.environ['RANK']}.pid"), "w") as f:
+        f.write(str(os.getpid()))  # for a capture that takes py-spy dumps (its rank is in the name)
     return c10d._WorkerServer(path)
 
 

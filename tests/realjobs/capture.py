@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,9 @@ from tests.support.proctree import kill_tree  # noqa: E402
 
 SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mismatch", "dtype_mismatch",
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
-             "crashed_rank", "healthy_midrun"]
+             "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
+             "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
+             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -39,6 +42,19 @@ SETTINGS: dict[str, dict] = {
     # torchrun would SIGTERM the survivors 0.1 s after rank 3 dies; they must live on to be captured
     "crashed_rank": {"torchrun_args": ["--monitor-interval=3600"]},
     "healthy_midrun": {"world": 8, "snapshot_after": 6.0, "buffer": 24},  # a small ring: wrapped buffers
+    "killed_in_allreduce": {"torchrun_args": ["--monitor-interval=3600"]},
+    # 8 members: the dead rank's ring neighbours are its own, so the ring decides without stacks
+    "killed_in_allreduce_8": {"script": "killed_in_allreduce", "world": 8, "env": {"KILL_AFTER_S": "5", "LATE_S": "8"},
+                              "torchrun_args": ["--monitor-interval=3600"]},
+    "died_between_collectives": {"torchrun_args": ["--monitor-interval=3600"]},
+    "coalesced_extra_tensor": {"torchrun_args": ["--monitor-interval=3600"]},
+    # the same job, one poll round 4 s in: ranks caught inside collectives waiting for the late rank
+    "straggler_2d_midrun": {"script": "straggler_2d", "snapshot_after": 4.0},
+    "p2p_wrong_peer": {"pyspy": True},  # py-spy's locals name each send/recv's peer
+    # `frexport snapshot --rounds 2 --gap 6` instead of the capture's own files: look_1/, look_2/, looks.json
+    "two_looks_hung": {"script": "stuck_before_collective", "looks": 6.0},
+    "two_looks_running": {"script": "straggler_2d", "snapshot_after": 2.0, "looks": 6.0},
+    "two_looks_p2p": {"script": "p2p_wrong_peer", "looks": 6.0},
 }
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
@@ -61,6 +77,26 @@ DESCRIPTIONS = {
                     "all_reduce); its ring neighbours fail, the others wait. Culprit: rank 3.",
     "healthy_midrun": "8 ranks, ranks 4-7 computing longer per step, snapshot mid-run with some ranks waiting inside "
                       "collectives for peers still computing. No culprit.",
+    "killed_in_allreduce": "rank 2 is SIGKILLed inside step 6's all_reduce while its peers wait in it for rank 0; "
+                           "its ring neighbours 1 and 3 fail out of it, rank 0 waits. Culprit: rank 2.",
+    "killed_in_allreduce_8": "killed_in_allreduce with 8 ranks: rank 2's ring neighbours 1 and 3 fail out, 0 and 4-7 "
+                             "wait. Culprit: rank 2, by the ring alone.",
+    "died_between_collectives": "rank 3 is SIGKILLed between collectives; its ring neighbours 0 and 2 fail in the "
+                                "next all_reduce and exit, then rank 1: the job collapses, every dump is stale. "
+                                "Culprit: rank 3 (a suspect: nothing in the dumps times the wait).",
+    "coalesced_extra_tensor": "a coalesced all_reduce of gradient buckets; at step 4 rank 1 passes an extra tensor. "
+                              "Culprit: rank 1.",
+    "straggler_2d": "2x2 tp x dp grid; rank 0 is 0.4 s late to every step, its tp peer 1 inherits the lateness in "
+                    "dp. Straggler: rank 0 only.",
+    "straggler_2d_midrun": "straggler_2d snapshotted mid-run. Straggler: rank 0 only; no hang.",
+    "two_looks_hung": "stuck_before_collective seen by `frexport snapshot --rounds 2 --gap 6`: no rank moves. "
+                      "Culprit: rank 2, certain.",
+    "two_looks_p2p": "p2p_wrong_peer seen by `frexport snapshot --rounds 2 --gap 6 --stacks` (faulthandler stacks, "
+                     "no peers): every rank in the same send/recv in both looks. A certain hang, no culprit.",
+    "two_looks_running": "straggler_2d seen mid-run by `frexport snapshot --rounds 2 --gap 6`: every group "
+                         "progresses. No hang.",
+    "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "
+                      "blocks in send/recv, which gloo does not record. Culprit: rank 2 (from the stacks).",
 }
 
 
@@ -70,6 +106,17 @@ def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
     except PeerError:
         return None
     return r.body if r.status == 200 else None
+
+
+def _pyspy(pidfile: Path) -> bytes | None:
+    """`py-spy dump --locals` of one rank (its arguments name the peers of send/recv), where py-spy is
+    installed (PY_SPY, else on PATH); the capture goes on without it."""
+    exe = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if not exe or not pidfile.exists():
+        return None
+    r = subprocess.run([exe, "dump", "--locals", "--pid", pidfile.read_text().strip()], capture_output=True,
+                       timeout=60)
+    return r.stdout if r.returncode == 0 else None
 
 
 def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 120.0,
@@ -82,10 +129,10 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
 
     sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
     env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE=str(settings.get("buffer", 2000)),
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", **settings.get("env", {}))
     torchrun = (torch_bin or Path(sys.executable).parent) / "torchrun"
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
-           str(HERE / "scenarios" / f"{scenario}.py")]
+           str(HERE / "scenarios" / f"{settings.get('script', scenario)}.py")]
     job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
     last: dict[int, tuple[bytes, bytes]] = {}
@@ -117,25 +164,38 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                 break  # (polls that time out on a loaded machine change nothing: wait for real answers)
             if job.poll() is not None:
                 break
+        if settings.get("looks"):
+            subprocess.run([sys.executable, "-m", "frexport", "snapshot", str(out), "--sockets-dir", str(sockdir),
+                            "--rounds", "2", "--gap", str(settings["looks"]), "--stacks", "--force"], check=True,
+                           timeout=120, stdout=subprocess.DEVNULL)
+            last = {}  # the snapshot wrote the looks
         stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
+        pyspy = {r: _pyspy(sockdir / f"rank-{r}.pid") for r in range(world)} if settings.get("pyspy") else {}
     finally:
         kill_tree(job.pid)  # torchrun's workers run in sessions of their own: kill the whole tree
         job.wait(30)
         for p in sockdir.iterdir():
             p.unlink()
         sockdir.rmdir()
-    (out / "json").mkdir(parents=True, exist_ok=True)
-    (out / "stacks").mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if last:
+        (out / "json").mkdir(exist_ok=True)
+        (out / "stacks").mkdir(exist_ok=True)
+    if settings.get("looks"):
+        stacks = {}
     for r, (js, pk) in sorted(last.items()):
         (out / f"trace_{r}").write_bytes(pk)
         (out / "json" / f"trace_{r}.json").write_bytes(js)
         if stacks.get(r):
             (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
+        if pyspy.get(r):
+            (out / "stacks" / f"rank_{r}.pyspy_dump.txt").write_bytes(pyspy[r])
     version = torch.__version__ if torch_bin is None else subprocess.run(
         [str(torch_bin / "python"), "-W", "ignore", "-c", "import torch; print(torch.__version__)"],
         capture_output=True, text=True, check=True).stdout.strip()
     meta = {"scenario": scenario, "world_size": world, "torch": version, "backend": "gloo",
-            "description": DESCRIPTIONS[scenario], "captured_ranks": sorted(last),
+            "description": DESCRIPTIONS[scenario],
+            "captured_ranks": sorted(last) if not settings.get("looks") else list(range(world)),
             "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta

@@ -30,8 +30,9 @@ ISSUED = T0 + 10 * STEP_NS  # when the stuck collective (seq 11) was issued
 
 def _roots(dumps: dict[int, dict], seen_after_s: float, known: set[int] | None = None):
     by_rank = decode(dumps, seen_at_ns=ISSUED + int(seen_after_s * 1e9))
-    waits = find_waits(by_rank, build_membership(by_rank, known), STALL_AFTER_NS)
-    return waits, root_causes(waits, by_rank, STALL_AFTER_NS)
+    # the traces' dump times are when a sidecar polled them: a clock
+    waits = find_waits(by_rank, build_membership(by_rank, known), STALL_AFTER_NS, clock=True)
+    return waits, root_causes(waits, by_rank, STALL_AFTER_NS, clock=True)
 
 
 def _stuck(job, ranks, seq=11, **kw):
@@ -125,7 +126,7 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
             # peers finished a collective this member never issued: they failed out of it (a collective
             # cannot complete without every member), so the member is not merely late
             evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
-        soon = w.rank in traces and _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns)
+        soon = w.rank in traces and _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns, True)
         if not w.p2p and not w.edges and not w.not_yet and w.left and not soon:
             for m in w.left:
                 edges.setdefault(w.rank, set()).add(m)
@@ -134,7 +135,7 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
     inside = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
-                and not _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns)):
+                and not _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns, True)):
             prev = inside.get(w.rank)
             if prev is None or w.created_ns < prev.created_ns:
                 inside[w.rank] = w
@@ -259,7 +260,7 @@ def test_the_graph_through_hubs_finds_the_roots_of_the_graph_of_pairs(seed):
                 w.completed = rng.random() < 0.1
             waits.append(w)
     for scope in (None, frozenset(range(world // 2))):
-        got = root_causes(waits, traces, STALL_AFTER_NS, scope)
+        got = root_causes(waits, traces, STALL_AFTER_NS, scope, clock=True)
         want = _reference_roots(waits, traces, STALL_AFTER_NS, scope)
 
         def key(root):
