@@ -11,10 +11,13 @@ from dataclasses import dataclass, replace
 
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
+from frexport.analysis.jobs import Ambiguous, Source
+from frexport.analysis.jobs import describe as describe_job
+from frexport.analysis.jobs import split as split_jobs
 from frexport.analysis.whereabouts import places, with_whereabouts
-from frexport.decode.discover import default_locations
+from frexport.decode.discover import Discovery, default_locations
 from frexport.decode.errors import DecodeError
-from frexport.decode.load import Loaded, load
+from frexport.decode.load import Loaded, load, load_sources
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
 from frexport.decode.stacks import callee, read_stacks
@@ -39,18 +42,47 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     limits = Limits(require_memory_limit=not getattr(args, "allow_no_memory_limit", False))
     try:
-        loaded = load(paths, prefix=args.prefix, workers=args.workers, limits=limits,
-                      max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
-        problem = _filter_problem(loaded, args.selected_ranks, args.pg_filters)
-        if problem:
-            print(f"frexport analyze: {problem}", file=sys.stderr)
+        jobs = _load_jobs(paths, args, limits)
+        if isinstance(jobs, str):
+            print(f"frexport analyze: {jobs}", file=sys.stderr)
             return 2
+        if len(jobs) > 1 and (args.raw or args.timeline):
+            print(f"frexport analyze: {len(jobs)} jobs in these dumps ({'; '.join(label for label, _, _ in jobs)}):"
+                  " --raw and --timeline take one job's dumps", file=sys.stderr)
+            return 2
+        for _, _, loaded in jobs:
+            problem = _filter_problem(loaded, args.selected_ranks, args.pg_filters)
+            if problem and len(jobs) == 1:
+                print(f"frexport analyze: {problem}", file=sys.stderr)
+                return 2
         if args.raw:
-            return _raw(loaded, args, limits)
+            return _raw(jobs[0][2], args, limits)
     except SandboxUnavailable as exc:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
+    results = [_one_job(loaded, job_paths, args) for _, job_paths, loaded in jobs]
+    if args.format == "json":
+        docs = [_json(d, where) | ({"paths": job_paths} if len(jobs) > 1 else {})
+                for (d, where), (_, job_paths, _) in zip(results, jobs)]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"jobs": docs}, indent=2))
+    for i, ((diagnosis, _), (label, _, loaded)) in enumerate(zip(results, jobs)):
+        if args.format == "text":
+            if len(jobs) > 1:
+                sys.stdout.write(f"{'' if i == 0 else chr(10)}job {i + 1} of {len(jobs)}: {label}\n")
+            sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
+    codes = []
+    for (diagnosis, _), (label, _, _) in zip(results, jobs):
+        if not diagnosis.ranks:
+            if args.format == "text":
+                print("frexport analyze: no readable dump in " + label, file=sys.stderr)
+            codes.append(2)
+        else:
+            codes.append(0 if diagnosis.verdict == "healthy" else 1)
+    return max(codes)
+
+
+def _one_job(loaded: Loaded, paths: list[str], args: argparse.Namespace) -> tuple[Diagnosis, dict[int, str]]:
     diagnosis, where = diagnose(loaded, paths, Options(stall_after_s=args.stall_after,
                                                        straggler_lateness_s=args.straggler_ms / 1000))
     diagnosis = _filtered(diagnosis, args.selected_ranks, args.pg_filters)
@@ -58,15 +90,60 @@ def run_analyze(args: argparse.Namespace) -> int:
         from frexport.export.timeline import write_timeline
 
         write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
-    if args.format == "json":
-        print(json.dumps(_json(diagnosis, where), indent=2))
-    else:
-        sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
-    if not diagnosis.ranks:
-        if args.format == "text":
-            print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
-        return 2
-    return 0 if diagnosis.verdict == "healthy" else 1
+    return diagnosis, where
+
+
+def _load_jobs(paths: list[str], args: argparse.Namespace, limits: Limits) -> list[tuple[str, list[str], Loaded]] | str:
+    """(label, paths, what was loaded) per job, or why the dumps cannot be told apart into jobs.
+    One path: one job, as it always was. Several: each directory (or one directory's files, as a
+    shell glob gives them) loaded on its own, then grouped by what the dumps say (analysis/jobs.py)."""
+    load_args = dict(prefix=args.prefix, workers=args.workers, limits=limits,
+                     max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
+    groups = _source_paths(paths)
+    if len(groups) == 1:
+        return [(", ".join(paths), paths, load(paths, **load_args))]
+    loaded = load_sources(groups, **load_args)
+    labels = [", ".join(g) if len(g) == 1 else os.path.join(os.path.dirname(g[0]) or ".", "*") for g in groups]
+    try:
+        found = split_jobs([Source(label, ld.traces, i) for i, (label, ld) in enumerate(zip(labels, loaded))])
+    except Ambiguous as exc:
+        return str(exc)
+    out = []
+    for job in found:
+        parts = [loaded[s.key] for s in job.sources]
+        kept = {id(t) for s in job.sources for t in s.traces}  # a twin of another source's rank is dropped
+        merged = Loaded([t for p in parts for t in p.traces if id(t) in kept], [e for p in parts for e in p.errors],
+                        _merged_discovery([p.discovery for p in parts]), [n for p in parts for n in p.notes])
+        out.append((describe_job(job), [p for s in job.sources for p in groups[s.key]], merged))
+    if len(out) > 1:
+        print(f"frexport analyze: {len(out)} jobs in these dumps, each analysed on its own", file=sys.stderr)
+    return out
+
+
+def _source_paths(paths: list[str]) -> list[list[str]]:
+    """Directories and prefixes one source each; files grouped by their directory (a glob's expansion)."""
+    out: list[list[str]] = []
+    by_dir: dict[str, list[str]] = {}
+    for p in paths:
+        if os.path.isfile(p):
+            d = os.path.dirname(os.path.abspath(p))
+            if d not in by_dir:
+                by_dir[d] = []
+                out.append(by_dir[d])
+            by_dir[d].append(p)
+        else:
+            out.append([p])
+    return out
+
+
+def _merged_discovery(parts: list[Discovery]) -> Discovery:
+    d = Discovery()
+    for p in parts:
+        for rank, files in p.by_rank.items():
+            d.by_rank.setdefault(rank, files)
+        d.skipped += p.skipped
+        d.notes += p.notes
+    return d
 
 
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
