@@ -228,9 +228,11 @@ class SandboxPool(Generic[T, R]):
         queue: list[list[int]] = [list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk)]
         queue.reverse()  # pop() from the end keeps the original order
         n_workers = min(self.workers, len(queue))
-        idle = [_Worker(ctx, fn, self.limits) for _ in range(n_workers)]
+        idle: list[_Worker] = []
         busy: dict[Connection, _Worker] = {}
-        try:
+        try:  # from the first start on: a Ctrl-C or an error while starting still stops those started
+            for _ in range(n_workers):
+                idle.append(_Worker(ctx, fn, self.limits))
             for w in idle:
                 self.limit_problem = w.hello(self.limits) or self.limit_problem
             while queue or busy:
