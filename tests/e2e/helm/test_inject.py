@@ -21,6 +21,8 @@ import yaml
 
 from frexport.inject.workloads import templates
 from tests.support import paths
+from tests.support.crd_schema import crd_for
+from tests.support.crd_schema import errors as crd_errors
 from tests.support.helm_tools import kubernetes_validate, kubernetes_validate_versions, resolve_env, scrape_metrics
 from tests.support.ports import free_port
 from tests.support.proctree import kill_tree
@@ -88,6 +90,30 @@ def test_the_readmes_commands_for_a_running_job_give_a_job_the_server_accepts(tm
     for version in ("1.29.0", kubernetes_validate_versions()[-1]):
         checked = kubernetes_validate([tmp_path / "train.yaml"], version)
         assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_readmes_commands_for_a_running_trainjob_give_objects_the_crds_accept(tmp_path):
+    """The README's TrainJob commands as written, `kubectl get` replaced by what it returns (the fixture:
+    Kubeflow's own torch runtime and a running TrainJob), checked against the real CRDs."""
+    section = _section((paths.ROOT / "README.md").read_text(), "### Add frexport to a job that is already running")
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[1].splitlines()
+    docs = {d["kind"]: d for d in yaml.safe_load_all(TRAINER.read_text()) if d}
+    env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
+    results = {}
+    for line, kind in ((block[0], "ClusterTrainingRuntime"), (block[2], "TrainJob")):
+        get = re.match(r"kubectl get (\S+) (\S+) -o yaml \| (frexport inject - > (\S+))$", line)
+        assert get and get[1] == kind.lower() and get[2] == docs[kind]["metadata"]["name"], line
+        (tmp_path / "got.yaml").write_text(yaml.safe_dump(docs[kind]))
+        out = subprocess.run(["bash", "-c", "cat got.yaml | " + get[3].replace("frexport", " ".join(FREXPORT), 1)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        results[kind] = yaml.safe_load((tmp_path / get[4]).read_text())
+        assert crd_errors(results[kind], crd_for(kind)) == []
+    assert block[1].startswith("kubectl apply -f runtime.yaml")
+    assert block[3] == "kubectl replace --force -f llama-ft.yaml"
+    pod = results["ClusterTrainingRuntime"]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert [c["name"] for c in pod["template"]["spec"]["initContainers"]] == ["frexport-init", "frexport"]
+    assert "uid" not in results["TrainJob"]["metadata"] and "status" not in results["TrainJob"]
 
 
 def test_frexport_serve_accepts_the_injected_sidecar(tmp_path):
