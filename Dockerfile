@@ -5,8 +5,9 @@
 #
 # Pinned base: Debian 12 slim with CPython 3.11.13. For reproducible builds pin the digest too:
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm   ->   FROM python:3.11.13-slim-bookworm@sha256:<digest>
-# Any Debian-based image with python3 and its venv module works as the base: tests/e2e/test_image.py
-# builds this file on a local Debian bookworm base (debootstrap, python3-venv), no registry needed.
+# Any Debian-based image with python3 and its venv module works as the base. Without Docker Hub:
+# scripts/build-image.py builds this file on a local Debian bookworm base (debootstrap,
+# python3-venv) with buildah, as tests/e2e/test_image.py does; README.md, "Installing".
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -15,8 +16,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY frexport ./frexport
 # The OTLP exporters (traces.enabled) and bcrypt (web-config basic auth) are optional extras.
+# pip and setuptools only install: the image never runs them, so they leave (fewer files, fewer CVEs).
 RUN python3 -m venv /opt/frexport \
  && /opt/frexport/bin/pip install --no-cache-dir ".[otlp,auth]" \
+ && /opt/frexport/bin/python -m pip uninstall --yes pip setuptools \
  && /opt/frexport/bin/python -m compileall -q /opt/frexport/lib
 
 FROM ${PYTHON_IMAGE}
@@ -24,6 +27,9 @@ LABEL org.opencontainers.image.title="frexport" \
       org.opencontainers.image.description="PyTorch Flight Recorder exporter: hang diagnosis, Prometheus metrics, OpenTelemetry traces" \
       org.opencontainers.image.source="https://github.com/frexport/frexport" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The base's own pip, setuptools and wheel (python:*-slim has them; a Debian python3 has not) go too.
+RUN if python3 -m pip --version >/dev/null 2>&1; then python3 -m pip uninstall --yes --no-cache-dir pip setuptools wheel; fi \
+ && rm -f /usr/local/bin/pip /usr/local/bin/pip3 /usr/local/bin/pip3.*
 COPY --from=build /opt/frexport /opt/frexport
 ENV PATH=/opt/frexport/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

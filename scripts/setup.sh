@@ -20,6 +20,13 @@ command -v debootstrap >/dev/null 2>&1 || APT+=(debootstrap)
 #   build-essential  gcc for frexport's optional compiled scanner (frexport/decode/_scan.c): the tests
 #                    check it against the pure path and fuzz it, so they need it built
 command -v gcc >/dev/null 2>&1 || APT+=(build-essential)
+#   npm, nodejs, unzip  scripts/install-tools.sh: helm comes in an npm package (a zip inside), the
+#                       CRD schema checks run on node
+command -v npm >/dev/null 2>&1 || APT+=(npm)
+command -v node >/dev/null 2>&1 || APT+=(nodejs)
+command -v unzip >/dev/null 2>&1 || APT+=(unzip)
+#   python3-venv  `python3 -m venv` (.venv, and .tools/venv for kubernetes-validate and hadolint)
+"$PY" -c 'import ensurepip' 2>/dev/null || APT+=(python3-venv)
 "$PY" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || APT+=(python3-dev)
 if [ "${#APT[@]}" -gt 0 ]; then

@@ -13,6 +13,7 @@ from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.looks import decide, gap_seconds, look_dirs, progress
 from frexport.analysis.whereabouts import places, with_whereabouts
+from frexport.cli.analyze_jobs import load_jobs
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
@@ -39,28 +40,58 @@ def run_analyze(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return 2
     limits = Limits(require_memory_limit=not getattr(args, "allow_no_memory_limit", False))
+    looks = look_dirs(paths[0]) if len(paths) == 1 else []
     try:
-        loaded = load(paths, prefix=args.prefix, workers=args.workers, limits=limits,
-                      max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
-        problem = _filter_problem(loaded, args.selected_ranks, args.pg_filters)
-        if problem:
-            print(f"frexport analyze: {problem}", file=sys.stderr)
+        # two looks of one job (`frexport snapshot --rounds 2`) are one job: the last look is analysed
+        jobs = [(paths[0], looks[-1:], _load(looks[-1:], args, limits))] if looks else load_jobs(paths, args, limits)
+        if isinstance(jobs, str):
+            print(f"frexport analyze: {jobs}", file=sys.stderr)
             return 2
+        if len(jobs) > 1 and (args.raw or args.timeline):
+            print(f"frexport analyze: {len(jobs)} jobs in these dumps ({'; '.join(label for label, _, _ in jobs)}):"
+                  " --raw and --timeline take one job's dumps", file=sys.stderr)
+            return 2
+        for _, _, loaded in jobs:
+            problem = _filter_problem(loaded, args.selected_ranks, args.pg_filters)
+            if problem and len(jobs) == 1:
+                print(f"frexport analyze: {problem}", file=sys.stderr)
+                return 2
         if args.raw:
-            return _raw(loaded, args, limits)
+            return _raw(jobs[0][2], args, limits)
     except SandboxUnavailable as exc:
         print(f"frexport analyze: cannot bound the decoders' memory: {exc}; refusing to decode untrusted files "
               "without it (--allow-no-memory-limit to go on)", file=sys.stderr)
         return 2
+    results = [_one_job(loaded, job_paths, args, limits, looks) for _, job_paths, loaded in jobs]
+    if args.format == "json":
+        docs = [_json(d, where) | ({"paths": job_paths} if len(jobs) > 1 else {})
+                for (d, where), (_, job_paths, _) in zip(results, jobs)]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"jobs": docs}, indent=2))
+    for i, ((diagnosis, _), (label, _, loaded)) in enumerate(zip(results, jobs)):
+        if args.format == "text":
+            if len(jobs) > 1:
+                sys.stdout.write(f"{'' if i == 0 else chr(10)}job {i + 1} of {len(jobs)}: {label}\n")
+            sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
+    codes = []
+    for (diagnosis, _), (label, _, _) in zip(results, jobs):
+        if not diagnosis.ranks:
+            if args.format == "text":
+                print("frexport analyze: no readable dump in " + label, file=sys.stderr)
+            codes.append(2)
+        else:
+            codes.append(0 if diagnosis.verdict == "healthy" else 1)
+    return max(codes)
+
+
+def _one_job(loaded: Loaded, paths: list[str], args: argparse.Namespace, limits: Limits,
+             looks: list[str]) -> tuple[Diagnosis, dict[int, str]]:
     options = Options(stall_after_s=args.stall_after, straggler_lateness_s=args.straggler_ms / 1000)
-    looks = look_dirs(paths[0]) if len(paths) == 1 else []
     if looks:  # `frexport snapshot --rounds 2`: the last look, decided by what moved since the one before
-        loaded = _load(looks[-1:], args, limits)
         first = _load(looks[-2:-1], args, limits)
         diagnosis, where = diagnose(loaded, looks[-1:], options)
         before = places(read_stack_dir(looks[-2])[0])
         still = frozenset(r for r, p in where.items() if before.get(r) == p)  # stacks that did not move
-        diagnosis = decide(diagnosis, progress(first.traces, loaded.traces), gap_seconds(paths[0]),
+        diagnosis = decide(diagnosis, progress(first.traces, loaded.traces), gap_seconds(args.paths[0]),
                            options.stall_after_s, still)
     else:
         diagnosis, where = diagnose(loaded, paths, options)
@@ -69,15 +100,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         from frexport.export.timeline import write_timeline
 
         write_timeline(args.timeline, loaded.traces, diagnosis, args.selected_ranks)
-    if args.format == "json":
-        print(json.dumps(_json(diagnosis, where), indent=2))
-    else:
-        sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
-    if not diagnosis.ranks:
-        if args.format == "text":
-            print("frexport analyze: no readable dump in " + ", ".join(paths), file=sys.stderr)
-        return 2
-    return 0 if diagnosis.verdict == "healthy" else 1
+    return diagnosis, where
 
 
 def _load(paths: list[str], args: argparse.Namespace, limits: Limits) -> Loaded:

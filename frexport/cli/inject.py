@@ -1,12 +1,17 @@
 """`frexport inject [FILE|-]`: add frexport to the workloads in Kubernetes YAML, stdin to stdout.
 
-    kubectl get job train -o yaml | frexport inject - | kubectl apply -f -
     frexport inject manifests.yaml > with-frexport.yaml       # multi-document YAML, Lists too
+    kubectl get job train -o yaml | frexport inject - > train.yaml && kubectl replace --force -f train.yaml
 
 Every pod template of a Pod, Job, CronJob, JobSet, PyTorchJob (and the other Kubeflow kinds),
-Deployment, StatefulSet, DaemonSet or ReplicaSet gets the sidecar, the shared volume and the agent
-(frexport/inject/pod.py says what and why); other objects pass through unchanged. The trainer's
-command is not touched. Exit 0, or 2 with the reason on stderr when an object cannot be patched.
+Kubeflow Trainer's TrainingRuntime and ClusterTrainingRuntime, Deployment, StatefulSet, DaemonSet or
+ReplicaSet gets the sidecar, the shared volume and the agent (frexport/inject/pod.py says what and
+why); a TrainJob is marked for the admission webhook (frexport/inject/trainer.py says why); other
+objects pass through unchanged. The trainer's command is not touched. A workload read back from the
+cluster loses what the API server set (uid, resourceVersion, status, managedFields, a Job's generated
+selector: frexport/inject/existing.py) and stderr says what it takes to reach its pods: a Job, JobSet,
+PyTorchJob or TrainJob must be re-created, a Deployment or StatefulSet rolls by itself.
+Exit 0, or 2 with the reason on stderr when an object cannot be patched.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import sys
 
 import yaml
 
+from frexport.inject import trainer
+from frexport.inject.existing import from_server, how_to_apply, strip_server_fields
 from frexport.inject.pod import InjectError, Settings, check_settings
 from frexport.inject.workloads import inject_object
 
@@ -74,7 +81,7 @@ def run_inject(args: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError) as exc:
         print(f"frexport inject: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
-    patched = 0
+    patched, notes = 0, []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             print(f"frexport inject: document {i + 1} is not a Kubernetes object", file=sys.stderr)
@@ -85,6 +92,22 @@ def run_inject(args: argparse.Namespace) -> int:
             name = (doc.get("metadata") or {}).get("name", "?")
             print(f"frexport inject: {doc.get('kind')} {name}: {exc}", file=sys.stderr)
             return 2
+        notes += _notes(doc)
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
     print(f"frexport inject: {patched} pod template(s) patched", file=sys.stderr)
+    for note in notes:
+        print(f"frexport inject: {note}", file=sys.stderr)
     return 0
+
+
+def _notes(doc: dict) -> list[str]:
+    """Drop the server's fields of each object read back from the cluster; say how each takes effect."""
+    items = doc["items"] if (doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list) else [doc]
+    notes = []
+    for obj in (o for o in items if isinstance(o, dict)):
+        if obj.get("kind") == trainer.TRAINJOB:
+            notes.append(trainer.webhook_note(obj))
+        if from_server(obj):
+            notes.append(how_to_apply(obj))
+    strip_server_fields(doc)
+    return notes

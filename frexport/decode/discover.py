@@ -47,6 +47,11 @@ class Discovery:
     notes: list[str] = field(default_factory=list)
 
 
+def not_a_dump_type(name: str) -> bool:
+    """Files that sit next to dumps but never are one (logs, stacks, configs): by their extension."""
+    return name.lower().endswith(_NOT_DUMPS)
+
+
 def default_locations(env: dict[str, str] | None = None) -> list[str]:
     """Where PyTorch writes dumps when nobody says otherwise, as path prefixes."""
     env = dict(os.environ if env is None else env)

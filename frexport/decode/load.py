@@ -87,25 +87,33 @@ def _load_one(path: str, task: _Task) -> tuple[RankTrace | None, list[DecodeErro
 
 def load(paths: list[str], prefix: str | None = None, workers: int | None = None,
          max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits | None = None, follow_symlinks: bool = False) -> Loaded:
-    found = discover(paths, prefix=prefix, follow_symlinks=follow_symlinks)
-    tasks = [_Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks)
-             for rank, files in found.by_rank.items()]
-    traces: list[RankTrace] = []
-    errors: list[InputError] = []
-    notes: list[str] = []
+    return load_sources([paths], prefix, workers, max_bytes, limits, follow_symlinks)[0]
+
+
+def load_sources(sources: list[list[str]], prefix: str | None = None, workers: int | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits | None = None,
+                 follow_symlinks: bool = False) -> list[Loaded]:
+    """Each source (a list of paths) discovered on its own, so that one source's rank 0 never hides
+    another's (`analyze dirA dirB` of two jobs); all decoded by one pool."""
+    found = [discover(paths, prefix=prefix, follow_symlinks=follow_symlinks) for paths in sources]
+    tasks = [(i, _Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks))
+             for i, d in enumerate(found) for rank, files in d.by_rank.items()]
+    out = [Loaded([], [], d) for d in found]
     pool = SandboxPool(workers, limits or Limits())
-    for task, result in zip(tasks, pool.map(_load_rank, tasks)):
+    for (i, task), result in zip(tasks, pool.map(_load_rank, [t for _, t in tasks])):
+        loaded = out[i]
         if isinstance(result, DecodeError):
-            errors.append(InputError(task.path, result.detail, task.rank))
+            loaded.errors.append(InputError(task.path, result.detail, task.rank))
             continue
         trace, failed = result
         # with the rank its name carries: gloo dumps do not list the world, so without it an unreadable
         # highest rank made the world look one smaller, and healthy
-        errors.extend(InputError(e.source, e.detail, task.rank) for e in failed)
+        loaded.errors.extend(InputError(e.source, e.detail, task.rank) for e in failed)
         if trace is not None:
-            traces.append(trace)
+            loaded.traces.append(trace)
             if failed:
-                notes.append(f"rank {task.rank}: used {trace.source} because {failed[0].source} is unreadable")
+                loaded.notes.append(f"rank {task.rank}: used {trace.source} because {failed[0].source} is unreadable")
     if pool.limit_problem:
-        notes.append(f"decoded WITHOUT a memory limit (--allow-no-memory-limit): {pool.limit_problem}")
-    return Loaded(traces, errors, found, notes)
+        for loaded in out:
+            loaded.notes.append(f"decoded WITHOUT a memory limit (--allow-no-memory-limit): {pool.limit_problem}")
+    return out

@@ -12,10 +12,20 @@ Each worker reports at start whether its memory limit is in force. Where it is
 not (no RLIMIT_AS on the platform, setrlimit refused), `SandboxUnavailable` is
 raised unless `Limits.require_memory_limit` is off: frexport refuses to decode
 untrusted input without a bound unless told to go on.
+
+A worker never outlives its parent, whatever stops the parent (SIGKILL included) and whatever the
+worker is doing then (even blocked writing a large result into a pipe nobody reads): it holds the
+read end of a lifeline pipe whose write end only the parent keeps, and a thread of its own exits
+the process when that pipe reads EOF. Where the worker was started from the parent's main thread,
+the kernel's parent-death signal (prctl PR_SET_PDEATHSIG, Linux) kills it too; not from other
+threads, since that signal follows the thread that forked, and a poller thread may end first.
+The worker also drops the signal handlers it inherits (`frexport serve`'s SIGTERM handler):
+SIGTERM ends it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing as mp
 import os
@@ -81,11 +91,16 @@ def call(job: Callable[[], R]) -> R:
     return job()
 
 
-def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int) -> None:
+def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int,
+                 lifeline: tuple[Connection, Connection] | None = None, death_signal: bool = False) -> None:
     # Ctrl-C reaches the terminal's whole process group: the parent handles it and stops its workers
-    # (their tracebacks would bury its message). SIGTERM stays: multiprocessing stops daemon workers
-    # with it at exit.
+    # (their tracebacks would bury its message). SIGTERM ends a worker, whatever handler its parent had.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if lifeline is not None:
+        _watch_parent(*lifeline, death_signal)
+    if os.getppid() != parent:  # the parent died before the watch began
+        return
     # First message: whether the limit is in force (the parent refuses to go on without one).
     conn.send(("limit", _set_memory_limit(memory_bytes)))
     gc.disable()  # decoded dumps are acyclic; collection passes only cost time
@@ -118,6 +133,29 @@ def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int)
             conn.send([DecodeError(_describe(i), "too_large", "result too large") for i in batch])
 
 
+def _watch_parent(reader: Connection, writer: Connection, death_signal: bool) -> None:
+    """Exit when the parent goes: EOF on the lifeline (its write end is the parent's alone), and the
+    kernel's parent-death signal where it applies (see the module docstring)."""
+    writer.close()  # a forked worker inherits the write end: only the parent may hold it
+    if death_signal:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # not Linux: the lifeline alone
+
+    def watch() -> None:
+        try:
+            reader.recv_bytes()  # the parent never writes: this returns only on EOF
+        except (EOFError, OSError):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, name="frexport-lifeline", daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _describe(item: object) -> str:
     return str(getattr(item, "path", item))[:300]
 
@@ -126,10 +164,13 @@ class _Worker:
     def __init__(self, ctx: mp.context.BaseContext, fn: Callable, limits: Limits) -> None:
         parent, child = ctx.Pipe()
         self.conn = parent
-        self.proc = ctx.Process(target=_worker_main, args=(child, fn, limits.memory_bytes, os.getpid()),
-                                daemon=True)
+        reader, self.lifeline = ctx.Pipe(duplex=False)
+        main = threading.current_thread() is threading.main_thread()
+        self.proc = ctx.Process(target=_worker_main, daemon=True, args=(
+            child, fn, limits.memory_bytes, os.getpid(), (reader, self.lifeline), main))
         self.proc.start()
         child.close()
+        reader.close()
         self.batch: list[int] = []
         self.deadline = 0.0
         self.items = 0  # handled so far (long-lived workers are recycled after a number)
@@ -148,10 +189,20 @@ class _Worker:
             raise SandboxUnavailable(problem)
         return problem
 
+    def finish(self) -> None:
+        """After it was told to stop: give it a second, then kill it; close our ends either way."""
+        self.proc.join(1)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.conn.close()
+        self.lifeline.close()
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.join(5)
         self.conn.close()
+        self.lifeline.close()
 
 
 def _context() -> mp.context.BaseContext:
@@ -177,9 +228,11 @@ class SandboxPool(Generic[T, R]):
         queue: list[list[int]] = [list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk)]
         queue.reverse()  # pop() from the end keeps the original order
         n_workers = min(self.workers, len(queue))
-        idle = [_Worker(ctx, fn, self.limits) for _ in range(n_workers)]
+        idle: list[_Worker] = []
         busy: dict[Connection, _Worker] = {}
-        try:
+        try:  # from the first start on: a Ctrl-C or an error while starting still stops those started
+            for _ in range(n_workers):
+                idle.append(_Worker(ctx, fn, self.limits))
             for w in idle:
                 self.limit_problem = w.hello(self.limits) or self.limit_problem
             while queue or busy:
@@ -219,9 +272,7 @@ class SandboxPool(Generic[T, R]):
                 except OSError:
                     pass
             for w in idle + list(busy.values()):
-                w.proc.join(1)
-                if w.proc.is_alive():
-                    w.kill()
+                w.finish()
         return results  # type: ignore[return-value]
 
     def _fresh(self, ctx: mp.context.BaseContext, fn: Callable) -> _Worker:
@@ -330,6 +381,4 @@ class DecoderPool:
                 w.conn.send(None)
             except OSError:
                 pass
-            w.proc.join(1)
-            if w.proc.is_alive():
-                w.kill()
+            w.finish()

@@ -3,6 +3,8 @@
 Every kind's pods are told apart by a label their controller sets: the Job controller sets
 batch.kubernetes.io/job-name, JobSet jobset.sigs.k8s.io/jobset-name (its pods also carry their
 child Job's name, so it comes first), the Kubeflow training operator training.kubeflow.org/job-name.
+Kubeflow Trainer v2 runs a TrainJob as a JobSet of the TrainJob's name, from the pod templates of its
+TrainingRuntime or ClusterTrainingRuntime: those are patched like a JobSet's (trainer.py).
 Kinds without one (Deployment, StatefulSet, a bare Pod) get frexport.io/job set to the workload's
 name. An annotation frexport.io/job on the object or its pod template overrides all of them.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from frexport.inject import trainer
 from frexport.inject.pod import JOB_LABEL, InjectError, Settings, inject_pod
 
 OWNER_LABELS = ("jobset.sigs.k8s.io/jobset-name", "training.kubeflow.org/job-name", "batch.kubernetes.io/job-name")
@@ -24,6 +27,7 @@ _KUBEFLOW_REPLICAS = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSp
 def is_workload(obj: dict) -> bool:
     kind = obj.get("kind") or ""
     return kind in _TEMPLATE_KINDS or kind in _KUBEFLOW_REPLICAS or kind in ("Pod", "CronJob", "JobSet") or (
+        kind in trainer.KINDS) or (
         kind.endswith("List") and isinstance(obj.get("items"), list))
 
 
@@ -43,6 +47,9 @@ def templates(obj: dict) -> Iterator[tuple[dict, dict, str]]:
         for rj in spec.get("replicatedJobs") or []:
             job = ((rj.get("template") or {}).get("spec")) or {}
             yield *_template(job.get("template")), "jobset.sigs.k8s.io/jobset-name"
+    elif kind in trainer.RUNTIMES:
+        for job_spec in trainer.runtime_job_specs(obj):
+            yield *_template(job_spec.get("template")), "jobset.sigs.k8s.io/jobset-name"
     elif kind in _KUBEFLOW_REPLICAS:
         for replica in (spec.get(_KUBEFLOW_REPLICAS[kind]) or {}).values():
             yield *_template((replica or {}).get("template")), "training.kubeflow.org/job-name"
@@ -82,6 +89,8 @@ def inject_object(obj: dict, s: Settings) -> int:
         return sum(inject_object(item, s) for item in obj.get("items") or [])
     if not is_workload(obj):
         return 0  # a Service, a ConfigMap...: passed through as it is
+    if obj.get("kind") == trainer.TRAINJOB:
+        return trainer.mark_trainjob(obj)
     n = 0
     for meta, spec, owner in list(templates(obj)):
         n += inject_pod(meta, spec, s, identity(obj, meta, owner))

@@ -29,7 +29,7 @@ from watchdog.observers.polling import PollingObserver
 
 from frexport import logs
 from frexport.config import DumpDir
-from frexport.decode.discover import parse_name
+from frexport.decode.discover import not_a_dump_type, parse_name
 from frexport.decode.errors import DecodeError
 from frexport.decode.read import decode_bytes, read_checked
 from frexport.decode.sandbox import DecoderPool, Limits
@@ -113,8 +113,9 @@ class DumpDirSource:
 
     def mark(self, path: str, closed: bool = False) -> None:
         name = os.path.basename(path)
-        if name.startswith(".") or parse_name(name[len(self.prefix):] if self.prefix and name.startswith(self.prefix)
-                                              else name) is None:
+        rest = name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name
+        # stacks, logs, configs beside the dumps (an evidence bundle, a fixture) are not dumps: as analyze
+        if name.startswith(".") or not_a_dump_type(name) or parse_name(rest) is None:
             return
         if self.prefix and not name.startswith(self.prefix):
             return

@@ -317,6 +317,16 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     assert proc.wait(60) == 141 and "Traceback" not in err, err
 
 
+def _pending(pid: int, sig: int) -> bool:
+    """Whether `sig` waits to be delivered to process `pid` (its handler has not run yet)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = [int(line.split()[1], 16) for line in f if line.startswith(("SigPnd:", "ShdPnd:"))]
+    except OSError:
+        return False
+    return any(m & (1 << (sig - 1)) for m in masks)
+
+
 def test_ctrl_c_stops_the_analysis_with_one_line_and_no_traceback(tmp_path):
     # Ctrl-C reaches the terminal's whole process group: the CLI and its decoder processes. Before,
     # each printed its own KeyboardInterrupt traceback (66 lines for one Ctrl-C).
@@ -331,9 +341,18 @@ def test_ctrl_c_stops_the_analysis_with_one_line_and_no_traceback(tmp_path):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while len(descendants(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)  # the decoder processes are at work
+        while not (decoders := descendants(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # The analysis is running: it waits for its decoders' results. Freeze them, so that it cannot
+        # finish before the signal lands however loaded the machine is (it failed that way before).
+        for pid in decoders:
+            os.kill(pid, signal.SIGSTOP)
+        assert decoders and proc.poll() is None, "the analysis ended before its decoders were seen"
         os.killpg(proc.pid, signal.SIGINT)
+        while proc.poll() is None and _pending(proc.pid, signal.SIGINT) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the CLI has taken the signal: then let its decoders be stopped as usual
+        for pid in decoders:
+            os.kill(pid, signal.SIGCONT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -40,6 +40,14 @@ def _statuses(port: int) -> dict[str, str]:
             for s in fam.samples if s.name == "frexport_rank_status" and s.value == 1.0}
 
 
+def _samples(port: int, *names: str) -> dict[tuple[str, str], float]:
+    """(name, rank) -> value of the named series."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, s.labels.get("rank", "")): s.value for fam in text_string_to_metric_families(text)
+            for s in fam.samples if s.name in names}
+
+
 def test_demo_needs_only_python_and_names_the_stalled_rank(tmp_path):
     port = free_port()
     venv = tmp_path / "venv"
@@ -62,11 +70,22 @@ def test_demo_needs_only_python_and_names_the_stalled_rank(tmp_path):
             time.sleep(0.5)
         took = time.monotonic() - start
         assert statuses == {"0": "blocked", "1": "blocked", "2": "stalled", "3": "blocked"}, log.read_text()[-3000:]
+        # one story: the stall and the waiting ranks' pending collective are timed by the same clock
+        # (the recorder's, these dumps' file times being none): fractions of a millisecond, not days
+        values = _samples(port, "frexport_rank_stall_seconds", "frexport_oldest_pending_collective_age_seconds")
+        stall = values[("frexport_rank_stall_seconds", "2")]
+        ages = [v for (name, _), v in values.items() if name == "frexport_oldest_pending_collective_age_seconds"]
+        assert 0 < stall < 0.01 and len(ages) == 3 and max(ages) == pytest.approx(stall, abs=1e-6), values
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     text = log.read_text()
+    serve_started = text.index("== frexport serve")
+    served = text[serve_started:]
     print(f"fresh demo: stalled rank on /metrics after {took:.1f} s")
+    # a clean demo logs no error, warning or skipped file (the dumps' stacks/*.txt are not dumps)
+    assert not [line for line in served.splitlines() if " error " in line or " warning " in line
+                or "skipped" in line or "Traceback" in line], served
     assert "== installing frexport and its runtime dependencies" in text
     assert "missing_rank [root cause]" in text and "culprit: 2   blocked: 0, 1, 3" in text
     assert f"curl -s http://127.0.0.1:{port}/metrics" in text

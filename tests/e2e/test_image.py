@@ -46,20 +46,13 @@ def image(tmp_path_factory):
     name = f"{values['repository']}:{values['tag']}"
     buildah = img.Buildah(tmp_path_factory.mktemp("buildah"))
     try:
-        t0 = time.monotonic()
-        tar, cached = img.base_tarball()
-        t1 = time.monotonic()
-        base = f"localhost/frexport-test-base:{img.base_key()}"
-        buildah.import_rootfs(tar, base)
-        t2 = time.monotonic()
-        buildah.bud(ROOT, name, {"PYTHON_IMAGE": base})
-        t3 = time.monotonic()
+        base, t = img.build(buildah, name)  # what scripts/build-image.py does for users
         config = buildah.config(name)
         rootfs = buildah.rootfs(name)
         size, venv = img.tree_bytes(rootfs), img.tree_bytes(rootfs / "opt" / "frexport")
         print(f"\nimage {name}: {size / 1e6:.0f} MB uncompressed ({venv / 1e6:.0f} MB of it /opt/frexport, the rest"
-              f" the base); base {'cached' if cached else 'made'} in {t1 - t0:.1f} s, imported in {t2 - t1:.1f} s,"
-              f" Dockerfile built in {t3 - t2:.1f} s")
+              f" the base); base {'cached' if t['base_cached'] else 'made'} in {t['base_s']:.1f} s, imported in "
+              f"{t['import_s']:.1f} s, Dockerfile built in {t['build_s']:.1f} s")
         yield buildah, name, config, rootfs, base
     finally:
         buildah.destroy()
@@ -146,6 +139,17 @@ def test_image_is_configured_as_the_chart_expects(image, job):
     assert not (site[0] / "torch").exists() and (site[0] / "opentelemetry" / "exporter").is_dir()  # otlp extra
     assert (site[0] / "bcrypt").is_dir()  # auth extra
     assert not (rootfs / "src").exists()  # the build stage stays behind
+    # pip and setuptools only install: the image never runs them (neither its venv's nor the base's)
+    assert not list(site[0].glob("pip*")) and not list(site[0].glob("setuptools*"))
+    assert not (rootfs / "opt" / "frexport" / "bin" / "pip").exists()
+
+
+def test_the_image_runs_no_pip(image):
+    buildah, name, _config, _rootfs, _base = image
+    base_pip, venv_pip = buildah.run(name, ["python3", "-m", "pip", "--version"],
+                                     ["/opt/frexport/bin/python", "-c", "import pip"])
+    assert base_pip.returncode != 0 and "No module named pip" in base_pip.stderr, base_pip.stdout
+    assert venv_pip.returncode != 0 and "No module named 'pip'" in venv_pip.stderr
 
 
 def test_buildah_run_as_the_image_user(image):

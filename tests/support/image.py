@@ -1,4 +1,5 @@
 """Build the project's Dockerfile and run the image for real, without a daemon or a registry.
+scripts/build-image.py is this module's command line for users (the same build the tests make).
 
 - The base: the Dockerfile's `PYTHON_IMAGE` build argument. Registries are out of reach here, so the
   tests make a stand-in for `python:3.11-slim-bookworm` from Debian packages: `debootstrap
@@ -23,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from tests.support.paths import ROOT
@@ -166,6 +168,18 @@ class Buildah:
         subprocess.run([*self.base, "rm", "--all"], capture_output=True, timeout=120)
         subprocess.run([*self.base, "rmi", "--all", "--force"], capture_output=True, timeout=300)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def build(buildah: Buildah, tag: str, context: Path = ROOT) -> tuple[str, dict[str, float | bool]]:
+    """The local base imported and the Dockerfile built as `tag`: (base image name, timings)."""
+    t0 = time.monotonic()
+    tar, cached = base_tarball()
+    t1 = time.monotonic()
+    base = f"localhost/frexport-test-base:{base_key()}"
+    buildah.import_rootfs(tar, base)
+    t2 = time.monotonic()
+    buildah.bud(context, tag, {"PYTHON_IMAGE": base})
+    return base, {"base_cached": cached, "base_s": t1 - t0, "import_s": t2 - t1, "build_s": time.monotonic() - t2}
 
 
 def tree_bytes(path: Path) -> int:

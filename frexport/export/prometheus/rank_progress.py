@@ -11,6 +11,12 @@
     frexport_rank_status{rank="1",status="ok"} 0.0
     frexport_rank_status{rank="1",status="stalled"} 1.0
 
+The age of the oldest pending collective is measured like the stall (frexport_rank_stall_seconds,
+waits.py): against the sidecar's clock where the snapshot's time is one, and, for a dump file that
+was there before the sidecar looked (its file time says nothing of when it was taken), against the
+newest event any such dump recorded (as the analysis times a wait: "until rank 1's last recorded
+event"): the wait those records prove, not days since the job ran.
+
 Sequence numbers and timestamps are values, never labels. A rank or group that expired from the
 state is simply absent from the next scrape.
 """
@@ -26,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, OK, STATUSES, LiveAnalysis
 from frexport.live.state import LiveState
-from frexport.model.dump import DEFAULT_RECORDER, split_group_name
+from frexport.model.dump import DEFAULT_RECORDER, RankDump, split_group_name
 
 # `pg` is the name the group's ops are filed under (model.dump.group_name: "0", or "nccl2:0" for a
 # group's ops in a hooked backend's recorder), unique within the rank, so the rules can group by it;
@@ -63,7 +69,8 @@ def _families() -> _Families:
         GaugeMetricFamily("frexport_pending_collectives", "Collectives enqueued and not finished",
                           labels=_PG + ["op"]),
         GaugeMetricFamily("frexport_oldest_pending_collective_age_seconds",
-                          "Age of the oldest unfinished collective, from its enqueue time", labels=_PG + ["op"]),
+                          "Age of the oldest unfinished collective, from its enqueue time (until the newest "
+                          "recorded event for dumps that predate the sidecar)", labels=_PG + ["op"]),
         GaugeMetricFamily("frexport_rank_status", "1 for the rank's current status", labels=["rank", "status"]),
         GaugeMetricFamily("frexport_rank_last_seen_timestamp_seconds", "When a snapshot of the rank was last taken in",
                           labels=["rank"]),
@@ -90,8 +97,12 @@ class RankProgressCollector:
         latest = self.analysis.latest
         statuses = latest.statuses if latest is not None else {}
         now = self.clock()
+        # one recorder clock for every dump that predates the sidecar: the newest event among them
+        recorded_until = max((_recorded_until(rs.dump) for rs in view.ranks.values()
+                              if rs.dump is not None and not rs.dump.dumped_at_is_clock), default=0)
         for rank, rs in sorted(view.ranks.items()):
             r = str(rank)
+            until_ns = None if rs.dump is None or rs.dump.dumped_at_is_clock else recorded_until
             for name, g in sorted(rs.groups.items()):
                 labels = [r, name, g.pg_desc, split_group_name(name)[1] or DEFAULT_RECORDER]
                 if g.last_enqueued is not None:
@@ -108,7 +119,8 @@ class RankProgressCollector:
                 # a dead process's pending collective is not aging: its series ends with it
                 for op, (count, oldest_ns) in sorted(g.pending.items()) if statuses.get(rank) != DOWN else ():
                     f.pending.add_metric(labels + [op], count)
-                    f.oldest.add_metric(labels + [op], max(0.0, now - sample_value(oldest_ns) / 1e9))
+                    age = now - sample_value(oldest_ns) / 1e9 if until_ns is None else (until_ns - oldest_ns) / 1e9
+                    f.oldest.add_metric(labels + [op], max(0.0, age))
             for s in STATUSES:  # every status, so `== 1` and `== 0` both select series
                 f.status.add_metric([r, s], 1.0 if statuses.get(rank, OK) == s else 0.0)
             f.last_seen.add_metric([r], sample_value(rs.last_seen_ns) / 1e9)
@@ -118,3 +130,9 @@ class RankProgressCollector:
             for s in STATUSES:  # sockets of a job that died before frexport started: down, not absent
                 f.status.add_metric([str(rank), s], 1.0 if s == DOWN else 0.0)
         return iter(f)
+
+
+def _recorded_until(dump: RankDump) -> int:
+    """The newest time the rank's recorder wrote (an entry created, started or completed)."""
+    return max((max(e.time_created_ns, e.time_started_ns or 0, e.time_completed_ns or 0) for e in dump.entries),
+               default=0)

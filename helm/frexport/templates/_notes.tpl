@@ -29,8 +29,9 @@ Rendered:
 WARNING, kube-prometheus-stack users: its Prometheus only picks up PodMonitors, ServiceMonitors and
 PrometheusRules labelled `release: <kube-prometheus-stack release name>` (the default
 *SelectorNilUsesHelmValues: true). Without it nothing is scraped or no alert loads. Not labelled:
-{{ join ", " $unlabelled }}. Fix:
-  helm upgrade {{ .Release.Name }} frexport --reuse-values{{ range $unlabelled }} \
+{{ join ", " $unlabelled }}. Fix (from the frexport repository's root; or name the chart you installed,
+e.g. oci://ghcr.io/frexport/charts/frexport --version {{ .Chart.Version }}):
+  helm upgrade {{ .Release.Name }} ./helm/frexport -n {{ .Release.Namespace }} --reuse-values{{ range $unlabelled }} \
     --set {{ . }}.additionalLabels.release=kube-prometheus-stack{{ end }}
 (or set prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues=false and
 ruleSelectorNilUsesHelmValues=false in kube-prometheus-stack).

@@ -25,5 +25,9 @@ def test_dockerfile_passes_hadolint_and_matches_the_chart():
     assert "USER 65532:65532" in text and "--uid 65532" in text
     assert 'ENTRYPOINT ["frexport"]' in text and 'CMD ["serve", "--help"]' in text
     assert "pip install --no-cache-dir" in text and "EXPOSE 9464" in text
+    # the image never runs pip or setuptools: the venv's and the base's are removed
+    assert "/opt/frexport/bin/python -m pip uninstall --yes pip setuptools" in text
+    assert "python3 -m pip uninstall --yes --no-cache-dir pip setuptools wheel" in text
+    assert "scripts/build-image.py" in text and (ROOT / "scripts" / "build-image.py").is_file()
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*"):][:4] == ["*", "!pyproject.toml", "!README.md", "!frexport/"]

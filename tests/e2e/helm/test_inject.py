@@ -2,7 +2,8 @@
 
 Every patched workload validates strictly against Kubernetes' schemas (1.29, the first with native
 sidecars, and the newest); JobSet and PyTorchJob are CRDs kubernetes-validate has no schema for, so
-their patched pod templates are validated as core PodTemplates. Then the injected Pod runs on this
+their patched pod templates are validated as core PodTemplates (Kubeflow Trainer's runtimes too, besides
+their own CRD schemas: tests/unit/inject/test_trainer.py). Then the injected Pod runs on this
 machine as the kubelet would: the init step, the sidecar's exact args, and the trainer's own,
 untouched torchrun command with the injected environment; the sidecar must see both ranks.
 """
@@ -20,12 +21,16 @@ import yaml
 
 from frexport.inject.workloads import templates
 from tests.support import paths
+from tests.support.crd_schema import crd_for
+from tests.support.crd_schema import errors as crd_errors
 from tests.support.helm_tools import kubernetes_validate, kubernetes_validate_versions, resolve_env, scrape_metrics
 from tests.support.ports import free_port
 from tests.support.proctree import kill_tree
 from tests.support.torchjob import require_torch
 
 WORKLOADS = paths.FIXTURES / "k8s" / "workloads.yaml"
+EXISTING = paths.FIXTURES / "k8s" / "existing.yaml"
+TRAINER = paths.FIXTURES / "k8s" / "trainer.yaml"
 FREXPORT = [sys.executable, "-m", "frexport"]
 
 
@@ -36,9 +41,10 @@ def _inject(text: str, *args: str) -> list[dict]:
 
 
 def test_every_patched_kind_validates_strictly(tmp_path):
-    docs = _inject(WORKLOADS.read_text())
-    core = [d for d in docs if d["kind"] not in ("JobSet", "PyTorchJob")]
-    for crd in (d for d in docs if d["kind"] in ("JobSet", "PyTorchJob")):
+    docs = _inject(WORKLOADS.read_text()) + _inject(EXISTING.read_text()) + _inject(TRAINER.read_text())
+    crds = ("JobSet", "PyTorchJob", "TrainingRuntime", "ClusterTrainingRuntime", "TrainJob")
+    core = [d for d in docs if d["kind"] not in crds]
+    for crd in (d for d in docs if d["kind"] in crds[:-1]):
         for i, (meta, spec, _) in enumerate(templates(crd)):
             core.append({"apiVersion": "v1", "kind": "PodTemplate",
                          "metadata": {"name": f"{crd['metadata']['name']}-{i}"},
@@ -48,13 +54,66 @@ def test_every_patched_kind_validates_strictly(tmp_path):
     for version in ("1.29.0", kubernetes_validate_versions()[-1]):
         out = kubernetes_validate([path], version)
         assert out.returncode == 0, f"-k {version}:\n{out.stdout}\n{out.stderr}"
-        assert out.stdout.count("INFO") == len(core) == 9 and "ERROR" not in out.stdout
+        assert out.stdout.count("INFO") == len(core) == 13 and "ERROR" not in out.stdout
     # Negative control: a field Kubernetes does not know is caught in a patched container.
     bad = tmp_path / "bad.yaml"
     core[0]["spec"]["initContainers"][-1]["bogusField"] = 1
     bad.write_text(yaml.safe_dump_all(core, sort_keys=False))
     out = kubernetes_validate([bad], "1.29.0")
     assert out.returncode != 0 and "bogusField" in out.stdout
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n#", start + len(heading))
+    return text[start:end if end > 0 else None]
+
+
+def test_the_readmes_commands_for_a_running_job_give_a_job_the_server_accepts(tmp_path):
+    """The README's commands, run as written, with `kubectl get` replaced by what it returned for a
+    running Job (the fixture) and the API server's schema check by kubernetes-validate --strict."""
+    section = _section((paths.ROOT / "README.md").read_text(), "### Add frexport to a job that is already running")
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    get, replace = block.splitlines()[:2]
+    assert get == "kubectl get job train -o yaml | frexport inject - > train.yaml"
+    assert replace.startswith("kubectl replace --force -f train.yaml")
+    running = next(d for d in yaml.safe_load_all(EXISTING.read_text()) if d and d["kind"] == "Job")
+    (tmp_path / "kubectl-get.yaml").write_text(yaml.safe_dump(running))
+    env = {**os.environ, "PATH": f"{paths.ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(paths.ROOT)}
+    out = subprocess.run(["bash", "-c", get.replace("kubectl get job train -o yaml", "cat kubectl-get.yaml")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "re-create it with kubectl replace --force -f train.yaml" in out.stderr
+    job = yaml.safe_load((tmp_path / "train.yaml").read_text())
+    assert "selector" not in job["spec"] and "status" not in job and "uid" not in job["metadata"]
+    for version in ("1.29.0", kubernetes_validate_versions()[-1]):
+        checked = kubernetes_validate([tmp_path / "train.yaml"], version)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_readmes_commands_for_a_running_trainjob_give_objects_the_crds_accept(tmp_path):
+    """The README's TrainJob commands as written, `kubectl get` replaced by what it returns (the fixture:
+    Kubeflow's own torch runtime and a running TrainJob), checked against the real CRDs."""
+    section = _section((paths.ROOT / "README.md").read_text(), "### Add frexport to a job that is already running")
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[1].splitlines()
+    docs = {d["kind"]: d for d in yaml.safe_load_all(TRAINER.read_text()) if d}
+    env = {**os.environ, "PYTHONPATH": str(paths.ROOT)}
+    results = {}
+    for line, kind in ((block[0], "ClusterTrainingRuntime"), (block[2], "TrainJob")):
+        get = re.match(r"kubectl get (\S+) (\S+) -o yaml \| (frexport inject - > (\S+))$", line)
+        assert get and get[1] == kind.lower() and get[2] == docs[kind]["metadata"]["name"], line
+        (tmp_path / "got.yaml").write_text(yaml.safe_dump(docs[kind]))
+        out = subprocess.run(["bash", "-c", "cat got.yaml | " + get[3].replace("frexport", " ".join(FREXPORT), 1)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        results[kind] = yaml.safe_load((tmp_path / get[4]).read_text())
+        assert crd_errors(results[kind], crd_for(kind)) == []
+    assert block[1].startswith("kubectl apply -f runtime.yaml")
+    assert block[3] == "kubectl replace --force -f llama-ft.yaml"
+    pod = results["ClusterTrainingRuntime"]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert [c["name"] for c in pod["template"]["spec"]["initContainers"]] == ["frexport-init", "frexport"]
+    assert "uid" not in results["TrainJob"]["metadata"] and "status" not in results["TrainJob"]
 
 
 def test_frexport_serve_accepts_the_injected_sidecar(tmp_path):

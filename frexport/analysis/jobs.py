@@ -1,0 +1,132 @@
+"""Tell training jobs apart when `analyze` is given several directories (or a glob over several jobs).
+
+A hang is diagnosed within one job: ranks 0-3 of one job and 0-3 of another are not eight ranks,
+and a culprit named across them is wrong. Each source (a directory, a prefix, the files of one
+directory) is one job's ranks or a part of them (a node's directory). Sources join one job only when
+their data agrees:
+- no rank twice (a rank's JSON twin, the same dump in another format, is not a second rank: the
+  same rank with the same first recorded entry is kept once);
+- the same group layout where both dumps carry one (pg_config: each group's name and ranks, so the
+  world size too), the same description for a group name both use, no rank beyond the other's world;
+- recorder times that overlap: a job's ranks record the same minutes.
+A source that could join two jobs cannot be placed (`Ambiguous`): the caller refuses, naming the
+groups it found. Pure: traces in, groups of sources out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from frexport.analysis.engine import format_ranks
+from frexport.model.rank_trace import RankTrace
+
+
+@dataclass
+class Source:
+    """One path argument's (or one directory's) loaded ranks."""
+
+    label: str
+    traces: list[RankTrace]
+    key: int = 0  # the caller's index of this source
+
+
+@dataclass
+class Job:
+    sources: list[Source] = field(default_factory=list)
+
+    @property
+    def traces(self) -> list[RankTrace]:
+        return [t for s in self.sources for t in s.traces]
+
+    @property
+    def ranks(self) -> set[int]:
+        return {t.rank for t in self.traces}
+
+
+class Ambiguous(Exception):
+    """The sources cannot be told apart into jobs (the message names the groups found)."""
+
+
+def layout(traces: list[RankTrace]) -> dict[str, tuple[int, ...]]:
+    """Group name -> its ranks, from the pg_config any of these dumps carries."""
+    out: dict[str, tuple[int, ...]] = {}
+    for t in traces:
+        for pg in t.pg_config:
+            out.setdefault(str(pg.name), tuple(pg.ranks))
+    return out
+
+
+def world_size(traces: list[RankTrace]) -> int | None:
+    groups = layout(traces)
+    return len(groups[""]) if "" in groups else len(groups["0"]) if "0" in groups else None
+
+
+def _descs(traces: list[RankTrace]) -> dict[str, str]:
+    return {name: g.pg_desc for t in traces for name, g in t.groups.items() if g.pg_desc}
+
+
+def _span(traces: list[RankTrace]) -> tuple[int, int] | None:
+    firsts = [t.first_created_ns for t in traces if t.first_created_ns]
+    lasts = [t.last_event_ns or t.last_created_ns for t in traces if t.last_event_ns or t.last_created_ns]
+    return (min(firsts), max(lasts)) if firsts and lasts else None
+
+
+def conflict(job: list[RankTrace], other: list[RankTrace]) -> str | None:
+    """Why `other` cannot be ranks of the same job as `job`, or None where nothing says so."""
+    mine = {t.rank: t for t in job}
+    twice = sorted(t.rank for t in other if t.rank in mine and not _twin(mine[t.rank], t))
+    if twice:
+        return f"rank {twice[0]} twice"
+    a, b = layout(job), layout(other)
+    for name in a.keys() & b.keys():
+        if a[name] != b[name]:
+            return f"group {name or 'default'} has ranks {list(a[name])} in one and {list(b[name])} in the other"
+    for ws, ranks in ((world_size(job), {t.rank for t in other}), (world_size(other), set(mine))):
+        if ws is not None and ranks and max(ranks) >= ws:
+            return f"rank {max(ranks)} beyond a world of {ws}"
+    da, db = _descs(job), _descs(other)
+    for name in da.keys() & db.keys():
+        if da[name] != db[name]:
+            return f"group {name} is {da[name]} in one and {db[name]} in the other"
+    sa, sb = _span(job), _span(other)
+    if sa and sb and (sa[1] < sb[0] or sb[1] < sa[0]):
+        return "recorded at different times"
+    return None
+
+
+def _twin(a: RankTrace, b: RankTrace) -> bool:
+    return a.first_created_ns is not None and a.first_created_ns == b.first_created_ns
+
+
+def split(sources: list[Source]) -> list[Job]:
+    """Sources grouped into jobs, in the order given; raises Ambiguous where a source fits two."""
+    jobs: list[Job] = []
+    for src in sources:
+        if not src.traces:  # nothing readable: a job of its own, whose report says so
+            _new(jobs).sources.append(src)
+            continue
+        fits = [j for j in jobs if j.traces and conflict(j.traces, src.traces) is None]
+        if len(fits) > 1:
+            raise Ambiguous(f"cannot tell which job {src.label} belongs to: it fits "
+                            + " and ".join(describe(j) for j in fits) + "; analyse each job's dumps on their own")
+        job = fits[0] if fits else _new(jobs)
+        have = {t.rank for t in job.traces}
+        src.traces = [t for t in src.traces if t.rank not in have]  # a twin: the first source's copy stays
+        job.sources.append(src)
+    return jobs
+
+
+def _new(jobs: list[Job]) -> Job:
+    jobs.append(Job())
+    return jobs[-1]
+
+
+def describe(job: Job) -> str:
+    """'dirA, dirB (ranks 0-7, world 8, groups 0, 1 (tp))': what a message names a job by."""
+    traces = job.traces
+    names = sorted({(n, g.pg_desc) for t in traces for n, g in t.groups.items()})
+    groups = ", ".join(f"{n} ({d})" if d else n for n, d in names) or "none recorded"
+    ws = world_size(traces)
+    world = f", world {ws}" if ws else ""
+    return (f"{', '.join(s.label for s in job.sources)} (ranks {format_ranks(job.ranks) or 'none'}{world}, "
+            f"groups {groups})")

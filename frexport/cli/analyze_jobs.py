@@ -1,0 +1,68 @@
+"""`frexport analyze` given several paths: which dumps are one job (frexport/analysis/jobs.py decides)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from frexport.analysis.jobs import Ambiguous, Source
+from frexport.analysis.jobs import describe as describe_job
+from frexport.analysis.jobs import split as split_jobs
+from frexport.decode.discover import Discovery
+from frexport.decode.load import Loaded, load, load_sources
+from frexport.decode.read import DEFAULT_MAX_BYTES
+from frexport.decode.sandbox import Limits
+
+
+def load_jobs(paths: list[str], args: argparse.Namespace, limits: Limits) -> list[tuple[str, list[str], Loaded]] | str:
+    """(label, paths, what was loaded) per job, or why the dumps cannot be told apart into jobs.
+    One path: one job, as it always was. Several: each directory (or one directory's files, as a
+    shell glob gives them) loaded on its own, then grouped by what the dumps say (analysis/jobs.py)."""
+    load_args = dict(prefix=args.prefix, workers=args.workers, limits=limits,
+                     max_bytes=args.max_file_bytes or DEFAULT_MAX_BYTES, follow_symlinks=args.follow_symlinks)
+    groups = _source_paths(paths)
+    if len(groups) == 1:
+        return [(", ".join(paths), paths, load(paths, **load_args))]
+    loaded = load_sources(groups, **load_args)
+    labels = [", ".join(g) if len(g) == 1 else os.path.join(os.path.dirname(g[0]) or ".", "*") for g in groups]
+    try:
+        found = split_jobs([Source(label, ld.traces, i) for i, (label, ld) in enumerate(zip(labels, loaded))])
+    except Ambiguous as exc:
+        return str(exc)
+    out = []
+    for job in found:
+        parts = [loaded[s.key] for s in job.sources]
+        kept = {id(t) for s in job.sources for t in s.traces}  # a twin of another source's rank is dropped
+        merged = Loaded([t for p in parts for t in p.traces if id(t) in kept], [e for p in parts for e in p.errors],
+                        _merged_discovery([p.discovery for p in parts]), [n for p in parts for n in p.notes])
+        out.append((describe_job(job), [p for s in job.sources for p in groups[s.key]], merged))
+    if len(out) > 1:
+        print(f"frexport analyze: {len(out)} jobs in these dumps, each analysed on its own", file=sys.stderr)
+    return out
+
+
+def _source_paths(paths: list[str]) -> list[list[str]]:
+    """Directories and prefixes one source each; files grouped by their directory (a glob's expansion)."""
+    out: list[list[str]] = []
+    by_dir: dict[str, list[str]] = {}
+    for p in paths:
+        if os.path.isfile(p):
+            d = os.path.dirname(os.path.abspath(p))
+            if d not in by_dir:
+                by_dir[d] = []
+                out.append(by_dir[d])
+            by_dir[d].append(p)
+        else:
+            out.append([p])
+    return out
+
+
+def _merged_discovery(parts: list[Discovery]) -> Discovery:
+    d = Discovery()
+    for p in parts:
+        for rank, files in p.by_rank.items():
+            d.by_rank.setdefault(rank, files)
+        d.skipped += p.skipped
+        d.notes += p.notes
+    return d
