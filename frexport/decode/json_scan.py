@@ -192,7 +192,7 @@ def _rows(reps: list, which: list[int], counts: list[int], values: list) -> tupl
     return layout, out
 
 
-def _one(picks: list[int]):
+def _one(picks: list[int]) -> Callable[[list], tuple]:
     """itemgetter of a single index returns the item, not a 1-tuple."""
     return lambda row: tuple(row[p] for p in picks)
 
