@@ -185,6 +185,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                          stalled: bool = True, clock: bool = False) -> tuple:
     """(missing, no_dump, not_yet, joined, left, completed, outlived, still, all_in_ns) of a collective's
     members; all_in_ns: when its last member issued it, where every member's record shows it (else 0)."""
+    no_dump: list[int]
+    not_yet: list[int]
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
     all_in = 0
     moved_on = False
@@ -198,6 +200,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
         i = g.position(seq) if g is not None and len(g.seq) else None
         if i is not None or (g is not None and len(g.seq) and seq < g.seq[0]):
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
+            assert g is not None  # (for mypy) both tests above read it
             if i is not None:
                 all_in = max(all_in, g.created_ns[i])
             if i is not None and not g.flags[i] & FINISHED:
@@ -281,8 +284,8 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int) -> bool:
     only a suspect unless other evidence decides (see `Root.certain`). A rank whose own recorder
     went on past the threshold is never fresh, whatever its dump time. A dump time close after the
     op shows a fresh snapshot whether or not it is a clock."""
-    if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted:
-        return False
+    if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted or not t.dumped_at_ns:
+        return False  # (a trusted dump time is never 0 or None: the last test is for mypy)
     return t.dumped_at_ns - created_ns < stall_after_ns
 
 
@@ -311,7 +314,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces,
                                                                                                    stall_after_ns):
             _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)
-    inside = {}
+    inside: dict[int, Wait] = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
                 and not _seen_soon_after_all_in(w, traces, stall_after_ns)):

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar, cast
 
 from frexport.decode.errors import DecodeError
 
@@ -123,7 +123,7 @@ def _describe(item: object) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx: mp.context.BaseContext, fn: Callable, limits: Limits) -> None:
+    def __init__(self, ctx: mp.context.ForkContext | mp.context.SpawnContext, fn: Callable, limits: Limits) -> None:
         parent, child = ctx.Pipe()
         self.conn = parent
         self.proc = ctx.Process(target=_worker_main, args=(child, fn, limits.memory_bytes, os.getpid()),
@@ -154,10 +154,11 @@ class _Worker:
         self.conn.close()
 
 
-def _context() -> mp.context.BaseContext:
+def _context() -> mp.context.ForkContext | mp.context.SpawnContext:
     # fork is cheap and safe while single-threaded; a threaded daemon must not fork.
-    method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
-    return mp.get_context(method)
+    if threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
 
 
 class SandboxPool(Generic[T, R]):
@@ -190,7 +191,7 @@ class SandboxPool(Generic[T, R]):
                     w.conn.send([items[i] for i in w.batch])
                     busy[w.conn] = w
                 timeout = max(0.0, min(w.deadline for w in busy.values()) - time.monotonic())
-                ready = wait(list(busy), timeout=timeout)
+                ready = cast("list[Connection]", wait(list(busy), timeout=timeout))  # busy's own
                 for conn in ready:
                     w = busy.pop(conn)
                     try:
@@ -224,7 +225,7 @@ class SandboxPool(Generic[T, R]):
                     w.kill()
         return results  # type: ignore[return-value]
 
-    def _fresh(self, ctx: mp.context.BaseContext, fn: Callable) -> _Worker:
+    def _fresh(self, ctx: mp.context.ForkContext | mp.context.SpawnContext, fn: Callable) -> _Worker:
         w = _Worker(ctx, fn, self.limits)
         w.hello(self.limits)
         return w
@@ -255,7 +256,7 @@ class DecoderPool:
         self._idle: list[_Worker] = []
         self._count = 0
         self._cond = threading.Condition()
-        self._ctx: mp.context.BaseContext | None = None
+        self._ctx: mp.context.ForkContext | mp.context.SpawnContext | None = None
         self._closed = False
 
     def start(self) -> None:
@@ -309,8 +310,9 @@ class DecoderPool:
                     result = out[0]
                     if w.items >= self.recycle_after:
                         w.kill()
-                        w = None
-                    self._release(w)
+                        self._release(None)
+                    else:
+                        self._release(w)
                     return result
                 why = "decoder process sent no result"
             else:
