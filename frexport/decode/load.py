@@ -43,7 +43,7 @@ class _Task:
 
 
 def _load_rank(task: _Task) -> tuple[RankTrace | None, list[DecodeError]]:
-    errors = []
+    errors: list[DecodeError] = []
     for path in task.paths:
         try:
             data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
@@ -75,7 +75,7 @@ def load(paths: list[str], prefix: str | None = None, workers: int | None = None
     traces: list[RankTrace] = []
     errors: list[InputError] = []
     notes: list[str] = []
-    pool = SandboxPool(workers, limits or Limits())
+    pool: SandboxPool[_Task, tuple[RankTrace | None, list[DecodeError]]] = SandboxPool(workers, limits or Limits())
     for task, result in zip(tasks, pool.map(_load_rank, tasks)):
         if isinstance(result, DecodeError):
             errors.append(InputError(task.path, result.detail, task.rank))
