@@ -26,7 +26,7 @@ from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
-from frexport.analysis.straggler import find_stragglers
+from frexport.analysis.straggler import Straggler, find_stragglers
 from frexport.model.call_site import Frame, site_text
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
@@ -50,7 +50,8 @@ class Options:
 def format_ranks(ranks) -> str:
     """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
     ranks = sorted(set(ranks))
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(ranks):
         j = i
         while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
@@ -90,13 +91,21 @@ class _Context:
         t = self.traces.get(rank)
         g = t.groups.get(group.name) if t else None
         i = g.position(seq) if g else None
-        if i is None:
+        if i is None or g is None or t is None:  # (i is None where either is: the others are for mypy)
             return None
         return t.signatures[g.sig[i]], t.call_site(g.site[i]), g.created_ns[i]
+
+    def recorded(self, rank: int, group: Group, seq: int) -> tuple[Signature, Frame | None, int]:
+        """`entry` of a rank known to have recorded the op (one that voted on it)."""
+        e = self.entry(rank, group, seq)
+        assert e is not None, f"rank {rank} has no collective {seq} of group {group.name}"
+        return e
 
     def last_site(self, rank: int) -> str | None:
         """Where a rank issued its newest recorded op (a hint to where it is now)."""
         t = self.traces.get(rank)
+        if t is None:
+            return None
         best = None
         for g in (t.groups.values() if t else ()):
             if len(g.seq):
@@ -165,7 +174,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):
     """One finding per run of disagreements with the same culprits, kind and normal op."""
     out: list[tuple[Finding, list[int]]] = []
-    current = None
+    current: list | None = None  # [key, finding, seqs]
     for d in disagreements:
         counts = Counter(d.votes.values())
         ranked = counts.most_common()
@@ -176,12 +185,12 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
             history = {c: sum(col.count(c) for _, col in cols.values()) for c in tied}
             best = max(history.values())
             if list(history.values()).count(best) == 1:
-                normal, ambiguous = max(history, key=history.get), False
+                normal, ambiguous = max(history, key=history.__getitem__), False
         culprits = tuple(sorted(d.votes)) if ambiguous else tuple(sorted(r for r, c in d.votes.items() if c != normal))
         agreeing = tuple(sorted(r for r, c in d.votes.items() if c == normal)) if not ambiguous else ()
         normal_rank = agreeing[0] if agreeing else culprits[0]
-        normal_sig, _, created = ctx.entry(normal_rank, group, d.seq)
-        culprit_sig, culprit_site, _ = ctx.entry(culprits[0], group, d.seq)
+        normal_sig, _, created = ctx.recorded(normal_rank, group, d.seq)
+        culprit_sig, culprit_site, _ = ctx.recorded(culprits[0], group, d.seq)
         kind = mismatch_kind(normal_sig, culprit_sig) if not ambiguous else _ambiguous_kind(ctx, group, d)
         key = (kind, culprits, canonical(normal_sig))
         if current is not None and current[0] == key and d.seq == current[2][-1] + 1:
@@ -194,7 +203,7 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
         for r, c in d.votes.items():
             by_sig.setdefault(c, []).append(r)
         for _, ranks in sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[1])):
-            sig, site, _ = ctx.entry(ranks[0], group, d.seq)
+            sig, site, _ = ctx.recorded(ranks[0], group, d.seq)
             details.append(f"ranks {format_ranks(ranks)}: {describe(sig)}" + (f" at {site_text(site)}" if site else ""))
         if ambiguous:
             message = (f"ranks {format_ranks(d.votes)} disagree on collective {d.seq} of group {group.label} "
@@ -222,7 +231,7 @@ def _finish_mismatch(current) -> Finding:
 
 
 def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
-    sigs = [ctx.entry(r, group, d.seq)[0] for r in sorted(d.votes)]
+    sigs = [ctx.recorded(r, group, d.seq)[0] for r in sorted(d.votes)]
     kinds = {mismatch_kind(sigs[0], s) for s in sigs[1:] if canonical(s) != canonical(sigs[0])}
     for k in F.MISMATCH_KINDS:
         if k in kinds:
@@ -412,12 +421,13 @@ def _waited(w: Wait) -> str:
 def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
     """On a backend that records starts (NCCL), members whose entry is still `scheduled` while their
     peers' are `started`: their device never launched the collective (still busy with earlier work)."""
-    started, scheduled = [], []
+    started: list[int] = []
+    scheduled: list[int] = []
     for m in sorted(members):
         t = ctx.traces.get(m)
         g = t.groups.get(w.group.name) if t else None
         i = g.position(w.seq) if g else None
-        if i is None:
+        if i is None or g is None:  # (i is None where g is: the second test is for mypy)
             return ()  # (gloo never marks an entry started: there `started` stays empty)
         (started if g.flags[i] & STARTED else scheduled).append(m)
     return tuple(scheduled) if started and scheduled else ()
@@ -468,7 +478,7 @@ def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) 
 
 
 def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], waited_by: set[int],
-               p2p: bool, certain: bool = True, failed: set[int] = frozenset()) -> Finding:
+               p2p: bool, certain: bool = True, failed: set[int] | frozenset[int] = frozenset()) -> Finding:
     joined = tuple(sorted(set(w.joined) | {w.rank}))
     where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
     # Odd one out: when most ranks never issued the op, the few that did are the ones out of step,
@@ -541,7 +551,7 @@ def _went_on(ctx: _Context, w: Wait, ranks: tuple[int, ...]) -> str | None:
     return f"{_ranks(gone)} recorded events until {duration(last - w.created_ns)}"
 
 
-def _waiting_details(w: Wait, failed: set[int] = frozenset()) -> tuple[str, ...]:
+def _waiting_details(w: Wait, failed: set[int] | frozenset[int] = frozenset()) -> tuple[str, ...]:
     waiting = sorted((set(w.joined) | {w.rank}) - failed) if not w.p2p else [w.rank]
     line = f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe(w.sig)}"
     if w.site is not None:
@@ -569,7 +579,7 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
 
 
 def _straggler_findings(ctx: _Context, all_cols, exclude: set[int], options: Options) -> list[Finding]:
-    best = {}
+    best: dict[int, Straggler] = {}
     for key, group in ctx.membership.groups.items():
         cols = {r: c[0] for r, c in all_cols[key].items()}
         for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9)):
