@@ -13,7 +13,7 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, cast, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 import yaml
@@ -258,7 +258,7 @@ def _value(tp: Any, v: Any, where: str, name: str) -> Any:
         tp = next(a for a in args if a is not type(None))
         origin, args = get_origin(tp), get_args(tp)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, v, where)
+        return _build(cast(type, tp), v, where)  # a field's type: a class, not an instance
     if origin is list:
         if not isinstance(v, list):
             raise ConfigError(f"{where}: expected a list, got {v!r}")

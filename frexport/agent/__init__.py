@@ -253,7 +253,9 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         # torch whose dump API moved leaves PyTorch's own handlers alone on the server (the sidecar
         # polls those), says so, and never fails a request later
         listed = recorders.names()
-        recorders.dump(listed[0])(False, False, False)
+        probe = recorders.dump(listed[0])
+        assert probe is not None, f"no dump API for recorder {listed[0]}"  # names() lists those with one
+        probe(False, False, False)
 
         def pickle_handler(req, resp):
             dump = recorders.dump(req.get_param("backend"))
@@ -347,7 +349,8 @@ def _snapshots(c10d, directory: str, rank: int, torch_version: str) -> None:
     name = f"trace_{rank}.json" if dump_json is not None else f"trace_{rank}"
     while True:
         try:
-            data = dump_json() if dump_json is not None else dump_pickle()
+            # (torch's getattr above: not None where dump_json is; mypy cannot tell)
+            data = dump_json() if dump_json is not None else dump_pickle()  # type: ignore[misc]
             _atomic_write(os.path.join(out, name), data if isinstance(data, bytes) else data.encode())
         except Exception as exc:  # noqa: BLE001
             _warn(f"snapshot failed: {exc}")

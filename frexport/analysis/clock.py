@@ -96,7 +96,7 @@ def timeout_bound(trace: RankTrace, group_name: str, rank: int) -> Waited | None
 
 def dump_bound(trace: RankTrace, since_ns: int, rank: int, clock: bool) -> Waited | None:
     if not (clock and trace.dumped_at_is_clock and trace.dump_time_trusted) or not since_ns \
-            or trace.dumped_at_ns <= since_ns:
+            or not trace.dumped_at_ns or trace.dumped_at_ns <= since_ns:
         return None
     return Waited(trace.dumped_at_ns - since_ns, DUMP_TIME, rank)
 

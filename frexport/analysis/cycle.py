@@ -47,7 +47,7 @@ def site_roles(traces: dict[int, RankTrace], site: Frame, skip: set[int]) -> dic
         if rank in skip or site not in t.call_sites:
             continue
         k = t.call_sites.index(site)
-        uses = Counter()
+        uses: Counter[str] = Counter()
         for g in t.groups.values():
             n = sum(1 for s in g.site if s == k)
             if n:

@@ -108,7 +108,7 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     if len(samples) < min_samples:
         return []
     by_duration = all(d[j] >= 0 for d in durations for j in samples)
-    lateness: dict[int, list[int]] = {r: [] for r in members}
+    lateness: dict[int, list[float]] = {r: [] for r in members}
     last_count = {r: 0 for r in members}
     first_late: dict[int, int] = {}
     k = len(members) - 1  # the others of a member: its lateness is against their median
@@ -127,6 +127,7 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
         for r, a in zip(members, arrival):
             # the median of the others, `o` without one `a` (a is above o[i] exactly when removing it
             # leaves o[i] in place)
+            med: float
             if k % 2:
                 med = o[half] if a > o[half] else o[half + 1]
             elif a > o[half]:
@@ -152,10 +153,13 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
 _FINISHED_BYTE = bytes(1 if v & FINISHED else 0 for v in range(256))
 
 
-def _columns(g: GroupTrace, first: int, n: int) -> tuple[bytes, Sequence[int], Sequence[int]]:
+def _columns(g: GroupTrace, first: int, n: int) -> tuple[bytes | bytearray, Sequence[int], Sequence[int]]:
     """(usable, enqueue times, durations) of seqs first..first+n-1 in one rank's group columns; usable:
     one byte per seq, 1 where the rank finished it and recorded when it was enqueued."""
     i0 = first - g.seq[0]
+    usable: bytes | bytearray
+    created: Sequence[int]
+    durations: Sequence[int]
     if g.contiguous():  # the common case: slices (first and the last seq lie within the columns)
         cut = slice(i0, i0 + n)
         usable, created, durations = g.flags[cut].tobytes().translate(_FINISHED_BYTE), g.created_ns[cut], \

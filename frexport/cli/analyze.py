@@ -213,7 +213,7 @@ def _raw(loaded, args, limits: Limits) -> int:
         ranks = [r for r in ranks if r in args.selected_ranks]
     jobs = [_RawJob(r, loaded.discovery.by_rank[r][0].path, args.max_file_bytes or DEFAULT_MAX_BYTES,
                     args.follow_symlinks, wanted_pgs, args.verbose) for r in ranks]
-    pool = SandboxPool(args.workers, limits)
+    pool: SandboxPool[_RawJob, str] = SandboxPool(args.workers, limits)
     out = sys.stdout
     step = max(1, pool.workers * 2)  # a few ranks at a time: output streams, memory stays small
     for i in range(0, len(jobs), step):

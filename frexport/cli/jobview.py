@@ -81,7 +81,7 @@ def build_jobview(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
-        sinks.append(JobEvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes), peers,
+        sinks.append(JobEvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes), peers,
                                      cfg.analysis.window, ev.pyspy, ev.deadline, cfg.peers.stacks))
     state = LiveState(max_ranks=cfg.max_ranks, count=False)  # only the latest snapshots: see the note below
     sidecar = Sidecar(cfg.analysis, state, health, [peers], sinks, None, decoder, scoped=False)

@@ -132,7 +132,7 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
         reporter = functools.partial(bundle_report, limits=limits)
         uploader = make_uploader(cfg)
-        sinks.append(EvidenceSink(EvidenceWriter(ev.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
+        sinks.append(EvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
                                   ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None))
         if uploader is not None:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it

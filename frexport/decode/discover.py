@@ -76,6 +76,7 @@ def parse_name(name: str) -> tuple[int, str, str | None] | None:
             stem, hint = stem[: -len(ext)], ("json" if ext == ".json" else "pickle")
             break
     explicit = list(_EXPLICIT_RANK.finditer(stem))
+    m: re.Match[str] | None
     if explicit:
         m = explicit[-1]
         rank, start, end = int(m.group(1)), m.start(1), m.end(1)

@@ -84,7 +84,7 @@ _LO, _HI = INT64_MIN, INT64_MAX
 # Rows as rank_trace.add_rows takes them.
 def _rows(entries_raw: list) -> tuple[list, bool]:
     c = Caches()
-    rows = []
+    rows: list[tuple] = []
     append = rows.append
     get = get_v210
     names = c.names

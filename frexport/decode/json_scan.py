@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable
 from itertools import accumulate, compress
 from operator import itemgetter
+from typing import AnyStr, Generic, cast
 
 from frexport.decode.fields import (
     MAX_DURATION_MS,
@@ -53,7 +54,7 @@ from frexport.model.rank_trace import RankTrace
 try:
     from frexport.decode._scan import cut_json as _compiled_cut
 except ImportError:  # installed without a compiler (or an older build): _cut_py does it
-    _compiled_cut = None
+    _compiled_cut = None  # type: ignore[assignment]  # (the optional extension's usual fallback)
 
 _cut: Callable[[bytes, int, int, bool], tuple | None] | None = _compiled_cut
 
@@ -62,13 +63,30 @@ class _Unusual(Exception):
     pass
 
 
-class _Syntax:
+class _Syntax(Generic[AnyStr]):
     """The patterns and literals for one text type: ASCII dumps (what PyTorch writes) are read as bytes,
     without decoding them; anything else is decoded as json.loads decodes bytes, then read as str."""
 
-    def __init__(self, t: type) -> None:
-        def lit(s: str) -> str | bytes:
-            return s if t is str else s.encode()
+    key: re.Pattern[AnyStr]
+    number: dict[str, re.Pattern[AnyStr]]
+    separator: dict[bool, AnyStr]
+    backslash: AnyStr
+    lbrace: AnyStr
+    rbrace: AnyStr
+    end: AnyStr
+    marker: AnyStr
+    nul: AnyStr
+    comma: AnyStr
+    empty: AnyStr
+    lbracket: AnyStr
+    rbracket: AnyStr
+    placeholder: AnyStr
+    escape: AnyStr
+    digits: Callable[[int], AnyStr]
+
+    def __init__(self, t: type[AnyStr]) -> None:
+        def lit(s: str) -> AnyStr:
+            return cast(AnyStr, s if t is str else s.encode())
 
         self.key = re.compile(lit(r'"entries"[ \t\n\r]*:[ \t\n\r]*\['))
         # A number after a colon, loosely (json.loads of them all checks JSON's grammar), in the writer's
@@ -82,7 +100,7 @@ class _Syntax:
         self.marker, self.nul, self.comma, self.empty = lit(":\0"), lit("\0"), lit(","), lit("")
         self.lbracket, self.rbracket = lit("["), lit("]")
         self.placeholder, self.escape = lit('"\\u0001"'), lit("\\u0001")
-        self.digits: Callable[[int], str | bytes] = str if t is str else b"%d".__mod__
+        self.digits = cast(Callable[[int], AnyStr], str if t is str else b"%d".__mod__)
 
 
 _BYTES, _STR = _Syntax(bytes), _Syntax(str)
@@ -100,8 +118,10 @@ def trace_from_json(data: bytes, source: str, rank: int, dumped_at_ns: int | Non
                     size_bytes: int) -> RankTrace | None:
     """The trace of a JSON dump, or None: not the common shape, use the plain path."""
     try:
-        text = data if data.isascii() else data.decode(json.detect_encoding(data), "surrogatepass")
-        cols = _columns(text)
+        if data.isascii():
+            cols = _columns(data)
+        else:
+            cols = _columns(data.decode(json.detect_encoding(data), "surrogatepass"))
     except (_Unusual, BadEntry, ValueError, TypeError, OverflowError, RecursionError, KeyError, IndexError,
             MemoryError):
         # ValueError includes every JSONDecodeError and UnicodeDecodeError: the plain path explains; after
@@ -114,8 +134,8 @@ def trace_from_json(data: bytes, source: str, rank: int, dumped_at_ns: int | Non
                               source, "json", rank, dumped_at_ns, size_bytes)
 
 
-def _columns(h: bytes | str) -> tuple | None:
-    syn = _BYTES if type(h) is bytes else _STR
+def _columns(h: AnyStr) -> tuple | None:
+    syn = _BYTES if isinstance(h, bytes) else _STR
     found = syn.key.search(h)
     if found is None or h[found.start() - 1:found.start()] == syn.backslash:
         return None  # no entries (the plain path is cheap), or the first look-alike is inside a string
@@ -133,21 +153,22 @@ def _columns(h: bytes | str) -> tuple | None:
         return None
     first_close = h.find(syn.rbrace, a)
     spaced = h[first_close:first_close + 4] == syn.separator[True]  # json.dumps' spacing, or PyTorch's none
-    cut = (_cut if syn is _BYTES and _cut is not None else _cut_py)(h, a + 2, e, spaced)
+    cut = (_cut if isinstance(h, bytes) and _cut is not None else _cut_py)(h, a + 2, e, spaced)  # (syn is _BYTES)
     if cut is None:
         return None  # a number that is not a JSON number: the plain path explains
+    which_skel: list[int]
     values, which_skel, index = cut
     if len(which_skel) > MAX_ENTRIES:
         return None  # normalize keeps the newest: the general path's business
     if len(index) > 64 + len(which_skel) // 4:
         return None  # mostly distinct entries (or numbers not cut): two parses per kind cost more than one each
-    reps = [_skeleton(s, syn) for s in index]
+    reps: list[tuple[dict, tuple[str, ...]]] = [_skeleton(s, syn) for s in index]
     counts = list(map([len(slots) for _, slots in reps].__getitem__, which_skel))
     if sum(counts) != len(values):
         return None  # a NUL in the text (not valid JSON there) made a marker of its own
     layout, values = _rows(reps, which_skel, counts, values)
     m = len(layout)
-    cols = {key: values[layout.index(key)::m] if key in layout else
+    cols: dict[str, list] = {key: values[layout.index(key)::m] if key in layout else
             list(map([_CONVERT.get(key, _same)(rep.get(key)) for rep, _ in reps].__getitem__, which_skel))
             for key in _NUMBERS}
     for key in ("record_id", "op_id"):
@@ -192,18 +213,18 @@ def _rows(reps: list, which: list[int], counts: list[int], values: list) -> tupl
     return layout, out
 
 
-def _one(picks: list[int]):
+def _one(picks: list[int]) -> Callable[[list], tuple]:
     """itemgetter of a single index returns the item, not a 1-tuple."""
     return lambda row: tuple(row[p] for p in picks)
 
 
-def _cut_py(h: bytes | str, start: int, end: int, spaced: bool) -> tuple[list, list[int], dict] | None:
+def _cut_py(h: AnyStr, start: int, end: int, spaced: bool) -> tuple[list, list[int], dict] | None:
     """The numbers of the entries h[start:end] (their text without the outer braces), in order and
     converted as json.loads converts them; each entry's skeleton as an index into the distinct
     skeletons (dict: skeleton -> index, in order); None where a number is not a JSON number. A chunk at
     a time, cut at a separator (where splitting it all would cut too), so that the pieces of one chunk
     only are alive at once. The compiled _scan.cut_json gives the same answer, faster (bytes only)."""
-    syn = _BYTES if type(h) is bytes else _STR
+    syn = _BYTES if isinstance(h, bytes) else _STR
     number, sep = syn.number[" " if spaced else ""], syn.separator[spaced]
     numbers: list = []
     which: list[int] = []
@@ -227,7 +248,7 @@ def _cut_py(h: bytes | str, start: int, end: int, spaced: bool) -> tuple[list, l
     return values, which, index
 
 
-def _skeleton(s: bytes | str, syn: _Syntax) -> tuple[dict, tuple[str, ...]]:
+def _skeleton(s: AnyStr, syn: _Syntax[AnyStr]) -> tuple[dict, tuple[str, ...]]:
     """An entry's values with 0..m-1 in its m slots, and the keys of its slots in order (the numbers
     are its values there). Raises _Unusual where a slot is not a top-level value of its own."""
     pieces = s.split(syn.nul)

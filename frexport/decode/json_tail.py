@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"\s*")
 # The same patterns over bytes: `\s` of a str pattern restricted to ASCII (str.isspace), `\d` is ASCII in both.
 _SPACE_B = rb"[\t\n\x0b\x0c\r\x1c-\x1f ]"
-_PATTERNS = {
+# (each value's items are all str or all bytes, as its key: Any, as mypy cannot pair them with a text's type)
+_PATTERNS: dict[type, tuple[Any, ...]] = {
     str: (_WS, re.compile(r'"record_id"\s*:\s*(\d+)'), r'"record_id"\s*:\s*%d(?!\d)', '"entries"', ":", "[", "{"),
     bytes: (re.compile(_SPACE_B + rb"*"), re.compile(rb'"record_id"' + _SPACE_B + rb"*:" + _SPACE_B + rb"*(\d+)"),
             rb'"record_id"' + _SPACE_B + rb"*:" + _SPACE_B + rb"*%d(?!\d)", b'"entries"', b":", b"[", b"{"),
@@ -70,9 +72,10 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
         return None
     if max_bytes is not None and len(h) - start + open_bracket > max_bytes:
         return None
-    tail, head = h[start:], h[:open_bracket]
-    if type(h) is bytes:
-        tail, head = tail.decode("ascii"), head.decode("ascii")
+    if isinstance(h, bytes):
+        tail, head = h[start:].decode("ascii"), h[:open_bracket].decode("ascii")
+    else:
+        tail, head = h[start:], h[:open_bracket]
     entries = _decode_entries(tail, 0, since)
     if entries is None:
         return None
@@ -90,6 +93,12 @@ def _find_record(h: bytes | str, since: int, lo: int, tries: int = 64) -> int:
     """Where the first match of `"record_id"\\s*:\\s*<since>(?!\\d)` at or after `lo` starts, -1 if
     none, -2 after `tries` occurrences of the digits that are not it (the caller then runs that
     regex, compiled for this `since`: the compilation costs more than this search)."""
+    # each for bytes or for str (colon an int for bytes), as h: mypy cannot pair them with h's type
+    digits: Any
+    key: Any
+    colon: Any
+    is_space: Any
+    is_digit: Any
     if type(h) is bytes:
         digits, key, colon = b"%d" % since, b'"record_id"', 58
         is_space, is_digit = _ASCII_SPACE.__contains__, _ASCII_DIGITS.__contains__
@@ -135,13 +144,13 @@ def _decode_entries(text: str, start: int, since: int | None) -> tuple[int, list
             if rows and obj["record_id"] <= rows[-1]["record_id"]:
                 return None  # not in record order: the buffer was being rewritten; parse it all
             rows.append(obj)
-            i = _WS.match(text, i).end()
+            i = _WS.match(text, i).end()  # type: ignore[union-attr]  # \s* always matches
             c = text[i:i + 1]
             if c == "]":
                 break
             if c != ",":
                 return None
-            i = _WS.match(text, i + 1).end()
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]  # \s* always matches
     except (ValueError, RecursionError):  # a peer's deeply nested value: the full parse reports it
         return None
     if since is not None and rows[0]["record_id"] != since:

@@ -51,7 +51,10 @@ class PeerRank:
 def parse_body(body: bytes, source: str, intern: dict | None = None) -> tuple[int, list[PeerRank]]:
     """(the peer's clock, its ranks); raises DecodeError. `intern`: sizes and dtypes already seen."""
     if intern is None or len(intern) > MAX_INTERNED:
-        intern = {} if intern is None else (intern.clear() or intern)
+        if intern is None:
+            intern = {}
+        else:
+            intern.clear()
     try:
         doc = json.loads(body)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -70,7 +73,7 @@ def _rank(r: dict, intern: dict) -> PeerRank:
     return PeerRank(_int(r["rank"]), _int(r["epoch"]), _opt_int(r.get("dumped_at_ns")),
                     _opt_int(ws), _opt_int(r.get("first")), bool(r.get("full")), _opt_str(r.get("version")),
                     _opt_str(r.get("comm_lib_version")), pg_config,
-                    tuple(ProcessGroupStatus(*(_opt_int(x) for x in s)) for s in r.get("pg_status") or ()),
+                    tuple(ProcessGroupStatus(_int(s[0]), *map(_opt_int, s[1:])) for s in r.get("pg_status") or ()),
                     frozenset(str(h) for h in r.get("handlers") or ()),
                     tuple([_entry(row, intern) for row in r["entries"]]))
 
@@ -83,7 +86,7 @@ def _entry(row: list, intern: dict) -> Entry:
     if tuple(map(type, _STRS(row))) != _STR_TYPES:
         raise ValueError(f"{next(COLUMNS[i] for i in sorted(_STR) if type(row[i]) is not str)}: not a string")
     for i in _SIZES:
-        key = tuple(map(tuple, row[i]))
+        key: tuple = tuple(map(tuple, row[i]))
         sizes = intern.get(key)
         if sizes is None:  # checked once per distinct value, then shared
             if not all(type(x) is int for s in key for x in s):

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar, cast
 
 from frexport.decode.errors import DecodeError
 
@@ -161,7 +161,7 @@ def _describe(item: object) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx: mp.context.BaseContext, fn: Callable, limits: Limits) -> None:
+    def __init__(self, ctx: mp.context.ForkContext | mp.context.SpawnContext, fn: Callable, limits: Limits) -> None:
         parent, child = ctx.Pipe()
         self.conn = parent
         reader, self.lifeline = ctx.Pipe(duplex=False)
@@ -205,10 +205,11 @@ class _Worker:
         self.lifeline.close()
 
 
-def _context() -> mp.context.BaseContext:
+def _context() -> mp.context.ForkContext | mp.context.SpawnContext:
     # fork is cheap and safe while single-threaded; a threaded daemon must not fork.
-    method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
-    return mp.get_context(method)
+    if threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return mp.get_context("spawn")
 
 
 class SandboxPool(Generic[T, R]):
@@ -243,7 +244,7 @@ class SandboxPool(Generic[T, R]):
                     w.conn.send([items[i] for i in w.batch])
                     busy[w.conn] = w
                 timeout = max(0.0, min(w.deadline for w in busy.values()) - time.monotonic())
-                ready = wait(list(busy), timeout=timeout)
+                ready = cast("list[Connection]", wait(list(busy), timeout=timeout))  # busy's own
                 for conn in ready:
                     w = busy.pop(conn)
                     try:
@@ -275,7 +276,7 @@ class SandboxPool(Generic[T, R]):
                 w.finish()
         return results  # type: ignore[return-value]
 
-    def _fresh(self, ctx: mp.context.BaseContext, fn: Callable) -> _Worker:
+    def _fresh(self, ctx: mp.context.ForkContext | mp.context.SpawnContext, fn: Callable) -> _Worker:
         w = _Worker(ctx, fn, self.limits)
         w.hello(self.limits)
         return w
@@ -306,7 +307,7 @@ class DecoderPool:
         self._idle: list[_Worker] = []
         self._count = 0
         self._cond = threading.Condition()
-        self._ctx: mp.context.BaseContext | None = None
+        self._ctx: mp.context.ForkContext | mp.context.SpawnContext | None = None
         self._closed = False
 
     def start(self) -> None:
@@ -360,8 +361,9 @@ class DecoderPool:
                     result = out[0]
                     if w.items >= self.recycle_after:
                         w.kill()
-                        w = None
-                    self._release(w)
+                        self._release(None)
+                    else:
+                        self._release(w)
                     return result
                 why = "decoder process sent no result"
             else:

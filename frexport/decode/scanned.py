@@ -42,7 +42,7 @@ from frexport.model.signature import OpSignature
 try:
     from frexport.decode._scan import scan as _compiled_scan
 except ImportError:  # installed without a compiler: the pure path does everything
-    _compiled_scan = None
+    _compiled_scan = None  # type: ignore[assignment]  # (the optional extension's usual fallback)
 
 _scan: Callable[[bytes], tuple | None] | None = _compiled_scan
 

@@ -348,7 +348,7 @@ class EvidenceSink(IncidentSink):
         reason = roots[0].kind if roots else "ranks-down"
         focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
         raw, stacks = self._fetch(p.dumps, focus)
-        diagnosis = (p.result or p.latest).diagnosis if (p.result or p.latest) else None
+        diagnosis = r.diagnosis if (r := p.result or p.latest) else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
         report = diagnosis.to_json() if diagnosis else {}
         live = p.result or p.latest

@@ -111,6 +111,7 @@ class JobEvidenceSink(IncidentSink):
         """The same engine on the snapshots with the fetched frames: the report gets call sites."""
         try:
             traces = [build_rank_trace(d, tail=self.window) for d in dumps.values() if d.rank is not None]
+            assert p.result is not None  # (for mypy) write_incident's
             d = analyze(traces, options=Options(stall_after_s=p.result.stall_after_s, clock=True))
         except Exception:  # noqa: BLE001 - the live diagnosis is still a report
             logs.get().exception("re-analysis with frames failed; the bundle has the live diagnosis")

@@ -54,8 +54,8 @@ class PeerApi:
         for rank, (epoch, dump) in sorted(self.state.latest_epochs().items()):
             cur = cursors.get(rank)
             same = cur is not None and cur[0] == epoch
-            ranks.append(self._rank(rank, epoch, dump, cur[1] if same else None,
-                                    not same or cur[2] != len(dump.pg_config)))
+            ranks.append(self._rank(rank, epoch, dump, cur[1] if cur is not None and same else None,
+                                    not same or cur is None or cur[2] != len(dump.pg_config)))
         doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks}
         return json.dumps(doc, separators=(",", ":")).encode()
 

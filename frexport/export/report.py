@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from frexport.analysis.engine import format_ranks
 from frexport.analysis.findings import HEALTHY, Diagnosis, Finding
@@ -12,7 +13,7 @@ def render_json(d: Diagnosis) -> str:
     return json.dumps(d.to_json(), indent=2)
 
 
-def render_text(d: Diagnosis, skipped: list[tuple[str, str]] = (), verbose: bool = False) -> str:
+def render_text(d: Diagnosis, skipped: Sequence[tuple[str, str]] = (), verbose: bool = False) -> str:
     lines = [verdict_line(d)]
     for i, f in enumerate(d.findings, 1):
         lines.append("")

@@ -64,9 +64,9 @@ def build_timeline(traces: list[RankTrace], diagnosis: Diagnosis, ranks: set[int
     by_rank = {t.rank: t for t in traces}
     for f in diagnosis.findings:
         for rank in f.culprit_ranks:
-            t = by_rank.get(rank)
-            if t is None:
+            if rank not in by_rank:
                 continue
+            t = by_rank[rank]
             when = f.time_ns or t.last_event_ns or origin
             events.append({"name": f"{f.kind}: {f.op or ''}".strip(), "cat": "finding", "ph": "i", "s": "p",
                            "pid": rank, "tid": tids.get((rank, f.pg_name), 0), "ts": (when - origin) / 1000,

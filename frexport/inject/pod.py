@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Any
 
 from frexport import __version__
 
@@ -168,7 +169,7 @@ def _sidecar(s: Settings, job_label: str) -> dict:
     env += [{"name": "OTEL_RESOURCE_ATTRIBUTES",
              "value": "k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.node.name=$(NODE_NAME)"},
             {"name": "FREXPORT_EVIDENCE__PYSPY", "value": "false"}]
-    c = {
+    c: dict[str, Any] = {
         "name": SIDECAR, "image": s.image, "imagePullPolicy": s.image_pull_policy, "restartPolicy": "Always",
         "command": ["frexport"],
         "args": ["serve", "--sockets-dir", d, "--dump-dir", f"{d}/dumps", "--evidence-dir", f"{d}/evidence",

@@ -77,7 +77,7 @@ class LiveAnalysis:
         without a snapshot; their last snapshots still take part in the diagnosis (what they were
         doing is the evidence), their status is `down`."""
         stall_after = self.stall_after(dumps)
-        traces = []
+        traces: list[RankTrace] = []
         cache, self._traces = self._traces, {}
         for d in dumps.values():
             if d.rank is None:
@@ -85,6 +85,7 @@ class LiveAnalysis:
             hit = cache.get(d.rank)
             if hit is not None and hit[0] is d:  # the same snapshot as in the last pass: the same trace
                 self._traces[d.rank] = hit
+                assert hit[1].trace is not None  # (for mypy) cached after its update
                 traces.append(hit[1].trace)
                 continue
             try:  # one rank's data must never disable the analysis of all
@@ -188,9 +189,9 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int) -> set[int]:
                 continue
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
             n = len(g.seq)
-            done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED), None)
-            if done is not None:
-                completed.setdefault(name, {})[t.rank] = (g.seq[done], g.created_ns[done])
+            last_done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED), None)
+            if last_done is not None:
+                completed.setdefault(name, {})[t.rank] = (g.seq[last_done], g.created_ns[last_done])
     out = set()
     for name, by_rank in issued.items():
         done = completed.get(name)

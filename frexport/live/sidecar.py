@@ -48,7 +48,8 @@ class Sidecar:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop_event.set())
-        for part in [*self.sources, *self.sinks]:
+        parts: list[Source | Sink] = [*self.sources, *self.sinks]
+        for part in parts:
             self._guarded(part.start, f"starting {part.name}")
         log.info("frexport serve: sources: %s; sinks: %s", ", ".join(s.name for s in self.sources) or "none",
                  ", ".join(s.name for s in self.sinks) or "none")
@@ -71,7 +72,8 @@ class Sidecar:
             self.shutdown()
 
     def shutdown(self) -> None:
-        for part in [*self.sinks, *self.sources]:
+        parts: list[Source | Sink] = [*self.sinks, *self.sources]
+        for part in parts:
             self._guarded(lambda p=part: p.stop(2.0) if p in self.sinks else p.stop(), f"stopping {part.name}")
         self._guarded(self.decoder.close, "stopping the decoders")
         self.gc_pacing.stop()

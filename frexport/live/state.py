@@ -256,6 +256,7 @@ class LiveState:
         snapshot (values only grow within an epoch), and recount what is still pending."""
         first_sight = not rs.groups
         advanced: set[str] = set()
+        e: Entry | None
         for e in changed:
             if e.is_p2p:
                 continue

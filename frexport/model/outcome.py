@@ -15,12 +15,22 @@ Metrics, spans and the analysis all ask this module, so an op cannot be "timed o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from enum import Enum
+from typing import TYPE_CHECKING, TypeVar
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 (requires-python) has no enum.StrEnum: what frexport uses of it
+    class StrEnum(str, Enum):
+        def __str__(self) -> str:
+            return str(self.value)
 
 if TYPE_CHECKING:
     from frexport.model.dump import Entry
+
+_Seq = TypeVar("_Seq", list, tuple)
 
 # Entry.state values, as PyTorch derives them at dump time.
 SCHEDULED = "scheduled"
@@ -63,12 +73,12 @@ def shows_completion(backend: str, state: str) -> bool:
     return backend in COMPLETION_BACKENDS or state != SCHEDULED
 
 
-def edges(entries: Sequence) -> Sequence:
+def edges(entries: _Seq) -> _Seq:
     """The oldest and newest SAMPLE entries: where the evidence for a whole dump is read."""
     return entries if len(entries) <= 2 * SAMPLE else entries[:SAMPLE] + entries[-SAMPLE:]
 
 
-def tracks_completion(entries: Sequence[Entry]) -> frozenset[str]:
+def tracks_completion(entries: tuple[Entry, ...]) -> frozenset[str]:
     """The backends among these entries (one rank's dump) whose recorder shows that it reports
     completion (with `tracked`, which adds the backends known to by name)."""
     return frozenset(e.backend for e in edges(entries) if shows_completion(e.backend, e.state))

@@ -118,7 +118,7 @@ class RankTrace:
         """A dump time (a poll, a file's mtime) older than the rank's own newest recorded event is not
         when the dump was taken (a copied or touched file): the recorder's own times are used instead."""
         d, last = self.dumped_at_ns, self.last_event_ns or self.last_created_ns
-        return bool(d) and (not last or d >= last)
+        return bool(d and (not last or d >= last))
 
     @property
     def seen_at_ns(self) -> int | None:
@@ -147,7 +147,7 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
     return trace
 
 
-def window(entries: Sequence[Entry], tail: int | None) -> Sequence[Entry]:
+def window(entries: tuple[Entry, ...], tail: int | None) -> tuple[Entry, ...]:
     """The newest `tail` entries and every older unfinished one (all of them without a tail)."""
     if tail is not None and len(entries) > tail:
         cut = len(entries) - tail
@@ -158,7 +158,7 @@ def window(entries: Sequence[Entry], tail: int | None) -> Sequence[Entry]:
     return entries
 
 
-def new_trace(dump: RankDump, rank: int, entries: Sequence[Entry]) -> RankTrace:
+def new_trace(dump: RankDump, rank: int, entries: tuple[Entry, ...]) -> RankTrace:
     """A trace of these entries with no rows yet."""
     trace = RankTrace(
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
@@ -168,7 +168,7 @@ def new_trace(dump: RankDump, rank: int, entries: Sequence[Entry]) -> RankTrace:
     return trace
 
 
-def set_header(trace: RankTrace, dump: RankDump, entries: Sequence[Entry]) -> None:
+def set_header(trace: RankTrace, dump: RankDump, entries: tuple[Entry, ...]) -> None:
     """What a trace says of its dump as a whole (everything but the rows)."""
     created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
     trace.source, trace.format, trace.version_text, trace.notes = dump.source, dump.format, dump.version_text, \

@@ -16,7 +16,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import replace
 
-from frexport.model.dump import DEFAULT_RECORDER, Entry, RankDump
+from frexport.model.dump import DEFAULT_RECORDER, Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
 
 # A recorder's records are numbered from 0 by one counter per process: 2**40 of them would take a
 # million collectives a second for 12 days. Ranges are picked by a hash of the recorder's name, so
@@ -70,7 +70,9 @@ def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | N
     if len(order) == 1 and not record_offset(order[0]):
         return replace(first, recorders=tuple(order))
     entries: list[Entry] = []
-    pg_config, pg_status, notes = [], [], []
+    pg_config: list[ProcessGroupConfig] = []
+    pg_status: list[ProcessGroupStatus] = []
+    notes: list[str] = []
     for name in order:
         d = dumps[name]
         shift = shifters.get(name)

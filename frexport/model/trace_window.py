@@ -16,7 +16,6 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
 from operator import attrgetter, is_
 
 from frexport.model.dump import Entry, RankDump
@@ -66,11 +65,12 @@ class TraceWindow:
         entries = window(dump.entries, self.tail)
         if self.trace is None or self.trace.rank != rank or not self._follow(dump, entries):
             self._rebuild(dump, rank, entries)
+        assert self.trace is not None  # (for mypy) _rebuild sets it
         return self.trace
 
     # --- from scratch ----------------------------------------------------------------------------
 
-    def _rebuild(self, dump: RankDump, rank: int, entries: Sequence[Entry]) -> None:
+    def _rebuild(self, dump: RankDump, rank: int, entries: tuple[Entry, ...]) -> None:
         self.rebuilds += 1
         trace = new_trace(dump, rank, entries)
         self._index, self._marks, self._base = RowIndex(), [], 0
@@ -86,11 +86,11 @@ class TraceWindow:
 
     # --- following the window --------------------------------------------------------------------
 
-    def _follow(self, dump: RankDump, new: Sequence[Entry]) -> bool:
+    def _follow(self, dump: RankDump, new: tuple[Entry, ...]) -> bool:
         """Move the trace to `new`; False where only a rebuild is exact (the caller rebuilds, so an
         update given up half way leaves nothing behind)."""
         old, trace = self._entries, self.trace
-        if not self._followable or not new or tracks_completion(new) != self._tracks:
+        if trace is None or not self._followable or not new or tracks_completion(new) != self._tracks:
             return False
         rids = list(map(_record_id, new))
         if not all(map(int.__lt__, rids, rids[1:])):
@@ -148,6 +148,7 @@ class TraceWindow:
                 columns[m.pg_name] = columns.get(m.pg_name, 0) + 1
             elif m.kind == P2P:
                 p2p[m.pg_name] = p2p.get(m.pg_name, 0) + 1
+        assert self.trace is not None  # (for mypy) only _follow drops rows, from a trace
         groups, heads = self.trace.groups, self._index.heads
         for name, n in columns.items():
             g = groups[name]
@@ -162,6 +163,7 @@ class TraceWindow:
         """Groups as a rebuild has them: in the order of their first rows, described by those rows,
         none without rows. False where the appended rows left a group's columns out of seq order."""
         trace, entries = self.trace, self._entries
+        assert trace is not None  # (for mypy) only _follow settles, a trace
         first: dict[str, int] = {}
         for i, m in enumerate(self._marks):
             if m.kind != SKIPPED and m.pg_name not in first:  # (a p2p end marker opens no group)

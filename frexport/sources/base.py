@@ -24,7 +24,8 @@ class Snapshot:
 
 
 class Source(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def start(self) -> None:
         """Begin watching (threads, observers). Called once before the first collect()."""

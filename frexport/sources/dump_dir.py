@@ -154,7 +154,9 @@ class DumpDirSource:
 
     def _take(self, path: str, key: tuple) -> Snapshot | None:
         name = os.path.basename(path)
-        rank = parse_name(name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name)[0]
+        parsed = parse_name(name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name)
+        assert parsed is not None  # (for mypy) only names parse_name accepts are pending
+        rank = parsed[0]
         start = time.monotonic()
         now_ns = time.time_ns()
         try:

@@ -16,11 +16,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from frexport.config import WorkerServers, parse_worker_address
 
-T = TypeVar("T")
+
+class _Ranked(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+
+T = TypeVar("T", bound=_Ranked)
 
 MAX_HEAD_BYTES = 64 * 1024  # status lines, headers, 1xx responses and trailers together
 MAX_LINE_BYTES = 8 * 1024  # one header or chunk-size line
@@ -222,7 +228,8 @@ def _head(r: _Reader) -> tuple[int, dict[str, str]]:
 
 
 def _chunked(r: _Reader, max_body: int) -> bytes:
-    parts, total = [], 0
+    parts: list[bytes] = []
+    total = 0
     while True:
         size_text = r.head_line().split(b";", 1)[0].strip()
         if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):

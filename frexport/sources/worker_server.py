@@ -371,6 +371,7 @@ class WorkerServerSource:
         """Parse only what is new since the last snapshot when that can be done safely (and the part
         to decode is at most `in_process_max_bytes`), else all: in the sandbox when it is large."""
         last = self._last.get((t.rank, recorder))
+        dump: RankDump | DecodeError | None
         if last is not None and last.entries:
             dump = self._decode_tail(t, recorder, body, now_ns, last)
             if dump is not None:
@@ -452,6 +453,7 @@ class WorkerServerSource:
         """The sockets dir is a source of its own: up while it holds a socket; down (said once) when it
         has held none for `startup_grace`, from the start or since the last socket went (a wrong path,
         an unmounted volume, a trainer without the agent). Ranks' own health is per socket."""
+        assert self.cfg.sockets_dir is not None  # (for mypy) only called with a sockets dir
         name, now = f"sockets:{self.cfg.sockets_dir}", time.monotonic()
         if found:
             self._sockets_seen = now

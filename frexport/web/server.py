@@ -156,7 +156,7 @@ class WebServer:
                     code, body, ctype = server.api(path, query)
                     self._send(code, body, ctype)
                 elif path == "/metrics":
-                    encoder, content_type = choose_encoder(self.headers.get("Accept"))
+                    encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
                     self._send(200, encoder(server.registry), content_type)
                 elif path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")

@@ -25,6 +25,7 @@ def protocol_of(env: Mapping[str, str]) -> str:
 def make_exporter(env: Mapping[str, str] | None = None) -> SpanExporter:
     if protocol_of(os.environ if env is None else env) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    return OTLPSpanExporter()
+        return OTLPSpanExporter()
+    # (another name: mypy takes two classes imported as one name for a redefinition)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+    return HttpSpanExporter()

@@ -27,6 +27,7 @@ import json
 import os
 import socket
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -38,6 +39,9 @@ from frexport.analysis.findings import MISSING_KINDS, Finding
 from frexport.live.state import EntryEvent
 from frexport.model.dump import Entry
 from frexport.model.outcome import Outcome
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AnyValue
 
 NS = "pytorch.distributed."
 SCOPE = InstrumentationScope("frexport", __version__)
@@ -61,10 +65,10 @@ def entry_span_id(job_id: str, ev: EntryEvent) -> int:
 
 
 def resource_attributes(rank: int, job_id: str, world_size: int | None,
-                        env: Mapping[str, str] | None = None) -> dict[str, object]:
+                        env: Mapping[str, str] | None = None) -> dict[str, AnyValue]:
     """A rank process's resource, before OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME are merged in."""
     env = os.environ if env is None else env
-    attrs: dict[str, object] = {NS + "rank": rank, "host.name": socket.gethostname()}
+    attrs: dict[str, AnyValue] = {NS + "rank": rank, "host.name": socket.gethostname()}
     if world_size:
         attrs[NS + "world_size"] = world_size
     for var, key in (("POD_NAME", "k8s.pod.name"), ("POD_NAMESPACE", "k8s.namespace.name"),
@@ -109,8 +113,8 @@ def end_time(e: Entry, observed_ns: int) -> tuple[int, str]:
     return observed_ns, "observed"
 
 
-def entry_attributes(rank: int, e: Entry) -> dict[str, object]:
-    attrs: dict[str, object] = {
+def entry_attributes(rank: int, e: Entry) -> dict[str, AnyValue]:
+    attrs: dict[str, AnyValue] = {
         NS + "rank": rank, NS + "pg.name": e.pg_name, NS + "pg.desc": e.pg_desc, NS + "pg.id": e.pg_id,
         NS + "collective_seq_id": e.collective_seq_id, NS + "p2p_seq_id": e.p2p_seq_id,
         NS + "record_id": e.record_id, NS + "op": e.op, NS + "backend": e.backend,
@@ -177,9 +181,10 @@ def stalled_ranks(f: Finding) -> list[int]:
 
 def stall_span(f: Finding, rank: int, job_id: str, resource: Resource, now_ns: int) -> ReadableSpan:
     """`stalled <op>` (or `missing <op>` for a culprit that never issued it), enqueue to detection."""
+    assert f.collective_seq_id is not None and f.time_ns is not None  # (for mypy) as stalled_ranks picks
     missing = rank in f.culprit_ranks and f.kind in MISSING_KINDS
     name = f"{'missing' if missing else 'stalled'} {f.op or 'collective'}"
-    attrs = {NS + "rank": rank, NS + "pg.name": f.pg_name, NS + "pg.desc": f.pg_desc,
+    attrs: dict[str, AnyValue] = {NS + "rank": rank, NS + "pg.name": f.pg_name, NS + "pg.desc": f.pg_desc,
              NS + "collective_seq_id": f.collective_seq_id, NS + "op": f.op or "",
              NS + "finding": f.kind, NS + "culprit": rank in f.culprit_ranks}
     ctx = SpanContext(trace_id_for(job_id, f.pg_name, f.collective_seq_id),
