@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any, TypeVar
 
 from frexport.model.call_site import Frame, is_library_frame
+from frexport.model.world import MAX_WORLD
 
 # The newest dump format this code knows field by field.
 KNOWN_VERSION = (2, 10)
@@ -56,14 +57,15 @@ def parse_version(text: Any) -> tuple[int, int] | None:
 
 
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """pg_config 'ranks' is a string "[0, 1, 2]" (older dumps: a list). "[]" means unknown."""
+    """pg_config 'ranks' is a string "[0, 1, 2]" (older dumps: a list). "[]" means unknown, and so does a
+    list with a member no job can have (model/world.py): a member 1000000000 sized the analysis' sets."""
     if isinstance(value, str):
         return _parse_ranks_text(value)
     if isinstance(value, (list, tuple)):
         if not value or not all(type(r) is int for r in value):
             return None
         ranks = tuple(value)
-        return ranks if all(r >= 0 for r in ranks) else None
+        return ranks if all(0 <= r < MAX_WORLD for r in ranks) else None
     return None
 
 
@@ -77,9 +79,9 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
         return None
     try:
         ranks = tuple(map(int, body.split(",")))
-    except ValueError:
+    except ValueError:  # also a member of over 4300 digits (int's own limit)
         return None
-    return ranks if all(r >= 0 for r in ranks) else None
+    return ranks if all(0 <= r < MAX_WORLD for r in ranks) else None
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -17,6 +17,8 @@ from typing import Any
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import (
     EMPTY,
+    INT64_MAX,
+    INT64_MIN,
     KNOWN_VERSION,
     MAX_ENTRIES,
     BadEntry,
@@ -40,7 +42,9 @@ from frexport.model.dump import (
     ProcessGroupStatus,
     RankDump,
 )
+from frexport.model.world import MAX_WORLD
 
+_LO, _HI = INT64_MIN, INT64_MAX
 _KNOWN_TOP_KEYS = frozenset({"version", "entries", "pg_config", "pg_status", "nccl_version", "comm_lib_version"})
 
 
@@ -109,7 +113,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         version=version,
         version_text=version_text if isinstance(version_text, str) else None,
         comm_lib_version=comm_lib_version,
-        pg_config=_pg_config(top.get("pg_config")),
+        pg_config=_pg_config(top.get("pg_config"), notes),
         pg_status=_pg_status(top.get("pg_status")),
         entries=entries,
         notes=tuple(notes),
@@ -118,7 +122,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     )
 
 
-def _pg_config(raw: Any) -> tuple[ProcessGroupConfig, ...]:
+def _pg_config(raw: Any, notes: list[str]) -> tuple[ProcessGroupConfig, ...]:
     if not isinstance(raw, dict):
         return ()
     out = []
@@ -135,8 +139,16 @@ def _pg_config(raw: Any) -> tuple[ProcessGroupConfig, ...]:
             continue
         if name == "" and desc == "" and ranks is None:
             continue  # gloo's placeholder {"": {"name": "", "desc": "", "ranks": "[]"}}
+        if ranks is None and _lists_members(val.get("ranks") if isinstance(val, dict) else val):
+            notes.append(f"process group {name[:64]!r}: member list unreadable or naming a rank no job has "
+                         f"(>= {MAX_WORLD}, or negative): ignored")
         out.append(ProcessGroupConfig(name, desc, ranks))
     return tuple(out)
+
+
+def _lists_members(v: Any) -> bool:
+    """Whether a raw member list is more than gloo's empty "[]"."""
+    return bool(v.strip().strip("[]").strip()) if isinstance(v, str) else bool(v)
 
 
 def _pg_status(raw: Any) -> tuple[ProcessGroupStatus, ...]:
@@ -215,6 +227,10 @@ def _entry(e: dict, index: int, c: Caches, keep_frames: bool) -> Entry:
          in_dtypes, out_dtypes, retired, timeout, started, completed, thread_id, thread_name) = get_v210(e)
         if not (type(record_id) is type(pg_id) is type(seq) is type(p2p_seq) is type(op_id) is type(created) is int):
             raise KeyError
+        if not (_LO <= seq <= _HI and _LO <= created <= _HI and _LO <= record_id <= _HI and _LO <= p2p_seq <= _HI
+                and _LO <= pg_id <= _HI and _LO <= op_id <= _HI):
+            raise KeyError  # out of 64 bits: field by field, where the rules make it absent (a 400-digit
+            # sequence number overflowed the trace's int64 columns and made the whole rank unreadable)
     except KeyError:  # older or odd dump: field by field, tolerant
         record_id = int_field(e, "record_id", index)
         pg_id = int_field(e, "pg_id", -1)
@@ -239,8 +255,7 @@ def _entry(e: dict, index: int, c: Caches, keep_frames: bool) -> Entry:
         is_p2p = op in P2P_OPS
     started, completed = discovered_ns(started), discovered_ns(completed)
     duration = duration_ms(get("duration_ms"))
-    if type(timeout) is not int:
-        timeout = opt_int(timeout)
+    timeout = opt_int(timeout)  # an int too: -10**400 broke the live stall threshold derived from it
     if type(state) is not str:
         state = "scheduled" if state is None else str(state)[:40]
     if type(retired) is not bool:
