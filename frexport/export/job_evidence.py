@@ -24,6 +24,7 @@ from frexport.export.report import render_text
 from frexport.live.sink import Pass
 from frexport.model.call_site import Frame, frame_text, is_library_frame, site_text
 from frexport.model.dump import RankDump
+from frexport.model.peer_rows import collision_text
 from frexport.model.rank_trace import build_rank_trace
 
 
@@ -79,8 +80,15 @@ class JobEvidenceSink(IncidentSink):
         hangs = {r: line for r in culprits if (line := hang_line(stacks.get(r, {}).get("traceback", "")))}
         head = ["where the ranks are:"] + [f"  {w}" for w in where]
         head += [f"rank {r} hangs at {line} (from its stack)" for r, line in sorted(hangs.items())]
+        # ranks two peers claim (sources/peers.py): the bundle says whose claim it used, so a reader can
+        # tell a hostile or misconfigured pod from the hang
+        collisions = dict(getattr(self.fetcher, "collisions", {}))
+        head += [f"rank {r} is claimed by peers {', '.join(([owner] if owner else []) + list(others))}: "
+                 f"{collision_text(owner)}" for r, (owner, others) in sorted(collisions.items())[:64]]
         text = "\n".join(head) + "\n\n" + render_text(diagnosis)
-        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()}}
+        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()},
+                  "rank_collisions": {str(r): {"used": owner, "refused": list(others)}
+                                      for r, (owner, others) in sorted(collisions.items())[:1024]}}
         reason = next((f.kind for f in diagnosis.findings if f.root_cause), roots[0].kind)
         return self.writer.write(Bundle(reason, text, report, dumps, raw, stacks))
 

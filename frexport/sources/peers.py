@@ -9,6 +9,16 @@ snapshot of every rank whose peer answered, seen at the peer's own poll time. Pe
 concurrently; one that fails is backed off and reported in the health registry (`peer:<url>`), the
 others go on. For evidence it fetches ranks' pickles and stacks through their sidecars (the
 `Fetcher` protocol of export/evidence.py) and decodes pickles in the sandboxed decoders.
+
+A peer is trusted only for the ranks it owns (issue 28): what it sends is held by (peer, rank); a rank
+is owned by the first peer that claimed it alone, for as long as that peer keeps sending it, and only
+the owner's snapshots reach the analysis. Another peer claiming an owned rank, or two peers claiming a
+new rank in the same pass, is a collision: logged, counted (`frexport_peer_rank_collisions`), named in
+the job bundle, never merged; a rank two peers claim at once with no owner is used from neither (we
+cannot tell which is true). Before any rank is held, each peer gets a fair share of `max_ranks`
+(max-min: every peer gets what it sends up to an equal share; what the others leave is shared among
+those that want more), so one peer sending 4096 fake ranks cannot crowd out the real ranks of others.
+A rank a peer stops sending is forgotten, here and in the view's state.
 """
 
 from __future__ import annotations
@@ -26,11 +36,12 @@ from urllib.parse import urlsplit
 from frexport import logs
 from frexport.config import Peers
 from frexport.decode.errors import DecodeError
-from frexport.decode.peer_rows import MAX_INTERNED, PeerRank, parse_body
+from frexport.decode.peer_rows import MAX_INTERNED, Dropped, PeerRank, parse_body
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import first_unsettled
+from frexport.model.peer_rows import collision_text
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
@@ -62,20 +73,23 @@ class _PeerState:
     failures: int = 0
     next_try: float = 0.0
     bytes_last: int = 0
+    claimed: int = 0  # ranks it sent at its last answer: its demand in the fair share
+    over_share: int = 0  # of those, not taken at its last answer
+    over_cap: int = 0  # ranks past max_ranks in its last body: not even read
+    said: set[str] = field(default_factory=set)  # what was logged about it: said once, not every pass
 
 
 class PeersSource:
     name = "peers"
 
     def __init__(self, health: HealthRegistry, cfg: Peers, window: int, decoder: DecoderPool | None = None,
-                 resolve=socket.getaddrinfo) -> None:
+                 resolve=socket.getaddrinfo, max_ranks: int = 4096) -> None:
         self.health = health
         self.cfg = cfg
         self.window = window
         self.decoder = decoder
         self.resolve = resolve
         self.bytes_total = 0  # body bytes received, for the benchmark and self-metrics
-        self._ranks: dict[int, _Held] = {}
         self._peers: dict[str, _PeerState] = {}
         self._resolved: list[str] = []
         self._next_resolve = 0.0
@@ -85,6 +99,17 @@ class PeersSource:
         self._headers = _auth_headers(cfg)
         self._interned: dict = {}  # sizes and dtypes seen in bodies (decode/peer_rows.py)
         self._held_by_peer: dict[str, list[tuple[int, _Held]]] = {}
+        self.max_ranks = max_ranks
+        self._held: dict[tuple[str, int], _Held] = {}  # every owned rank, by (peer, rank)
+        self._owner: dict[int, str] = {}  # rank -> the peer whose claim the view uses
+        # rank -> (the owner whose claim is used, or None: neither), every other peer claiming it
+        self.collisions: dict[int, tuple[str | None, tuple[str, ...]]] = {}
+        self._claims: dict[str, frozenset[int]] = {}  # peer -> ranks it sent at its last answer (within its cap)
+        self._forgotten: list[int] = []  # ranks the view's state must drop (drain_forgotten)
+        self.collisions_total = 0  # new (rank, peer) collisions since start
+        self.rows_dropped_total = 0  # peer rows out of the field rules
+        self.ranks_dropped_total = 0  # malformed ranks, rank ids no job has, ranks over a peer's share
+        self._said: set[tuple[int, str]] = set()  # collisions already logged
 
     # --- the Source protocol -------------------------------------------------------------------
 
@@ -116,9 +141,10 @@ class PeersSource:
         peers = self.peers()
         for gone in [p for p in self._peers if p not in peers]:
             del self._peers[gone]
+            self._claims.pop(gone, None)
             self.health.forget(f"peer:{gone}")
-        for r in [r for r, h in self._ranks.items() if h.peer not in peers]:
-            del self._ranks[r]
+        for key in [k for k in self._held if k[0] not in peers]:
+            self._drop(*key)
         due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now]
         if not due:
             return []
@@ -126,49 +152,130 @@ class PeersSource:
             self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
         # each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)
         self._held_by_peer = {}
-        for r, h in sorted(self._ranks.items()):
-            self._held_by_peer.setdefault(h.peer, []).append((r, h))
-        out: list[Snapshot] = []
-        for snaps in self._pool.map(self._poll_peer, due):
-            out.extend(snaps)
+        for (peer, r), h in sorted(self._held.items()):
+            self._held_by_peer.setdefault(peer, []).append((r, h))
+        answers = [a for a in self._pool.map(self._poll_peer, due) if a is not None]
+        return self._take(answers, peers)
+
+    def over_share(self) -> dict[str, int]:
+        return {p: st.over_share for p, st in list(self._peers.items()) if st.over_share}
+
+    def drain_forgotten(self) -> list[int]:
+        """Ranks no peer owns any more since the last call: the view's state drops them (bounded memory)."""
+        out, self._forgotten = [r for r in self._forgotten if r not in self._owner], []
         return out
+
+    # --- ownership and shares ------------------------------------------------------------------
+
+    def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
+        """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
+        for peer, ranks in answers:
+            self._peers[peer].claimed = len(ranks)
+        share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.max_ranks)
+        kept: dict[str, dict[int, PeerRank]] = {}
+        for peer, ranks in answers:
+            mine = {r for r, _ in self._held_by_peer.get(peer, ())}  # what it holds goes first: stable shares
+            order = sorted(ranks, key=lambda x: (x.rank not in mine, x.rank))
+            kept[peer] = {x.rank: x for x in order[:share.get(peer, 0)]}
+            st = self._peers[peer]
+            st.over_share = len(ranks) - len(kept[peer]) + st.over_cap
+            if st.over_share:
+                self.ranks_dropped_total += len(ranks) - len(kept[peer])
+                self._say(peer, f"peer {peer} sent {len(ranks) + st.over_cap} ranks, over its fair share of "
+                                f"{share.get(peer, 0)} (max_ranks {self.max_ranks} among {len(peers)} peers): "
+                                f"{st.over_share} not taken")
+            self._claims[peer] = frozenset(kept[peer])
+            for r in [r for r in mine if r not in kept[peer]]:  # it stopped sending it: forgotten
+                self._drop(peer, r)
+        self._settle_owners()
+        out: list[Snapshot] = []
+        for peer, ranks in kept.items():
+            for r in ranks.values():
+                if self._owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
+                    out.append(s)
+        return out
+
+    def _settle_owners(self) -> None:
+        claimants: dict[int, list[str]] = {}
+        for peer, ranks in sorted(self._claims.items()):
+            for r in ranks:
+                claimants.setdefault(r, []).append(peer)
+        for r, owner in list(self._owner.items()):
+            if owner not in claimants.get(r, ()):
+                self._drop(owner, r)
+        collisions = {}
+        for r, who in claimants.items():
+            owner = self._owner.get(r)
+            if owner is None and len(who) == 1:
+                self._owner[r] = who[0]
+            elif len(who) > 1:
+                others = tuple(p for p in who if p != owner)
+                collisions[r] = (owner, others)
+                for p in others:
+                    if (r, p) not in self._said:
+                        self._said.add((r, p))
+                        self.collisions_total += 1
+                        logs.get().warning("rank %d is claimed by peers %s: %s", r, ", ".join(who),
+                                           collision_text(owner))
+        self._said = {(r, p) for (r, p) in self._said if r in collisions}  # said again if it recurs later
+        self.collisions = collisions
+
+    def _drop(self, peer: str, rank: int) -> None:
+        self._held.pop((peer, rank), None)
+        if self._owner.get(rank) == peer:
+            del self._owner[rank]
+            self._forgotten.append(rank)
+
+    def _say(self, peer: str, problem: str) -> None:
+        st = self._peers[peer]
+        if problem not in st.said:
+            if len(st.said) >= 64:  # bounded: a peer varying its faults is still heard, at most 64 lines a round
+                st.said.clear()
+            st.said.add(problem)
+            logs.get().warning("%s", problem)
 
     # --- one peer ------------------------------------------------------------------------------
 
-    def _poll_peer(self, peer: str) -> list[Snapshot]:
+    def _poll_peer(self, peer: str) -> tuple[str, list[PeerRank]] | None:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
         cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
                            if h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
-            ranks = self._parse(body, peer)
+            ranks, dropped = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
             reason = exc.reason if isinstance(exc, PeerError) else "decode_" + exc.reason
             self.health.record(f"peer:{peer}", False, time.monotonic() - start, now_ns, reason, exc.detail)
-            return []
-        st.failures, st.next_try, st.bytes_last = 0, 0.0, len(body)
+            return None
+        st.failures, st.next_try, st.bytes_last, st.over_cap = 0, 0.0, len(body), dropped.over_cap
         self.bytes_total += len(body)
+        self.rows_dropped_total += dropped.rows
+        self.ranks_dropped_total += dropped.ranks + dropped.over_cap
+        if dropped.ranks or dropped.rows:  # over the cap is said with the share
+            self._say(peer, f"peer {peer}: dropped {dropped.ranks} ranks and {dropped.rows} rows "
+                            f"out of the field rules or bounds, e.g. {dropped.reason}")
         self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
-        return [s for r in ranks if (s := self._merge(peer, r)) is not None]
+        return peer, ranks
 
-    def _parse(self, body: bytes, peer: str) -> list[PeerRank]:
+    def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped]:
         """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
         every untrusted input, and in a 512-pod job the reading runs on the decoders' cores while
-        this process merges what came before. In this process where there are no decoders."""
+        this process merges what came before. In this process where there are no decoders. At most
+        `max_ranks` ranks of one body are read at all."""
         if self.decoder is None:
-            return parse_body(body, peer, self._interned)[1]
-        out = self.decoder.run(_BodyJob(body, peer))
+            return parse_body(body, peer, self._interned, self.max_ranks)[1:]
+        out = self.decoder.run(_BodyJob(body, peer, self.max_ranks))
         if isinstance(out, DecodeError):
             raise out
         return out
 
     def _merge(self, peer: str, r: PeerRank) -> Snapshot | None:
-        held = self._ranks.get(r.rank)
-        if held is None or held.epoch != r.epoch or r.full or held.peer != peer:
-            held = self._ranks[r.rank] = _Held(peer, r.epoch)
+        held = self._held.get((peer, r.rank))
+        if held is None or held.epoch != r.epoch or r.full:
+            held = self._held[(peer, r.rank)] = _Held(peer, r.epoch)
         if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
             if len(self._interned) > MAX_INTERNED:  # a peer sending ever new groups must not grow it for good
                 self._interned.clear()
@@ -203,7 +310,11 @@ class PeersSource:
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
                              held.pg_config, r.pg_status, tuple(entries), dumped_at_ns=r.dumped_at_ns,
                              declared_world_size=r.world_size)
-        return Snapshot(held.dump, f"peer:{peer}", r.dumped_at_ns or time.time_ns())
+        # seen at the peer's clock, but never in our future: a date far ahead would keep the rank in the
+        # view's state for good and make every later true snapshot look older
+        now = time.time_ns()
+        seen = r.dumped_at_ns if r.dumped_at_ns and r.dumped_at_ns <= now + 300_000_000_000 else now
+        return Snapshot(held.dump, f"peer:{peer}", seen)
 
     def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
         parts = urlsplit(peer)
@@ -219,10 +330,10 @@ class PeersSource:
     # --- evidence (the Fetcher protocol) -------------------------------------------------------
 
     def targets(self) -> list[PeerTarget]:
-        return [PeerTarget(r, h.peer) for r, h in sorted(self._ranks.items())]
+        return [PeerTarget(r, p) for r, p in sorted(self._owner.items())]
 
     def handlers(self, rank: int) -> frozenset[str]:
-        held = self._ranks.get(rank)
+        held = self._held.get((self._owner.get(rank, ""), rank))
         return held.handlers if held is not None else frozenset()
 
     def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
@@ -250,9 +361,30 @@ class PeersSource:
 class _BodyJob:
     body: bytes
     path: str
+    max_ranks: int
 
-    def __call__(self) -> list[PeerRank]:
-        return parse_body(self.body, self.path)[1]
+    def __call__(self) -> tuple[list[PeerRank], Dropped]:
+        return parse_body(self.body, self.path, None, self.max_ranks)[1:]
+
+
+def fair_shares(demand: dict[str, int], total: int) -> dict[str, int]:
+    """Max-min fair shares of `total` ranks: every peer gets what it asks up to an equal share, and
+    what the modest ones leave is shared again among the others (a pod of 8 ranks always gets 8 as
+    long as the job fits `total`; a peer asking 4096 gets what is left)."""
+    out: dict[str, int] = {}
+    left, todo = total, sorted(demand, key=lambda p: (demand[p], p))
+    while todo:
+        share = left // len(todo)
+        p = todo[0]
+        if demand[p] <= share:
+            out[p] = demand[p]
+        else:  # every one left asks more than an equal share: equal shares, the remainder by name
+            for i, q in enumerate(sorted(todo)):
+                out[q] = share + (1 if i < left - share * len(todo) else 0)
+            return out
+        left -= out[p]
+        todo.pop(0)
+    return out
 
 
 @dataclass(frozen=True)
