@@ -144,8 +144,9 @@ class Peers:
     cert_file: str | None = None  # client certificate (mutual TLS)
     key_file: str | None = None
     server_name: str | None = None  # the name the peers' certificates carry (one for all pods)
-    username: str | None = None  # basic auth to the peers
+    username: str | None = None  # basic auth to the peers: only over https (the password would travel in clear)
     password_file: str | None = None
+    allow_basic_auth_over_http: bool = False  # knowingly send it over plain http (a network nothing else sees)
     stacks: int = 4  # blocked ranks whose stacks join the culprits' in a job bundle
 
 
@@ -369,6 +370,12 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
                 problems.append(f"peers.urls[{i}]: expected http(s)://host:port, got {url!r}")
         if pc.service and not pc.service.rpartition(":")[2].isdecimal():
             problems.append(f"peers.service: expected host:port, got {pc.service!r}")
+        plain = [u for u in pc.urls if urlsplit(u).scheme == "http"] + \
+            ([f"{pc.scheme}://{pc.service}"] if pc.service and pc.scheme == "http" else [])
+        if pc.username and plain and not pc.allow_basic_auth_over_http:
+            problems.append(f"peers.username: basic auth would send the password in clear text to {plain[0]}"
+                            f"{f' and {len(plain) - 1} more' if len(plain) > 1 else ''}; use https (peers.scheme, "
+                            "peers.ca_file) or, on a network nothing else sees, peers.allow_basic_auth_over_http")
     elif not cfg.sources.dump_dirs and not ws.sockets_dir and not ws.urls:
         problems.append("sources: nothing to watch (set sources.dump_dirs, sources.worker_servers.sockets_dir "
                         "or sources.worker_servers.urls)")

@@ -31,6 +31,7 @@ def run_jobview(args: argparse.Namespace) -> int:
             "peers.poll_interval": args.poll_interval, "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir, "log.format": args.log_format, "job_id": args.job_id,
             "decode.allow_no_memory_limit": args.allow_no_memory_limit,
+            "peers.allow_basic_auth_over_http": getattr(args, "peers_basic_auth_over_http", None),
         }
         cfg = load_config(args.config, overrides=overrides)
         problems = validate(cfg, job_view=True)

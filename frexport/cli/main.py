@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--job-id", help="job identifier")
     j.add_argument("--allow-no-memory-limit", action="store_true", default=None,
                    help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
+    j.add_argument("--peers-basic-auth-over-http", action="store_true", default=None,
+                   help="send basic auth (peers.username) to peers over plain http (refused otherwise)")
 
     n = sub.add_parser("snapshot", help="fetch every rank's Flight Recorder now and write a dump directory",
                        description="Fetch all ranks' recorders now (like an on-demand dump) into a directory "

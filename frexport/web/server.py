@@ -151,7 +151,8 @@ class _Server(ThreadingHTTPServer):
             if self.wrap_connection is not None:
                 try:
                     request = self.wrap_connection(request)
-                except (OSError, ValueError):
+                except (OSError, ValueError):  # a failed handshake, a refused client certificate
+                    self.dropped["tls"] += 1
                     return
             super().finish_request(request, client_address)
         finally:
@@ -190,7 +191,8 @@ class WebServer:
                  wrap_socket: Callable | None = None, authorize: Callable[[str | None], bool] | None = None,
                  head_deadline_s: float = HEAD_DEADLINE_S, deadline_s: float = DEADLINE_S,
                  max_connections: int = MAX_CONNECTIONS,
-                 api: Callable[[str, str], tuple[int, bytes, str]] | None = None) -> None:
+                 api: Callable[[str, str], tuple[int, bytes, str]] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"
         server = self
@@ -232,7 +234,7 @@ class WebServer:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
-                for k, val in (headers or {}).items():
+                for k, val in {**server.headers, **(headers or {})}.items():  # the web config's, then this answer's
                     self.send_header(k, val)
                 self.end_headers()
                 if self.command != "HEAD":
@@ -245,6 +247,7 @@ class WebServer:
         self.ready = ready
         self.authorize = authorize
         self.api = api
+        self.headers = dict(headers or {})  # web config http_server_config.headers, on every answer
         self.httpd = limited_server((host, int(port)), Handler, wrap_socket, head_deadline_s, deadline_s,
                                     max_connections)
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="frexport-web", daemon=True)
@@ -259,9 +262,9 @@ class WebServer:
     def collect(self) -> Iterator[Metric]:
         """Its own self-metrics: connections it dropped, by why."""
         c = CounterMetricFamily("frexport_http_connections_dropped", "Connections to the metrics server dropped "
-                                "(head_deadline, deadline, max_connections, evicted_idle, descriptors)",
+                                "(head_deadline, deadline, max_connections, evicted_idle, descriptors, tls)",
                                 labels=["reason"])
-        for reason in ("head_deadline", "deadline", "max_connections", "evicted_idle", "descriptors"):
+        for reason in ("head_deadline", "deadline", "max_connections", "evicted_idle", "descriptors", "tls"):
             c.add_metric([reason], self.httpd.dropped[reason])
         yield c
 
