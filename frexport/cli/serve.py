@@ -171,7 +171,7 @@ def peer_api(cfg: Config, sidecar: Sidecar):
     from frexport.export.peer_api import PeerApi
 
     poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
-    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline).handle
+    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline, pyspy=cfg.evidence.pyspy).handle
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:
