@@ -90,6 +90,11 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
         if len(variants) == 1:
             members = next(iter(variants))
             groups[name] = Group(name, name, desc, members)
+            outside = sorted(users.get(name, set()) - set(members))
+            if outside:  # hang.find_waits does not count their waits: a peer cannot invent a waiter
+                notes.append(f"rank{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside[:8]))}"
+                             f"{', ...' if len(outside) > 8 else ''} recorded ops in process group {name!r} without "
+                             "being among its members: not matched there")
             for r in set(members) | users.get(name, set()):
                 group_of[(r, name)] = name
         elif len(variants) > 1:  # the same name for different member sets: one group per member set

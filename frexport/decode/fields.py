@@ -232,7 +232,10 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
     if type(raw) is list and len(raw) == 1:  # fast path: one tensor, the common case
         inner = raw[0]
         if type(inner) is list and len(inner) <= 16:
-            hit = c.sizes.get((tuple(inner),))
+            try:
+                hit = c.sizes.get((tuple(inner),))
+            except TypeError:  # a list inside: unhashable, and no shape (found by the differential fuzz)
+                raise BadEntry("sizes") from None
             if hit is not None:
                 return hit
     if not raw:
@@ -247,7 +250,10 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
     if len(raw) > MAX_SIZE_ELEMENTS or sum(map(len, raw)) > MAX_SIZE_ELEMENTS:
         raise BadEntry("sizes")
     key = tuple(map(tuple, raw))
-    hit = c.sizes.get(key)
+    try:
+        hit = c.sizes.get(key)
+    except TypeError:  # a list or dict among the dims: a BadEntry on every path, not an exception of one
+        raise BadEntry("sizes") from None
     if hit is None:
         for shape in key:
             for d in shape:
@@ -258,7 +264,7 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
 
 
 def dtypes(raw: Any, c: Caches) -> tuple[str, ...]:
-    if type(raw) is list and len(raw) == 1:  # fast path: one tensor, keyed by the name itself
+    if type(raw) is list and len(raw) == 1 and type(raw[0]) is str:  # fast path: one tensor, keyed by the name
         hit = c.dtypes.get(raw[0])
         if hit is not None:
             return hit
@@ -269,9 +275,11 @@ def dtypes(raw: Any, c: Caches) -> tuple[str, ...]:
     if type(raw) is not list and type(raw) is not tuple or len(raw) > MAX_DTYPES:
         raise BadEntry("dtypes")
     key = tuple(raw)
+    if not all(type(d) is str for d in key):  # [["Float"]]: unhashable below, and no dtype
+        raise BadEntry("dtypes")
     hit = c.dtypes.get(key)
     if hit is None:
-        if not all(type(d) is str and len(d) < 64 for d in key):
+        if not all(len(d) < 64 for d in key):
             raise BadEntry("dtypes")
         hit = c.dtypes[key] = key
         if len(key) == 1:

@@ -203,7 +203,7 @@ class PeersSource:
         for r, owner in list(self._owner.items()):
             if owner not in claimants.get(r, ()):
                 self._drop(owner, r)
-        collisions = {}
+        collisions, new = {}, {}
         for r, who in claimants.items():
             owner = self._owner.get(r)
             if owner is None and len(who) == 1:
@@ -211,12 +211,16 @@ class PeersSource:
             elif len(who) > 1:
                 others = tuple(p for p in who if p != owner)
                 collisions[r] = (owner, others)
-                for p in others:
-                    if (r, p) not in self._said:
-                        self._said.add((r, p))
-                        self.collisions_total += 1
-                        logs.get().warning("rank %d is claimed by peers %s: %s", r, ", ".join(who),
-                                           collision_text(owner))
+                fresh = [p for p in others if (r, p) not in self._said]
+                self._said.update((r, p) for p in fresh)
+                self.collisions_total += len(fresh)
+                if fresh:
+                    new.setdefault((owner, others), []).append(r)
+        for (owner, others), ranks in sorted(new.items(), key=lambda kv: kv[1][0])[:16]:  # one line per set of peers
+            who = ", ".join(([owner] if owner else []) + list(others))
+            shown = ", ".join(map(str, sorted(ranks)[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+            logs.get().warning("rank%s %s %s claimed by peers %s: %s", "s" if len(ranks) > 1 else "", shown,
+                               "are" if len(ranks) > 1 else "is", who, collision_text(owner))
         self._said = {(r, p) for (r, p) in self._said if r in collisions}  # said again if it recurs later
         self.collisions = collisions
 

@@ -50,7 +50,8 @@ class _Real:
     """A real sidecar's peers endpoint serving `ranks`."""
 
     def __init__(self, ranks):
-        self.web = WebServer("127.0.0.1:0", CollectorRegistry(), lambda: True, api=PeerApi(_state(ranks), 256).handle)
+        self.state = _state(ranks)
+        self.web = WebServer("127.0.0.1:0", CollectorRegistry(), lambda: True, api=PeerApi(self.state, 256).handle)
         self.web.start()
         self.url = f"http://127.0.0.1:{self.web.port}"
 
@@ -205,3 +206,24 @@ def test_fair_shares_are_max_min():
     assert fair_shares({"a": 8, "b": 8}, 12) == {"a": 6, "b": 6}
     assert fair_shares({"a": 1, "b": 100, "c": 100}, 11) == {"a": 1, "b": 5, "c": 5}
     assert fair_shares({}, 10) == {}
+
+
+def test_an_invented_rank_waiting_in_a_real_group_blames_no_one(job, caplog):
+    """A peer owns the ranks it invents, but a rank outside a group's members cannot wait in it: it
+    made the job's healthy ranks 0-3 look like culprits."""
+    _, pods, hostile = job
+    healthy = healthy_job(world=WORLD)
+    real = [_Real({0: healthy[0], 1: healthy[1]}), _Real({2: healthy[2], 3: healthy[3]})]
+    waiting = healthy[0] + [entry(10, 11, state="scheduled", duration_ms=None,
+                                  created=time.time_ns() - 120 * 10**9)]
+    hostile.body = json.dumps(_body({5000: waiting})).encode()
+    sc, _ = _view([r.url for r in real] + [hostile.url])
+    try:
+        result = _pass(sc)
+        assert 5000 in sc.state.latest_dumps() and _culprits(result) == []
+        assert any("5000 recorded ops in process group '0' without being among its members" in n
+                   for n in result.diagnosis.notes)
+    finally:
+        sc.shutdown()
+        for r in real:
+            r.close()
