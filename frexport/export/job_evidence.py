@@ -74,6 +74,9 @@ class JobEvidenceSink(IncidentSink):
         framed = {r: replace(d, dumped_at_ns=p.dumps[r].dumped_at_ns if r in p.dumps else fetched_ns,
                              declared_world_size=p.dumps[r].world_size if r in p.dumps else world)
                   for r, d in self.fetcher.decode_pickles(raw).items()}
+        # only bodies that are a rank's recorder go into the bundle as its raw data: junk a peer sends
+        # for its "culprit" is left out (decode_pickles logged it), the rank's snapshot stands for it
+        raw = {r: b for r, b in raw.items() if r in framed}
         dumps = {**p.dumps, **framed}
         diagnosis = self._reanalyze(dumps, p) or p.result.diagnosis
         where = where_ranks(dumps, framed, stacks, set(culprits))

@@ -28,7 +28,7 @@ import socket
 import ssl
 import time
 from bisect import bisect_left
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from operator import attrgetter
 from urllib.parse import urlsplit
@@ -45,6 +45,10 @@ from frexport.model.peer_rows import collision_text
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
+
+PASS_WAIT_S = 2.0  # what one pass waits for its peers; slower ones are taken at a later pass
+FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
+FETCH_MAX_STACKS = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class PeersSource:
         self._headers = _auth_headers(cfg)
         self._interned: dict = {}  # sizes and dtypes seen in bodies (decode/peer_rows.py)
         self._held_by_peer: dict[str, list[tuple[int, _Held]]] = {}
+        self._inflight: dict[str, Future] = {}  # peer -> its poll still running (taken when done)
+        self._current: list[str] = []  # the peers of the last pass
         self.max_ranks = max_ranks
         self._held: dict[tuple[str, int], _Held] = {}  # every owned rank, by (peer, rank)
         self._owner: dict[int, str] = {}  # rank -> the peer whose claim the view uses
@@ -134,28 +140,50 @@ class PeersSource:
         return sorted(set(self.cfg.urls) | set(self._resolved))
 
     def collect(self) -> list[Snapshot]:
+        """Snapshots from the answers that arrived: a pass waits at most PASS_WAIT_S for its peers, and a
+        peer slower than that (up to its own timeout) is taken at a later call, never holding up the
+        others' (issue 28: one slow or huge peer delayed every pass of the view)."""
         now = time.monotonic()
         if now < self._next_poll:
-            return []
+            return self._harvest()
         self._next_poll = now + self.cfg.poll_interval
         peers = self.peers()
+        self._current = peers
         for gone in [p for p in self._peers if p not in peers]:
             del self._peers[gone]
             self._claims.pop(gone, None)
+            self._inflight.pop(gone, None)  # its answer, if it comes, is not taken
             self.health.forget(f"peer:{gone}")
         for key in [k for k in self._held if k[0] not in peers]:
             self._drop(*key)
-        due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now]
+        due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now and p not in self._inflight]
         if not due:
-            return []
+            return self._harvest()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
         # each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)
         self._held_by_peer = {}
         for (peer, r), h in sorted(self._held.items()):
             self._held_by_peer.setdefault(peer, []).append((r, h))
-        answers = [a for a in self._pool.map(self._poll_peer, due) if a is not None]
-        return self._take(answers, peers)
+        for p in due:
+            self._inflight[p] = self._pool.submit(self._poll_peer, p)
+        wait(list(self._inflight.values()), timeout=PASS_WAIT_S)
+        return self._harvest()
+
+    def _harvest(self) -> list[Snapshot]:
+        done = [p for p, f in self._inflight.items() if f.done()]
+        if not done:
+            return []
+        answers = []
+        for p in sorted(done):
+            try:
+                a = self._inflight.pop(p).result()  # peer and decode failures are recorded in _poll_peer
+            except Exception:  # noqa: BLE001 - a bug with one peer's answer must not lose the others'
+                logs.get().exception("peer %s: its answer could not be taken", p)
+                continue
+            if a is not None and p in self._peers:
+                answers.append(a)
+        return self._take(answers, self._current) if answers else []
 
     def over_share(self) -> dict[str, int]:
         return {p: st.over_share for p, st in list(self._peers.items()) if st.over_share}
@@ -320,10 +348,11 @@ class PeersSource:
         seen = r.dumped_at_ns if r.dumped_at_ns and r.dumped_at_ns <= now + 300_000_000_000 else now
         return Snapshot(held.dump, f"peer:{peer}", seen)
 
-    def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
+    def _get(self, peer: str, path: str, timeout: float | None = None, max_body: int | None = None) -> bytes:
         parts = urlsplit(peer)
         target = Target(host=parts.hostname or "", port=parts.port or (443 if parts.scheme == "https" else 80))
-        resp = request(target, "GET", path, timeout=timeout or self.cfg.timeout, max_body=self.cfg.max_body_bytes,
+        resp = request(target, "GET", path, timeout=timeout or self.cfg.timeout,
+                       max_body=min(max_body or self.cfg.max_body_bytes, self.cfg.max_body_bytes),
                        tls=self._tls if parts.scheme == "https" else None, headers=self._headers,
                        server_name=self.cfg.server_name)
         if resp.status != 200:
@@ -346,7 +375,10 @@ class PeersSource:
         return fetch_within(wanted, deadline_s, self.cfg.concurrency, self._fetch_one, "frexport-peer-fetch")
 
     def _fetch_one(self, t: PeerTarget, handler: str, timeout_s: float) -> bytes:
-        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s)
+        # evidence bodies are capped by kind, not by the 256 MiB of a ranks body: a peer calling its own
+        # rank a culprit cannot push hundreds of MB into the view's memory or the job's bundle
+        cap = FETCH_MAX_PICKLE if handler == "frexport_fr_pickle" else FETCH_MAX_STACKS
+        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s, max_body=cap)
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:
         """Ranks' pickles (with frames: call sites) decoded in the sandboxed decoders; failures left out."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class FakePeer:
@@ -54,7 +55,9 @@ class HostileSidecar:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - the stdlib's name
                 owner.requests += 1
-                body = owner.body
+                time.sleep(owner.delay_s)
+                body = owner.handler_body if "/handler/" in self.path and owner.handler_body is not None \
+                    else owner.body
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -64,7 +67,8 @@ class HostileSidecar:
             def log_message(self, *args):
                 pass
 
-        self.body, self.requests = body, 0
+        self.body, self.requests, self.delay_s = body, 0, 0.0
+        self.handler_body: bytes | None = None  # the answer to /api/v1/ranks/<r>/handler/<name>
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -9,6 +9,7 @@ its source, state and live analysis, driven pass by pass.
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -227,3 +228,57 @@ def test_an_invented_rank_waiting_in_a_real_group_blames_no_one(job, caplog):
         sc.shutdown()
         for r in real:
             r.close()
+
+
+def test_a_slow_peer_does_not_hold_up_the_others(job):
+    """Issue 28 (medium): one slow or huge peer delayed every pass of the view."""
+    _, pods, hostile = job
+    hostile.body = json.dumps(_body({7: healthy_job(world=8, steps=3)[7]})).encode()
+    hostile.delay_s = 6.0
+    sc, _ = _view([p.url for p in pods] + [hostile.url])
+    src = sc.sources[0]
+    src.cfg.timeout = 10.0
+    try:
+        start = time.monotonic()
+        _pass(sc)
+        assert time.monotonic() - start < 4.0  # the pass went on without it
+        assert sorted(sc.state.latest_dumps()) == [0, 1, 2, 3]
+        time.sleep(6.0)
+        sc._collect()  # its answer, when it comes, is taken then
+        assert 7 in sc.state.latest_dumps()
+    finally:
+        sc.shutdown()
+
+
+@pytest.mark.parametrize("junk_mb", [1, 40])
+def test_a_peer_cannot_push_junk_into_the_job_bundle(job, tmp_path, junk_mb, caplog):
+    """Issue 28 (medium): a peer declaring its own rank the culprit answered its pickle with hundreds of
+    MB of junk, held in memory and written into the job's bundle. Here the pod of ranks 2-3 is hostile:
+    its rank 3 is the culprit and its pickle handler answers junk."""
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+
+    stuck, pods, hostile = job
+    body = _body({2: stuck[2], 3: stuck[3]})
+    for r in body["ranks"]:
+        r["handlers"] = ["frexport_fr_pickle"]
+    hostile.body, hostile.handler_body = json.dumps(body).encode(), b"\x80\x02junk" * (junk_mb << 17)
+    sc, _ = _view([pods[0].url, hostile.url])
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path / "ev")), sc.sources[0], 256, pyspy=False, deadline_s=20.0)
+    try:
+        result = _pass(sc)
+        assert _culprits(result) == [3]
+        with caplog.at_level(logging.WARNING):
+            bundle = sink.write_incident(_incident(sc, result))
+        files = {p.name: p.stat().st_size for p in Path(bundle).iterdir()}
+        assert b"junk" not in (Path(bundle) / "trace_3").read_bytes()  # the rank's snapshot, re-encoded
+        assert sum(files.values()) < 4 << 20
+        assert "rank 3" in caplog.text  # and the log says why its pickle is not there
+    finally:
+        sc.shutdown()
+
+
+def _incident(sc, result):
+    from frexport.live.sink import Pass
+
+    return Pass(time.time_ns(), [], result, result, sc.state.latest_dumps())
