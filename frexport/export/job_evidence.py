@@ -120,8 +120,16 @@ class JobEvidenceSink(IncidentSink):
 
     def _reanalyze(self, dumps: dict[int, RankDump], p: Pass) -> Diagnosis | None:
         """The same engine on the snapshots with the fetched frames: the report gets call sites."""
+        traces = []
+        for dump in dumps.values():  # one rank whose trace cannot be built is left out, not every call site
+            if dump.rank is None:
+                continue
+            try:
+                traces.append(build_rank_trace(dump, tail=self.window))
+            except Exception:  # noqa: BLE001 - any one rank's data, however odd, costs only that rank
+                logs.get().exception("job bundle: rank %d's trace could not be built; re-analysed without it",
+                                     dump.rank)
         try:
-            traces = [build_rank_trace(d, tail=self.window) for d in dumps.values() if d.rank is not None]
             d = analyze(traces, options=Options(stall_after_s=p.result.stall_after_s, clock=True))
         except Exception:  # noqa: BLE001 - the live diagnosis is still a report
             logs.get().exception("re-analysis with frames failed; the bundle has the live diagnosis")

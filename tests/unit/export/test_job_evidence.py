@@ -91,3 +91,31 @@ def test_a_culprit_the_pass_had_no_snapshot_of_is_diagnosed_from_what_its_pod_se
     assert bundle.endswith("-missing_rank"), bundle
     report = json.loads((tmp_path / bundle / "report.json").read_text())
     assert [(f["kind"], f["culprit_ranks"]) for f in report["findings"] ] == [("missing_rank", [2])]
+
+
+def test_one_rank_whose_trace_cannot_be_built_costs_only_that_rank(tmp_path, caplog):
+    """Issue 28 (low): one junk column made the re-analysis fail, and every call site left the bundle.
+    Rank 0's snapshot carries a value no decode path gives any more (a duration of 1e300 ms overflows
+    the trace's int64 column): a fake, as the field rules now refuse it before it gets here."""
+    import dataclasses
+    import json
+
+    from frexport.config import Analysis
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+    from frexport.live.diagnosis import LiveAnalysis
+    from frexport.live.sink import Pass
+
+    polled = {}
+    for r in range(4):
+        body = (paths.REAL_FIXTURES / "stuck_before_collective" / "json" / f"trace_{r}.json").read_bytes()
+        newest = max(e.time_created_ns for e in decode_bytes(body, "x", rank=r).entries)
+        polled[r] = decode_bytes(body, f"rank-{r}", rank=r, dumped_at_ns=newest + 120 * 10**9)
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(polled)
+    bad = polled[0]
+    polled[0] = dataclasses.replace(bad, entries=(bad.entries[0]._replace(duration_ms=1e300),) + bad.entries[1:])
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path)), _Pods([1, 2, 3]), window=2000, pyspy=False)
+    bundle = sink.write_incident(Pass(time.time_ns(), [], result, result, polled))
+    report = json.loads((tmp_path / bundle / "report.json").read_text())
+    assert any(f.get("call_site") for f in report["findings"]), report["findings"]  # the others' call sites
+    assert "rank 0's trace could not be built" in caplog.text
