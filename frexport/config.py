@@ -34,6 +34,9 @@ class DumpDir:
     timeout_dumps: bool = True  # these are PyTorch's dumps (count them); false for periodic snapshots
     follow_symlinks: bool = False
     max_file_bytes: int = 512 * 1024 * 1024
+    # newest entries kept per dump, as for worker servers: a 2 MB pickle repeating one entry by
+    # reference stood for a million of them (32 -> 1706 MB for four files)
+    max_entries: int = 20000
 
 
 @dataclass

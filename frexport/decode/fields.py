@@ -172,7 +172,7 @@ def process_group(raw: Any) -> tuple[str, str]:
 class Caches:
     """Per-dump interning: real dumps repeat the same names, sizes and (memoized) frames."""
 
-    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "tensors")
+    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "stack_of_list", "pg", "tensors")
 
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str, int | None, int | None]] = {}
@@ -181,6 +181,7 @@ class Caches:
         # id(raw frame dict) -> (Frame, is a torch frame); the raw dump stays alive meanwhile
         self.frame: dict[int, tuple[Frame, bool]] = {}
         self.stack: dict[tuple[int, ...], tuple[tuple[Frame, ...], Frame | None]] = {}
+        self.stack_of_list: dict[int, tuple[tuple[Frame, ...], Frame | None]] = {}  # id(raw frames list)
         self.pg: dict[Any, tuple[str, str]] = {}
         # (op name, group) -> (raw sizes and dtypes of its last entry, their converted tuples)
         self.tensors: dict[tuple, tuple[tuple, tuple]] = {}
@@ -295,11 +296,15 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
         raw = raw[:MAX_FRAMES]
     if not keep:
         return EMPTY, user_frame(raw, c)
+    hit = c.stack_of_list.get(id(raw))  # one list shared by reference (a memoized pickle): converted once
+    if hit is not None:
+        return hit
     key = tuple(map(id, raw))
     hit = c.stack.get(key)
     if hit is None:
         stack = tuple(c.frame_of(f)[0] for f in raw)
         hit = c.stack[key] = (stack, user_frame(raw, c))
+    c.stack_of_list[id(raw)] = hit  # the raw dump stays alive meanwhile: ids are not reused
     return hit
 
 
