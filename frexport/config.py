@@ -375,6 +375,10 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
             problems.append(f"peers.service: expected host:port, got {pc.service!r}")
         plain = [u for u in pc.urls if urlsplit(u).scheme == "http"] + \
             ([f"{pc.scheme}://{pc.service}"] if pc.service and pc.scheme == "http" else [])
+        tls_set = [k for k in ("ca_file", "cert_file", "server_name") if getattr(pc, k)]
+        if tls_set and plain and len(plain) == len(pc.urls) + (1 if pc.service else 0):
+            problems.append(f"peers.{tls_set[0]}: set, but every peer is plain http ({plain[0]}), so it would never "
+                            "be used; use https:// peers (peers.scheme: https for peers.service)")
         if pc.username and plain and not pc.allow_basic_auth_over_http:
             problems.append(f"peers.username: basic auth would send the password in clear text to {plain[0]}"
                             f"{f' and {len(plain) - 1} more' if len(plain) > 1 else ''}; use https (peers.scheme, "

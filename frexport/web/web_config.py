@@ -197,6 +197,9 @@ def _tls(cfg: dict) -> Callable:
                           "honoured; use RequireAndVerifyClientCert or VerifyClientCertIfGiven with client_ca_file")
     if mode != "NoClientCert" and not cfg.get("client_ca_file"):
         raise ConfigError(f"web.config_file: client_auth_type {mode} needs client_ca_file")
+    if mode == "NoClientCert" and cfg.get("client_ca_file"):  # the CA would be read and never used
+        raise ConfigError("web.config_file: client_ca_file is set but client_auth_type is NoClientCert, so no "
+                          "client certificate is asked for; set client_auth_type: RequireAndVerifyClientCert")
     sans = cfg.get("client_allowed_sans")
     if sans:
         if not isinstance(sans, list) or not all(isinstance(x, str) for x in sans):

@@ -101,6 +101,7 @@ def test_max_version_cipher_suites_and_headers_are_honoured(pki, tmp_path):
     ("  client_allowed_sans: [a]\n", "client_allowed_sans needs client_auth_type RequireAndVerifyClientCert"),
     ("  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
     ("  client_auth_type: RequireAnyClientCert\n", "cannot be honoured"),
+    ("  client_ca_file: @CA@\n", "client_ca_file is set but client_auth_type is NoClientCert"),
     ("  cert: inline-pem\n", "tls_server_config.cert is not an option frexport honours"),
     ("http_server_config:\n  http2: true\n", "http2: true is not served"),
     ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "'Content-Length' cannot be set"),
@@ -108,6 +109,7 @@ def test_max_version_cipher_suites_and_headers_are_honoured(pki, tmp_path):
 ])
 def test_an_option_frexport_cannot_honour_is_refused_at_start(pki, tmp_path, extra, says):
     wc = tmp_path / "web.yml"
+    extra = extra.replace("@CA@", str(pki / "ca.crt"))
     wc.write_text(f"tls_server_config:\n  cert_file: {pki / 'server.crt'}\n  key_file: {pki / 'server.key'}\n" + extra)
     with pytest.raises(ConfigError) as exc:
         load_web_config(str(wc))
@@ -116,6 +118,13 @@ def test_an_option_frexport_cannot_honour_is_refused_at_start(pki, tmp_path, ext
     out = subprocess.run([sys.executable, "-m", "frexport", "serve", "--check-config", "--dump-dir", str(tmp_path),
                           "--web-config-file", str(wc)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and says in out.stderr
+
+
+def test_peer_tls_settings_with_only_plain_http_peers_are_refused(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "frexport", "jobview", "--peer", "http://10.0.0.7:9464",
+                          "--check-config"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FREXPORT_PEERS__CA_FILE": "/etc/hosts"})
+    assert out.returncode == 2 and "peers.ca_file: set, but every peer is plain http" in out.stderr
 
 
 @pytest.mark.parametrize("peer, flag, ok", [
