@@ -189,8 +189,10 @@ class PeersSource:
         return {p: st.over_share for p, st in list(self._peers.items()) if st.over_share}
 
     def drain_forgotten(self) -> list[int]:
-        """Ranks no peer owns any more since the last call: the view's state drops them (bounded memory)."""
-        out, self._forgotten = [r for r in self._forgotten if r not in self._owner], []
+        """Ranks whose owner let go of them since the last call: the view's state drops them (bounded
+        memory). Also when another peer owns one now: the old owner's snapshot (perhaps dated ahead)
+        must not make the new owner's look older and be refused."""
+        out, self._forgotten = list(dict.fromkeys(self._forgotten)), []
         return out
 
     # --- ownership and shares ------------------------------------------------------------------

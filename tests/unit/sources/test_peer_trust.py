@@ -282,3 +282,22 @@ def _incident(sc, result):
     from frexport.live.sink import Pass
 
     return Pass(time.time_ns(), [], result, result, sc.state.latest_dumps())
+
+
+def test_a_rank_handed_over_is_the_new_owners_even_after_a_future_dated_one(job):
+    """A peer that owned rank 3 first, dating it 200 s ahead, then let go: the real pod's snapshot,
+    older by that clock, must not be refused as older than the liar's."""
+    stuck, pods, hostile = job
+    lie = _body({3: healthy_job(world=WORLD, steps=12)[3]})
+    lie["ranks"][0]["dumped_at_ns"] = time.time_ns() + 200 * 10**9
+    hostile.body = json.dumps(lie).encode()
+    sc, _ = _view([pods[0].url, hostile.url])
+    try:
+        _pass(sc)
+        assert sc.state.latest_dumps()[3].source == f"peer:{hostile.url}"
+        hostile.body = json.dumps(_body({})).encode()
+        sc.sources[0].cfg.urls.append(pods[1].url)
+        assert _culprits(_pass(sc)) == [3]
+        assert sc.state.latest_dumps()[3].source == f"peer:{pods[1].url}"
+    finally:
+        sc.shutdown()
