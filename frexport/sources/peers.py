@@ -41,10 +41,10 @@ from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import first_unsettled
-from frexport.model.peer_rows import collision_text
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
+from frexport.sources.peer_owners import Owners, fair_shares
 
 PASS_WAIT_S = 2.0  # what one pass waits for its peers; slower ones are taken at a later pass
 FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
@@ -107,15 +107,10 @@ class PeersSource:
         self._current: list[str] = []  # the peers of the last pass
         self.max_ranks = max_ranks
         self._held: dict[tuple[str, int], _Held] = {}  # every owned rank, by (peer, rank)
-        self._owner: dict[int, str] = {}  # rank -> the peer whose claim the view uses
-        # rank -> (the owner whose claim is used, or None: neither), every other peer claiming it
-        self.collisions: dict[int, tuple[str | None, tuple[str, ...]]] = {}
-        self._claims: dict[str, frozenset[int]] = {}  # peer -> ranks it sent at its last answer (within its cap)
+        self.owners = Owners()  # which peer is believed for each rank (sources/peer_owners.py)
         self._forgotten: list[int] = []  # ranks the view's state must drop (drain_forgotten)
-        self.collisions_total = 0  # new (rank, peer) collisions since start
         self.rows_dropped_total = 0  # peer rows out of the field rules
         self.ranks_dropped_total = 0  # malformed ranks, rank ids no job has, ranks over a peer's share
-        self._said: set[tuple[int, str]] = set()  # collisions already logged
 
     # --- the Source protocol -------------------------------------------------------------------
 
@@ -151,7 +146,7 @@ class PeersSource:
         self._current = peers
         for gone in [p for p in self._peers if p not in peers]:
             del self._peers[gone]
-            self._claims.pop(gone, None)
+            self.owners.claims.pop(gone, None)
             self._inflight.pop(gone, None)  # its answer, if it comes, is not taken
             self.health.forget(f"peer:{gone}")
         for key in [k for k in self._held if k[0] not in peers]:
@@ -185,6 +180,14 @@ class PeersSource:
                 answers.append(a)
         return self._take(answers, self._current) if answers else []
 
+    @property
+    def collisions(self) -> dict[int, tuple[str | None, tuple[str, ...]]]:
+        return self.owners.collisions
+
+    @property
+    def collisions_total(self) -> int:
+        return self.owners.collisions_total
+
     def over_share(self) -> dict[str, int]:
         return {p: st.over_share for p, st in list(self._peers.items()) if st.over_share}
 
@@ -214,50 +217,21 @@ class PeersSource:
                 self._say(peer, f"peer {peer} sent {len(ranks) + st.over_cap} ranks, over its fair share of "
                                 f"{share.get(peer, 0)} (max_ranks {self.max_ranks} among {len(peers)} peers): "
                                 f"{st.over_share} not taken")
-            self._claims[peer] = frozenset(kept[peer])
+            self.owners.claims[peer] = frozenset(kept[peer])
             for r in [r for r in mine if r not in kept[peer]]:  # it stopped sending it: forgotten
                 self._drop(peer, r)
-        self._settle_owners()
+        for peer, rank in self.owners.settle():  # owners that stopped claiming (their peer left, or failed)
+            self._drop(peer, rank, released=True)
         out: list[Snapshot] = []
         for peer, ranks in kept.items():
             for r in ranks.values():
-                if self._owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
+                if self.owners.owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
                     out.append(s)
         return out
 
-    def _settle_owners(self) -> None:
-        claimants: dict[int, list[str]] = {}
-        for peer, ranks in sorted(self._claims.items()):
-            for r in ranks:
-                claimants.setdefault(r, []).append(peer)
-        for r, owner in list(self._owner.items()):
-            if owner not in claimants.get(r, ()):
-                self._drop(owner, r)
-        collisions, new = {}, {}
-        for r, who in claimants.items():
-            owner = self._owner.get(r)
-            if owner is None and len(who) == 1:
-                self._owner[r] = who[0]
-            elif len(who) > 1:
-                others = tuple(p for p in who if p != owner)
-                collisions[r] = (owner, others)
-                fresh = [p for p in others if (r, p) not in self._said]
-                self._said.update((r, p) for p in fresh)
-                self.collisions_total += len(fresh)
-                if fresh:
-                    new.setdefault((owner, others), []).append(r)
-        for (owner, others), ranks in sorted(new.items(), key=lambda kv: kv[1][0])[:16]:  # one line per set of peers
-            who = ", ".join(([owner] if owner else []) + list(others))
-            shown = ", ".join(map(str, sorted(ranks)[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
-            logs.get().warning("rank%s %s %s claimed by peers %s: %s", "s" if len(ranks) > 1 else "", shown,
-                               "are" if len(ranks) > 1 else "is", who, collision_text(owner))
-        self._said = {(r, p) for (r, p) in self._said if r in collisions}  # said again if it recurs later
-        self.collisions = collisions
-
-    def _drop(self, peer: str, rank: int) -> None:
+    def _drop(self, peer: str, rank: int, released: bool = False) -> None:
         self._held.pop((peer, rank), None)
-        if self._owner.get(rank) == peer:
-            del self._owner[rank]
+        if released or self.owners.release(peer, rank):
             self._forgotten.append(rank)
 
     def _say(self, peer: str, problem: str) -> None:
@@ -365,10 +339,10 @@ class PeersSource:
     # --- evidence (the Fetcher protocol) -------------------------------------------------------
 
     def targets(self) -> list[PeerTarget]:
-        return [PeerTarget(r, p) for r, p in sorted(self._owner.items())]
+        return [PeerTarget(r, p) for r, p in sorted(self.owners.owner.items())]
 
     def handlers(self, rank: int) -> frozenset[str]:
-        held = self._held.get((self._owner.get(rank, ""), rank))
+        held = self._held.get((self.owners.owner.get(rank, ""), rank))
         return held.handlers if held is not None else frozenset()
 
     def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
@@ -403,26 +377,6 @@ class _BodyJob:
 
     def __call__(self) -> tuple[list[PeerRank], Dropped]:
         return parse_body(self.body, self.path, None, self.max_ranks)[1:]
-
-
-def fair_shares(demand: dict[str, int], total: int) -> dict[str, int]:
-    """Max-min fair shares of `total` ranks: every peer gets what it asks up to an equal share, and
-    what the modest ones leave is shared again among the others (a pod of 8 ranks always gets 8 as
-    long as the job fits `total`; a peer asking 4096 gets what is left)."""
-    out: dict[str, int] = {}
-    left, todo = total, sorted(demand, key=lambda p: (demand[p], p))
-    while todo:
-        share = left // len(todo)
-        p = todo[0]
-        if demand[p] <= share:
-            out[p] = demand[p]
-        else:  # every one left asks more than an equal share: equal shares, the remainder by name
-            for i, q in enumerate(sorted(todo)):
-                out[q] = share + (1 if i < left - share * len(todo) else 0)
-            return out
-        left -= out[p]
-        todo.pop(0)
-    return out
 
 
 @dataclass(frozen=True)

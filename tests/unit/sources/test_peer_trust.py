@@ -19,7 +19,7 @@ from frexport.config import Config
 from frexport.decode.normalize import normalize
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
-from frexport.sources.peers import fair_shares
+from frexport.sources.peer_owners import fair_shares
 from frexport.web.server import WebServer
 from tests.support.peers import HostileSidecar
 from tests.support.synth import dump, entry, healthy_job
@@ -157,7 +157,7 @@ def test_a_rank_a_peer_stops_sending_is_forgotten(job):
                                                                             for i in range(100)]}).encode()
             _pass(sc)
             assert sorted(sc.state.latest_dumps()) == list(range(1000 * (p + 1), 1000 * (p + 1) + 100))
-            assert len(sc.sources[0]._held) == 100 and len(sc.sources[0]._owner) == 100
+            assert len(sc.sources[0]._held) == 100 and len(sc.sources[0].owners.owner) == 100
     finally:
         sc.shutdown()
 
