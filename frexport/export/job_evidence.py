@@ -40,6 +40,9 @@ class JobFetcher(Protocol):
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]: ...
 
 
+MAX_FETCHED_CULPRITS = 8  # with blocked_stacks (4): at most 12 ranks' pickles and stacks in memory at once
+
+
 class JobEvidenceSink(IncidentSink):
     thread_name = "frexport-job-evidence"
 
@@ -62,8 +65,11 @@ class JobEvidenceSink(IncidentSink):
         culprits = sorted({r for f in roots for r in f.culprit_ranks})
         blocked = sorted({r for f in roots for r in f.blocked_ranks} - set(culprits))
         # a hang inside a collective has no culprit: its members' stacks say where they are
-        focus = (culprits or blocked[: self.blocked_stacks]) + [r for r in blocked if r not in culprits][
-            : self.blocked_stacks]
+        if len(culprits) > MAX_FETCHED_CULPRITS:  # bounded memory: each fetched pickle may be 32 MiB
+            logs.get().warning("job bundle: %d culprit ranks; the recorders and stacks of the first %d are fetched",
+                               len(culprits), MAX_FETCHED_CULPRITS)
+        focus = (culprits[:MAX_FETCHED_CULPRITS] or blocked[: self.blocked_stacks]) + [
+            r for r in blocked if r not in culprits][: self.blocked_stacks]
         focus = list(dict.fromkeys(focus))
         fetched_ns = time.time_ns()  # before the fetch: a lower bound of when these were dumped
         raw, stacks = self._fetch(focus)

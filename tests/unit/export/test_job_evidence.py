@@ -119,3 +119,34 @@ def test_one_rank_whose_trace_cannot_be_built_costs_only_that_rank(tmp_path, cap
     report = json.loads((tmp_path / bundle / "report.json").read_text())
     assert any(f.get("call_site") for f in report["findings"]), report["findings"]  # the others' call sites
     assert "rank 0's trace could not be built" in caplog.text
+
+
+def test_a_bundle_fetches_the_recorders_of_at_most_8_culprits(tmp_path, caplog):
+    """Issue 28 (medium): a bundle fetch held every focus rank's bodies in memory at once."""
+    from frexport.config import Analysis
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+    from frexport.live.diagnosis import LiveAnalysis
+    from frexport.live.sink import Pass
+
+    world, asked = 41, []
+    now = time.time_ns()
+    ranks = {}
+    for r in range(world):  # ranks 20-40 wait in collective 6; ranks 0-19 never issued it
+        es = [entry(i, i + 1, created=now - 200 * 10**9 + i) for i in range(5)]
+        if r >= 20:
+            es.append(entry(5, 6, state="scheduled", duration_ms=None, created=now - 120 * 10**9))
+        ranks[r] = normalize(dump(es, world=world), f"rank {r}", "pickle", rank=r, dumped_at_ns=now,
+                             keep_frames=False)
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(ranks)
+    assert len({r for f in result.new_root_causes for r in f.culprit_ranks}) == 20
+
+    class Recording(_Pods):
+        def fetch_all(self, wanted, deadline_s):
+            asked.extend((t.rank, h) for t, h in wanted)
+            return {}
+
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path)), Recording(range(world)), window=2000, pyspy=False)
+    assert sink.write_incident(Pass(time.time_ns(), [], result, result, ranks))
+    assert len({r for r, h in asked if h == PICKLE_HANDLER}) == 8 + 4  # 8 culprits, 4 blocked ranks
+    assert "20 culprit ranks; the recorders and stacks of the first 8 are fetched" in caplog.text
