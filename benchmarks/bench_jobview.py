@@ -57,9 +57,10 @@ class InProcessPeers(PeersSource):
         super().__init__(HealthRegistry(), Peers(urls=sorted(apis), poll_interval=0.0, concurrency=decoder.workers),
                          window, decoder)
         self.apis = apis
+        self.pass_wait_s = None  # every pod's answer within the pass it measures
         self.served_s = 0.0  # CPU time in the pods' handlers: their own CPUs, in parallel in a real job
 
-    def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
+    def _get(self, peer: str, path: str, timeout: float | None = None, max_body: int | None = None) -> bytes:
         p, _, q = path.partition("?")
         t = time.thread_time()  # (the handler runs on the source's poll thread)
         status, body, _ = self.apis[peer].handle(p, q)

@@ -34,6 +34,9 @@ class DumpDir:
     timeout_dumps: bool = True  # these are PyTorch's dumps (count them); false for periodic snapshots
     follow_symlinks: bool = False
     max_file_bytes: int = 512 * 1024 * 1024
+    # newest entries kept per dump, as for worker servers: a 2 MB pickle repeating one entry by
+    # reference stood for a million of them (32 -> 1706 MB for four files)
+    max_entries: int = 20000
 
 
 @dataclass
@@ -150,8 +153,9 @@ class Peers:
     cert_file: str | None = None  # client certificate (mutual TLS)
     key_file: str | None = None
     server_name: str | None = None  # the name the peers' certificates carry (one for all pods)
-    username: str | None = None  # basic auth to the peers
+    username: str | None = None  # basic auth to the peers: only over https (the password would travel in clear)
     password_file: str | None = None
+    allow_basic_auth_over_http: bool = False  # knowingly send it over plain http (a network nothing else sees)
     stacks: int = 4  # blocked ranks whose stacks join the culprits' in a job bundle
 
 
@@ -375,6 +379,16 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
                 problems.append(f"peers.urls[{i}]: expected http(s)://host:port, got {url!r}")
         if pc.service and not pc.service.rpartition(":")[2].isdecimal():
             problems.append(f"peers.service: expected host:port, got {pc.service!r}")
+        plain = [u for u in pc.urls if urlsplit(u).scheme == "http"] + \
+            ([f"{pc.scheme}://{pc.service}"] if pc.service and pc.scheme == "http" else [])
+        tls_set = [k for k in ("ca_file", "cert_file", "server_name") if getattr(pc, k)]
+        if tls_set and plain and len(plain) == len(pc.urls) + (1 if pc.service else 0):
+            problems.append(f"peers.{tls_set[0]}: set, but every peer is plain http ({plain[0]}), so it would never "
+                            "be used; use https:// peers (peers.scheme: https for peers.service)")
+        if pc.username and plain and not pc.allow_basic_auth_over_http:
+            problems.append(f"peers.username: basic auth would send the password in clear text to {plain[0]}"
+                            f"{f' and {len(plain) - 1} more' if len(plain) > 1 else ''}; use https (peers.scheme, "
+                            "peers.ca_file) or, on a network nothing else sees, peers.allow_basic_auth_over_http")
     elif not cfg.sources.dump_dirs and not ws.sockets_dir and not ws.urls:
         problems.append("sources: nothing to watch (set sources.dump_dirs, sources.worker_servers.sockets_dir "
                         "or sources.worker_servers.urls)")

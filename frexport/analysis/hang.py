@@ -106,11 +106,14 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     `scope`: the ranks this analysis may judge (None: all); others are remote."""
     waits = []
     collective: dict[tuple[str, int], list[Wait]] = {}
+    members: dict[str, frozenset[int]] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():
             group = membership.groups.get(membership.group_of.get((rank, name), name))
             if group is None:
                 continue
+            if rank not in (members.get(group.key) or members.setdefault(group.key, frozenset(group.members))):
+                continue  # not one of the group's members (a peer inventing rank 5000 in group 0): it waits for no one
             i = _oldest_unfinished(g.flags)
             if i is not None:
                 sig = t.signatures[g.sig[i]]

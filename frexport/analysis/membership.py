@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from frexport.model.rank_trace import RankTrace
+from frexport.model.world import MAX_WORLD
 
 DEFAULT_PG_DESC = "default_pg"
 
@@ -74,11 +75,13 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             users.setdefault(name, set()).add(rank)
             descs.setdefault(name, g.pg_desc)
 
+    _drop_outside_world(configs, descs, notes)
     world_from_config = None
     for name, variants in configs.items():
         if _is_default(name, descs.get(name, "")) and len(variants) == 1:
             world_from_config = len(next(iter(variants)))
-    seen = set(traces) | (known_ranks or set()) | placeholder_ranks
+    # (bounded: a file named rank 9999999)
+    seen = {r for r in set(traces) | (known_ranks or set()) | placeholder_ranks if 0 <= r < MAX_WORLD}
     for variants in configs.values():
         for members in variants:
             seen.update(members)
@@ -94,6 +97,11 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
         if len(variants) == 1:
             members = next(iter(variants))
             groups[name] = Group(name, name, desc, members)
+            outside = sorted(users.get(name, set()) - set(members))
+            if outside:  # hang.find_waits does not count their waits: a peer cannot invent a waiter
+                notes.append(f"rank{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside[:8]))}"
+                             f"{', ...' if len(outside) > 8 else ''} recorded ops in process group {name!r} without "
+                             "being among its members: not matched there")
             for r in set(members) | users.get(name, set()):
                 group_of[(r, name)] = name
         elif len(variants) > 1:  # the same name for different member sets: one group per member set
@@ -117,3 +125,25 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             "process-group membership inferred from the recorded ops (the dumps' pg_config lists no ranks, "
             "as gloo writes it): a member that never recorded an op in a group is not visible")
     return Membership(groups, group_of, world, world_inferred, notes)
+
+
+def _drop_outside_world(configs: dict[str, dict[tuple[int, ...], set[int]]], descs: dict[str, str],
+                        notes: list[str]) -> None:
+    """Member lists naming a rank outside the job are dropped (that rank's report of that group), not
+    believed: one rank listing member 100000 in a 4-rank job would make a world of 100001 and call
+    99997 ranks missing. The job's size is the default group's length most ranks report (else the
+    bound of model/world.py); the other ranks' lists of the group still count."""
+    lengths: dict[int, int] = {}
+    for name, variants in configs.items():
+        if _is_default(name, descs.get(name, "")):
+            for members, by in variants.items():
+                lengths[len(members)] = lengths.get(len(members), 0) + len(by)
+    world = max(lengths, key=lambda n: (lengths[n], -n)) if lengths else MAX_WORLD
+    for name, variants in list(configs.items()):
+        for members in [m for m in variants if m and m[-1] >= world]:  # sorted: the last is the largest
+            by = sorted(variants.pop(members))
+            notes.append(f"rank{'s' if len(by) > 1 else ''} {', '.join(map(str, by[:8]))}"
+                         f"{', ...' if len(by) > 8 else ''} list{'' if len(by) > 1 else 's'} rank {members[-1]} "
+                         f"in process group {name!r}, outside the job's {world} ranks: that member list is ignored")
+        if not variants:
+            del configs[name]

@@ -86,11 +86,18 @@ def run_inject(args: argparse.Namespace) -> int:
         if not isinstance(doc, dict):
             print(f"frexport inject: document {i + 1} is not a Kubernetes object", file=sys.stderr)
             return 2
+        meta = doc.get("metadata")
+        what = f"{doc.get('kind')} {meta.get('name', '?') if isinstance(meta, dict) else '?'}"
         try:
             patched += inject_object(doc, s)
         except InjectError as exc:
-            name = (doc.get("metadata") or {}).get("name", "?")
-            print(f"frexport inject: {doc.get('kind')} {name}: {exc}", file=sys.stderr)
+            print(f"frexport inject: {what}: {exc}", file=sys.stderr)
+            return 2
+        except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+            # a field of the wrong shape (containers a string, metadata a list): the schema says, not a traceback
+            print(f"frexport inject: document {i + 1} ({what}): a field does not have the shape Kubernetes "
+                  f"gives it ({type(exc).__name__}: {exc}); check it with kubectl apply --dry-run=server",
+                  file=sys.stderr)
             return 2
         notes += _notes(doc)
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)

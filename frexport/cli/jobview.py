@@ -15,6 +15,7 @@ from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceWriter
 from frexport.export.job_evidence import JobEvidenceSink
 from frexport.export.prometheus import BuildInfoCollector, ScrapeCollector, SourcesCollector
+from frexport.export.prometheus.peers import PeersCollector
 from frexport.live.sidecar import Sidecar
 from frexport.live.sink import Sink
 from frexport.live.state import LiveState
@@ -30,6 +31,7 @@ def run_jobview(args: argparse.Namespace) -> int:
             "peers.poll_interval": args.poll_interval, "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir, "log.format": args.log_format, "job_id": args.job_id,
             "decode.allow_no_memory_limit": args.allow_no_memory_limit,
+            "peers.allow_basic_auth_over_http": getattr(args, "peers_basic_auth_over_http", None),
         }
         cfg = load_config(args.config, overrides=overrides)
         problems = validate(cfg, job_view=True)
@@ -77,7 +79,7 @@ def build_jobview(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     health = HealthRegistry()
     dc = cfg.decode
     decoder = DecoderPool(dc.workers, Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit))
-    peers = PeersSource(health, cfg.peers, cfg.analysis.window, decoder)
+    peers = PeersSource(health, cfg.peers, cfg.analysis.window, decoder, max_ranks=cfg.max_ranks)
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
@@ -87,7 +89,8 @@ def build_jobview(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sidecar = Sidecar(cfg.analysis, state, health, [peers], sinks, None, decoder, scoped=False)
     # Only the view's own health: the ranks' series come from their pods' sidecars, and exporting
     # them twice would double every job-wide rule's input.
-    named = {"sources": SourcesCollector(health, state), "build_info": BuildInfoCollector()}
+    named = {"sources": SourcesCollector(health, state), "build_info": BuildInfoCollector(),
+             "peers": PeersCollector(peers)}
     named.update({s.name: s for s in sinks})
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ScrapeCollector(named))  # type: ignore[arg-type]

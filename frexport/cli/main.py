@@ -8,6 +8,7 @@ import os
 import sys
 
 from frexport import __version__
+from frexport.model.world import MAX_WORLD
 
 
 def _rank_set(text: str) -> set[int]:
@@ -18,9 +19,13 @@ def _rank_set(text: str) -> set[int]:
             continue
         lo, _, hi = part.partition("-")
         try:
-            out.update(range(int(lo), int(hi or lo) + 1))
+            first, last = int(lo), int(hi or lo)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a rank list: {text!r} (use e.g. 0,2,4-7)") from None
+        if not 0 <= first <= last < MAX_WORLD:  # checked before the set is built: 0-100000000000 was 13 GB
+            raise argparse.ArgumentTypeError(f"not a rank range: {part!r} (ranks are 0 to {MAX_WORLD - 1}, "
+                                             "the first of a range not above the last)")
+        out.update(range(first, last + 1))
     return out
 
 
@@ -134,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--job-id", help="job identifier")
     j.add_argument("--allow-no-memory-limit", action="store_true", default=None,
                    help="run even where the decoders' memory limit (RLIMIT_AS) cannot be set")
+    j.add_argument("--peers-basic-auth-over-http", action="store_true", default=None,
+                   help="send basic auth (peers.username) to peers over plain http (refused otherwise)")
 
     n = sub.add_parser("snapshot", help="fetch every rank's Flight Recorder now and write a dump directory",
                        description="Fetch all ranks' recorders now (like an on-demand dump) into a directory "

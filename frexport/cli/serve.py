@@ -173,17 +173,18 @@ def peer_api(cfg: Config, sidecar: Sidecar):
     from frexport.export.peer_api import PeerApi
 
     poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
-    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline).handle
+    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline, pyspy=cfg.evidence.pyspy).handle
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:
     wrap = authorize = None
+    headers: dict[str, str] = {}
     if cfg.web.config_file:
         from frexport.web.web_config import load_web_config
 
         wc = load_web_config(cfg.web.config_file)
-        wrap, authorize = wc.wrap_socket, wc.authorize
-    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize, api=api)
+        wrap, authorize, headers = wc.wrap_socket, wc.authorize, wc.headers
+    web = WebServer(cfg.web.listen, registry, ready, wrap, authorize, api=api, headers=headers)
     registry.register(web)  # its dropped connections
     web.start()
     return web

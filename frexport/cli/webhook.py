@@ -6,6 +6,13 @@ POST /mutate takes an AdmissionReview v1 and answers with frexport inject's patc
 frexport.io/inject: "true" (frexport/inject/admission.py); GET /healthz answers ok. The certificate
 comes from cert-manager or the chart's generated Secret and is read at start-up: a renewed
 certificate takes a restart of the webhook's pod.
+
+It has the metrics server's limits (web/server.py): the TLS handshake and request head within 10 s
+in total, the whole exchange within 30 s (the API server gives up on a webhook after at most 30 s),
+at most 64 connections open (more are closed at once: 300 idle connections cannot starve reviews),
+and the accept loop pauses when out of descriptors. A request that is not an AdmissionReview gets
+HTTP 400 with the reason and a log line, never a traceback; the API server then applies the
+webhook's failurePolicy (the chart's: Ignore, so the pod starts without the sidecar).
 """
 
 from __future__ import annotations
@@ -13,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import socket
 import ssl
 import sys
 import threading
@@ -23,6 +29,7 @@ from frexport import logs
 from frexport.cli.inject import add_settings_args, settings_from
 from frexport.inject.admission import review
 from frexport.inject.pod import Settings, check_settings
+from frexport.web.server import limited_server
 
 MAX_BODY = 8 * 1024 * 1024  # the API server caps requests at 3 MiB; more is not an AdmissionReview
 
@@ -36,29 +43,19 @@ def add_parser(sub) -> None:
     add_settings_args(p)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], settings: Settings, ctx: ssl.SSLContext) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.settings = settings
-        self.ctx = ctx
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # dual-stack
-        super().server_bind()
-
-    def get_request(self):
-        sock, addr = super().get_request()
-        # the handshake happens on the first read, in the request's thread: a slow client never
-        # holds up accept()
-        return self.ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+HEAD_DEADLINE_S = 10.0
+DEADLINE_S = 30.0
+MAX_CONNECTIONS = 64
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server_version = "frexport-webhook"
+    sys_version = ""
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.server.head_arrived()  # type: ignore[attr-defined]
+        return ok
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._send(200, b"ok\n", "text/plain") if self.path == "/healthz" else self._send(404, b"", "text/plain")
@@ -66,16 +63,22 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         if self.path.split("?")[0] != "/mutate":
             return self._send(404, b"", "text/plain")
-        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.headers.get("Content-Length") or "0"
+        length = int(raw) if raw.isdecimal() and len(raw) <= 12 else -1
         if not 0 < length <= MAX_BODY:
-            return self._send(400, b"AdmissionReview body expected\n", "text/plain")
+            return self._refuse(f"an AdmissionReview body of 1 to {MAX_BODY} bytes expected "
+                                f"(Content-Length {raw[:20]!r})")
         try:
-            out = review(self.rfile.read(length), self.server.settings)
-        except (ValueError, KeyError, TypeError) as exc:
-            return self._send(400, f"{exc}\n".encode(), "text/plain")
+            out = review(self.rfile.read(length), self.server.settings)  # type: ignore[attr-defined]
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            return self._refuse(f"not an AdmissionReview v1 request: {str(exc)[:300]}")
         resp = out["response"]
         logs.get().info("admission %s: %s", resp["uid"], "patched" if "patch" in resp else "unchanged")
         self._send(200, json.dumps(out).encode(), "application/json")
+
+    def _refuse(self, why: str) -> None:
+        logs.get().warning("admission request from %s refused (HTTP 400): %s", self.client_address[0], why)
+        self._send(400, f"{why}\n".encode(), "text/plain")
 
     def _send(self, code: int, body: bytes, ctype: str) -> None:
         self.send_response(code)
@@ -88,6 +91,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # one log line per review above, not one per request
 
 
+def make_server(address: tuple[str, int], settings: Settings, ctx: ssl.SSLContext, **limits) -> ThreadingHTTPServer:
+    """The webhook's HTTPS server with the metrics server's limits; the handshake runs in the connection's
+    thread under the head deadline, never in the accept loop."""
+    limits = {"head_deadline_s": HEAD_DEADLINE_S, "deadline_s": DEADLINE_S, "max_connections": MAX_CONNECTIONS,
+              **limits}
+    server = limited_server(address, _Handler, lambda sock: ctx.wrap_socket(sock, server_side=True), **limits)
+    server.settings = settings  # type: ignore[attr-defined]
+    return server
+
+
 def run_webhook(args: argparse.Namespace) -> int:
     logs.setup("text", "info")
     host, _, port = args.listen.rpartition(":")
@@ -97,7 +110,7 @@ def run_webhook(args: argparse.Namespace) -> int:
         ctx.load_cert_chain(args.tls_cert_file, args.tls_key_file)
         settings = settings_from(args)
         check_settings(settings)  # refused at start, not pod by pod (each would be admitted uninjected)
-        server = _Server((host.strip("[]") or "::", int(port)), settings, ctx)
+        server = make_server((host.strip("[]") or "::", int(port)), settings, ctx)
     except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"frexport webhook: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.dump import DEFAULT_RECORDER, group_name
+from frexport.model.world import MAX_WORLD
 
 # The newest dump format this code knows field by field.
 KNOWN_VERSION = (2, 10)
@@ -57,14 +58,15 @@ def parse_version(text: Any) -> tuple[int, int] | None:
 
 
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """pg_config 'ranks' is a string "[0, 1, 2]" (older dumps: a list). "[]" means unknown."""
+    """pg_config 'ranks' is a string "[0, 1, 2]" (older dumps: a list). "[]" means unknown, and so does a
+    list with a member no job can have (model/world.py): a member 1000000000 sized the analysis' sets."""
     if isinstance(value, str):
         return _parse_ranks_text(value)
     if isinstance(value, (list, tuple)):
         if not value or not all(type(r) is int for r in value):
             return None
         ranks = tuple(value)
-        return ranks if all(r >= 0 for r in ranks) else None
+        return ranks if all(0 <= r < MAX_WORLD for r in ranks) else None
     return None
 
 
@@ -78,9 +80,9 @@ def _parse_ranks_text(value: str) -> tuple[int, ...] | None:
         return None
     try:
         ranks = tuple(map(int, body.split(",")))
-    except ValueError:
+    except ValueError:  # also a member of over 4300 digits (int's own limit)
         return None
-    return ranks if all(r >= 0 for r in ranks) else None
+    return ranks if all(0 <= r < MAX_WORLD for r in ranks) else None
 
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -179,7 +181,7 @@ def process_group(raw: Any) -> tuple[str, str]:
 class Caches:
     """Per-dump interning: real dumps repeat the same names, sizes and (memoized) frames."""
 
-    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "pg", "groups", "tensors")
+    __slots__ = ("names", "sizes", "dtypes", "frame", "stack", "stack_of_list", "pg", "groups", "tensors")
 
     def __init__(self) -> None:
         self.names: dict[str, tuple[str, str, int | None, int | None]] = {}
@@ -188,6 +190,7 @@ class Caches:
         # id(raw frame dict) -> (Frame, is a torch frame); the raw dump stays alive meanwhile
         self.frame: dict[int, tuple[Frame, bool]] = {}
         self.stack: dict[tuple[int, ...], tuple[tuple[Frame, ...], Frame | None]] = {}
+        self.stack_of_list: dict[int, tuple[tuple[Frame, ...], Frame | None]] = {}  # id(raw frames list)
         self.pg: dict[Any, tuple[str, str]] = {}
         self.groups: dict[tuple[Any, str], tuple[str, str]] = {}  # (raw process group, backend) -> group()
         # (op name, group) -> (raw sizes and dtypes of its last entry, their converted tuples)
@@ -252,7 +255,10 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
     if type(raw) is list and len(raw) == 1:  # fast path: one tensor, the common case
         inner = raw[0]
         if type(inner) is list and len(inner) <= 16:
-            hit = c.sizes.get((tuple(inner),))
+            try:
+                hit = c.sizes.get((tuple(inner),))
+            except TypeError:  # a list inside: unhashable, and no shape (found by the differential fuzz)
+                raise BadEntry("sizes") from None
             if hit is not None:
                 return hit
     if not raw:
@@ -267,7 +273,10 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
     if len(raw) > MAX_SIZE_ELEMENTS or sum(map(len, raw)) > MAX_SIZE_ELEMENTS:
         raise BadEntry("sizes")
     key = tuple(map(tuple, raw))
-    hit = c.sizes.get(key)
+    try:
+        hit = c.sizes.get(key)
+    except TypeError:  # a list or dict among the dims: a BadEntry on every path, not an exception of one
+        raise BadEntry("sizes") from None
     if hit is None:
         for shape in key:
             for d in shape:
@@ -278,7 +287,7 @@ def sizes(raw: Any, c: Caches) -> tuple[tuple[int, ...], ...]:
 
 
 def dtypes(raw: Any, c: Caches) -> tuple[str, ...]:
-    if type(raw) is list and len(raw) == 1:  # fast path: one tensor, keyed by the name itself
+    if type(raw) is list and len(raw) == 1 and type(raw[0]) is str:  # fast path: one tensor, keyed by the name
         hit = c.dtypes.get(raw[0])
         if hit is not None:
             return hit
@@ -289,9 +298,11 @@ def dtypes(raw: Any, c: Caches) -> tuple[str, ...]:
     if type(raw) is not list and type(raw) is not tuple or len(raw) > MAX_DTYPES:
         raise BadEntry("dtypes")
     key = tuple(raw)
+    if not all(type(d) is str for d in key):  # [["Float"]]: unhashable below, and no dtype
+        raise BadEntry("dtypes")
     hit = c.dtypes.get(key)
     if hit is None:
-        if not all(type(d) is str and len(d) < 64 for d in key):
+        if not all(len(d) < 64 for d in key):
             raise BadEntry("dtypes")
         hit = c.dtypes[key] = key
         if len(key) == 1:
@@ -307,11 +318,15 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
         raw = raw[:MAX_FRAMES]
     if not keep:
         return EMPTY, user_frame(raw, c)
+    hit = c.stack_of_list.get(id(raw))  # one list shared by reference (a memoized pickle): converted once
+    if hit is not None:
+        return hit
     key = tuple(map(id, raw))
     hit = c.stack.get(key)
     if hit is None:
         stack = tuple(c.frame_of(f)[0] for f in raw)
         hit = c.stack[key] = (stack, user_frame(raw, c))
+    c.stack_of_list[id(raw)] = hit  # the raw dump stays alive meanwhile: ids are not reused
     return hit
 
 

@@ -17,6 +17,8 @@ from typing import Any
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import (
     EMPTY,
+    INT64_MAX,
+    INT64_MIN,
     KNOWN_VERSION,
     MAX_ENTRIES,
     BadEntry,
@@ -43,7 +45,9 @@ from frexport.model.dump import (
     group_name,
 )
 from frexport.model.outcome import edges
+from frexport.model.world import MAX_WORLD
 
+_LO, _HI = INT64_MIN, INT64_MAX
 _KNOWN_TOP_KEYS = frozenset({"version", "entries", "pg_config", "pg_status", "nccl_version", "comm_lib_version"})
 
 
@@ -116,7 +120,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
         version_text=version_text if isinstance(version_text, str) else None,
         comm_lib_version=comm_lib_version,
         pg_config=_pg_config(top.get("pg_config"),
-                             recorder_backend(e.backend for e in edges(entries)) or recorder or ""),
+                             recorder_backend(e.backend for e in edges(entries)) or recorder or "", notes),
         pg_status=_pg_status(top.get("pg_status")),
         entries=entries,
         notes=tuple(notes),
@@ -125,7 +129,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     )
 
 
-def _pg_config(raw: Any, backend: str) -> tuple[ProcessGroupConfig, ...]:
+def _pg_config(raw: Any, backend: str, notes: list[str]) -> tuple[ProcessGroupConfig, ...]:
     """The groups' configs, named as the recorder's ops file them (`model.dump.group_name`)."""
     if not isinstance(raw, dict):
         return ()
@@ -143,10 +147,18 @@ def _pg_config(raw: Any, backend: str) -> tuple[ProcessGroupConfig, ...]:
             continue
         if name == "" and desc == "" and ranks is None:
             continue  # gloo's placeholder {"": {"name": "", "desc": "", "ranks": "[]"}}
-        # (one that lists ranks holds those of the last group the process created: ranks of the job,
-        # not any group's membership; analysis/membership.py reads it so)
+        if ranks is None and _lists_members(val.get("ranks") if isinstance(val, dict) else val):
+            notes.append(f"process group {name[:64]!r}: member list unreadable or naming a rank no job has "
+                         f"(>= {MAX_WORLD}, or negative): ignored")
+        # (an unnamed one that lists ranks holds those of the last group the process created: ranks of
+        # the job, not any group's membership; analysis/membership.py reads it so)
         out.append(ProcessGroupConfig(group_name(name, backend) if name else name, desc, ranks))
     return tuple(out)
+
+
+def _lists_members(v: Any) -> bool:
+    """Whether a raw member list is more than gloo's empty "[]"."""
+    return bool(v.strip().strip("[]").strip()) if isinstance(v, str) else bool(v)
 
 
 def _pg_status(raw: Any) -> tuple[ProcessGroupStatus, ...]:
@@ -225,6 +237,10 @@ def _entry(e: dict, index: int, c: Caches, keep_frames: bool) -> Entry:
          in_dtypes, out_dtypes, retired, timeout, started, completed, thread_id, thread_name) = get_v210(e)
         if not (type(record_id) is type(pg_id) is type(seq) is type(p2p_seq) is type(op_id) is type(created) is int):
             raise KeyError
+        if not (_LO <= seq <= _HI and _LO <= created <= _HI and _LO <= record_id <= _HI and _LO <= p2p_seq <= _HI
+                and _LO <= pg_id <= _HI and _LO <= op_id <= _HI):
+            raise KeyError  # out of 64 bits: field by field, where the rules make it absent (a 400-digit
+            # sequence number overflowed the trace's int64 columns and made the whole rank unreadable)
     except KeyError:  # older or odd dump: field by field, tolerant
         record_id = int_field(e, "record_id", index)
         pg_id = int_field(e, "pg_id", -1)
@@ -249,8 +265,7 @@ def _entry(e: dict, index: int, c: Caches, keep_frames: bool) -> Entry:
         is_p2p = op in P2P_OPS
     started, completed = discovered_ns(started), discovered_ns(completed)
     duration = duration_ms(get("duration_ms"))
-    if type(timeout) is not int:
-        timeout = opt_int(timeout)
+    timeout = opt_int(timeout)  # an int too: -10**400 broke the live stall threshold derived from it
     if type(state) is not str:
         state = "scheduled" if state is None else str(state)[:40]
     if type(retired) is not bool:

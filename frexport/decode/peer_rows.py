@@ -1,8 +1,11 @@
 """Reads a peer sidecar's /api/v1/ranks body (columns in model/peer_rows.py) into entries.
 
-The body comes over the network from another pod: its size is capped by the client, and every row
-is checked to have the columns' shapes before it becomes an `Entry`; a row that does not is an error
-of that peer's body (DecodeError), never a crash of the view.
+The body comes over the network from another pod, possibly a hostile one: its size is capped by the
+client, at most `max_ranks` ranks of it are read, and every row goes through the same field rules and
+bounds as a dump's entry (decode/fields.py): a value out of range is absent (a timeout_ms of -10**400,
+a member rank 1000000000, a world size of 10**12), a row without the columns' shapes is dropped and
+counted, a rank without its required keys is dropped and counted. Only a body that is not the format
+at all is an error of that peer (DecodeError); never one row or rank for every rank.
 
 A 4096-rank job sends ~80,000 rows a pass, so a row is checked with C-level maps rather than a Python
 loop per column, and its sizes and dtypes are interned (`intern`, kept by the caller across bodies):
@@ -16,19 +19,36 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from frexport.decode.errors import DecodeError
+from frexport.decode.fields import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_DTYPES,
+    MAX_NAME,
+    MAX_SIZE_ELEMENTS,
+    discovered_ns,
+    duration_ms,
+    opt_int,
+)
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
 from frexport.model.peer_rows import COLUMNS, FORMAT
+from frexport.model.world import MAX_WORLD, is_rank, is_world_size
 
 _N = len(COLUMNS)
 _INT = {i for i, c in enumerate(COLUMNS) if c in ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id",
                                                    "time_created_ns")}
 _STR = {i for i, c in enumerate(COLUMNS) if c in ("pg_name", "pg_desc", "profiling_name", "backend", "op", "state")}
+_OPT_INT = [COLUMNS.index(c) for c in ("op_id", "p2p_src", "p2p_dst", "timeout_ms")]
+_DISCOVERED = [COLUMNS.index(c) for c in ("time_started_ns", "time_completed_ns")]
+_DURATION, _IS_P2P, _RETIRED = COLUMNS.index("duration_ms"), COLUMNS.index("is_p2p"), COLUMNS.index("retired")
+_THREAD = [COLUMNS.index(c) for c in ("thread_id", "thread_name")]
+_LO, _HI = INT64_MIN, INT64_MAX
 _SIZES = [COLUMNS.index("input_sizes"), COLUMNS.index("output_sizes")]
 _DTYPES = [COLUMNS.index("input_dtypes"), COLUMNS.index("output_dtypes")]
 _INTS, _STRS = itemgetter(*sorted(_INT)), itemgetter(*sorted(_STR))
 _INT_TYPES, _STR_TYPES = (int,) * len(_INT), (str,) * len(_STR)
 _NO_FRAMES = ((), None)  # frames, call_site: the live window carries no stacks
 _new_tuple = tuple.__new__
+MAX_GROUPS = 100_000  # as normalize reads a dump's pg_config
 MAX_INTERNED = 65536  # distinct shapes kept by `intern`: a peer sending endless new shapes must not grow it
 
 
@@ -46,10 +66,27 @@ class PeerRank:
     pg_status: tuple[ProcessGroupStatus, ...]
     handlers: frozenset[str]
     entries: tuple[Entry, ...]
+    rows_dropped: int = 0  # rows that broke the field rules (counted, logged by the source)
 
 
-def parse_body(body: bytes, source: str, intern: dict | None = None) -> tuple[int, list[PeerRank]]:
-    """(the peer's clock, its ranks); raises DecodeError. `intern`: sizes and dtypes already seen."""
+@dataclass
+class Dropped:
+    """What a body held that was not read, and the first reason: the source logs and counts it."""
+
+    ranks: int = 0  # malformed ranks, rank ids no job has, a rank sent twice
+    over_cap: int = 0  # ranks past `max_ranks` in one body: never parsed
+    rows: int = 0
+    reason: str = ""
+
+    def note(self, what: str) -> None:
+        self.reason = self.reason or what[:200]
+
+
+def parse_body(body: bytes, source: str, intern: dict | None = None,
+               max_ranks: int = MAX_WORLD) -> tuple[int, list[PeerRank], Dropped]:
+    """(the peer's clock, its ranks, what was dropped); raises DecodeError when the body is not the format.
+    `intern`: sizes and dtypes already seen. Only the first `max_ranks` ranks are read: a peer sending
+    4096 fake ranks costs the view no more than its share (the source decides the share)."""
     if intern is None or len(intern) > MAX_INTERNED:
         if intern is None:
             intern = {}
@@ -57,67 +94,127 @@ def parse_body(body: bytes, source: str, intern: dict | None = None) -> tuple[in
             intern.clear()
     try:
         doc = json.loads(body)
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("ranks"), list):
             raise ValueError(f"not a format-{FORMAT} peers body")
-        return _int(doc.get("now_ns")), [_rank(r, intern) for r in doc["ranks"]]
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        now_ns = opt_int(doc.get("now_ns"))
+    except (ValueError, TypeError, RecursionError) as exc:
         raise DecodeError(source, "bad_peer_body", f"{type(exc).__name__}: {exc}") from None
+    dropped, out, seen = Dropped(), [], set()
+    raw_ranks = doc["ranks"]
+    if len(raw_ranks) > max_ranks:
+        dropped.over_cap = len(raw_ranks) - max_ranks
+        dropped.note(f"{len(raw_ranks)} ranks in one body, over the {max_ranks} read")
+    for r in raw_ranks[:max_ranks]:
+        try:
+            pr = _rank(r, intern)
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError) as exc:
+            dropped.ranks += 1
+            dropped.note(f"a rank: {type(exc).__name__}: {exc}")
+            continue
+        if pr.rank in seen:
+            dropped.ranks += 1
+            dropped.note(f"rank {pr.rank} sent twice in one body")
+            continue
+        seen.add(pr.rank)
+        dropped.rows += pr.rows_dropped
+        if pr.rows_dropped:
+            dropped.note(f"rank {pr.rank}: {pr.rows_dropped} rows out of the field rules")
+        out.append(pr)
+    return now_ns or 0, out, dropped
 
 
 def _rank(r: dict, intern: dict) -> PeerRank:
+    rank = r["rank"]
+    if not is_rank(rank):
+        raise ValueError(f"rank {str(rank)[:24]}: no job has it (0 to {MAX_WORLD - 1})")
+    epoch = r["epoch"]
+    if type(epoch) is not int or not _LO <= epoch <= _HI:
+        raise ValueError("epoch: not a 64-bit integer")
     pg_config = None
     if r.get("pg_config") is not None:
-        pg_config = tuple(ProcessGroupConfig(str(n), str(d), _members(ranks, intern) if ranks is not None
-                                             else None) for n, d, ranks in r["pg_config"])
+        pg_config = tuple(ProcessGroupConfig(str(n)[:MAX_NAME], str(d)[:MAX_NAME], _members(ranks, intern))
+                          for n, d, ranks in r["pg_config"][:MAX_GROUPS])
     ws = r.get("world_size")
-    return PeerRank(_int(r["rank"]), _int(r["epoch"]), _opt_int(r.get("dumped_at_ns")),
-                    _opt_int(ws), _opt_int(r.get("first")), bool(r.get("full")), _opt_str(r.get("version")),
-                    _opt_str(r.get("comm_lib_version")), pg_config,
-                    tuple(ProcessGroupStatus(_int(s[0]), *map(_opt_int, s[1:])) for s in r.get("pg_status") or ()),
-                    frozenset(str(h) for h in r.get("handlers") or ()),
-                    tuple([_entry(row, intern) for row in r["entries"]]))
+    entries, bad = [], 0
+    for row in r["entries"]:
+        try:
+            entries.append(_entry(row, intern))
+        except (ValueError, TypeError, IndexError, OverflowError):
+            bad += 1
+    dumped = r.get("dumped_at_ns")
+    return PeerRank(rank, epoch, dumped if type(dumped) is int and 0 < dumped <= _HI else None,
+                    ws if is_world_size(ws) else None, opt_int(r.get("first")), bool(r.get("full")),
+                    _opt_str(r.get("version")), _opt_str(r.get("comm_lib_version")), pg_config,
+                    # a row without an integer pg_id (found by mypy: a null one became the key "None") is dropped
+                    tuple(ProcessGroupStatus(*(opt_int(x) for x in s)) for s in (r.get("pg_status") or ())[:MAX_GROUPS]
+                          if isinstance(s, list) and len(s) == 4 and type(s[0]) is int),
+                    frozenset(str(h)[:64] for h in (r.get("handlers") or ())[:16]),
+                    tuple(entries), bad)
 
 
 def _entry(row: list, intern: dict) -> Entry:
+    """One row by the dump's field rules: a required field out of shape or range drops the row (ValueError),
+    an optional one is absent."""
     if type(row) is not list or len(row) != _N:
         raise ValueError(f"an entry row of {len(row) if isinstance(row, list) else type(row).__name__} columns")
-    if tuple(map(type, _INTS(row))) != _INT_TYPES:
+    ints = _INTS(row)
+    if tuple(map(type, ints)) != _INT_TYPES:
         raise ValueError(f"{next(COLUMNS[i] for i in sorted(_INT) if type(row[i]) is not int)}: not an integer")
-    if tuple(map(type, _STRS(row))) != _STR_TYPES:
+    if min(ints) < _LO or max(ints) > _HI:
+        raise ValueError("an integer outside 64 bits")
+    strs = _STRS(row)
+    if tuple(map(type, strs)) != _STR_TYPES:
         raise ValueError(f"{next(COLUMNS[i] for i in sorted(_STR) if type(row[i]) is not str)}: not a string")
+    if max(map(len, strs)) > MAX_NAME:
+        raise ValueError(f"a name over {MAX_NAME} characters")
+    if type(row[_IS_P2P]) is not bool:
+        raise ValueError("is_p2p: not a boolean")
+    if row[_RETIRED] is not None and type(row[_RETIRED]) is not bool:
+        row[_RETIRED] = None
+    for i in _OPT_INT:
+        v = row[i]
+        if v is not None and (type(v) is not int or not _LO <= v <= _HI):
+            row[i] = opt_int(v)
+    for i in _DISCOVERED:
+        if row[i] is not None:
+            row[i] = discovered_ns(row[i])
+    if row[_DURATION] is not None:
+        row[_DURATION] = duration_ms(row[_DURATION]) if type(row[_DURATION]) in (int, float) else None
+    for i in _THREAD:
+        if row[i] is not None and (type(row[i]) is not str or len(row[i]) > MAX_NAME):
+            row[i] = None
+    n = 0
     for i in _SIZES:
         key: tuple = tuple(map(tuple, row[i]))
         sizes = intern.get(key)
         if sizes is None:  # checked once per distinct value, then shared
-            if not all(type(x) is int for s in key for x in s):
-                raise ValueError(f"{COLUMNS[i]}: not lists of integers")
+            if not all(type(x) is int and _LO <= x <= _HI for s in key for x in s):
+                raise ValueError(f"{COLUMNS[i]}: not lists of 64-bit integers")
             sizes = intern[key] = key
+        n += sum(map(len, sizes))
         row[i] = sizes
+    if n > MAX_SIZE_ELEMENTS:
+        raise ValueError(f"over {MAX_SIZE_ELEMENTS} tensor dimensions")
     for i in _DTYPES:
+        if len(row[i]) > MAX_DTYPES:
+            raise ValueError(f"over {MAX_DTYPES} dtypes")
         key = tuple(map(str, row[i]))
         row[i] = intern.setdefault(key, key)
     row += _NO_FRAMES
     return _new_tuple(Entry, row)
 
 
-def _members(ranks: list, intern: dict) -> tuple[int, ...]:
+def _members(ranks, intern: dict) -> tuple[int, ...] | None:
     """A group's member ranks, one shared tuple per distinct list: every rank of a 4096-rank job lists
-    the default group's 4096 members."""
+    the default group's 4096 members. A list naming a rank no job has is unknown (None), as in a dump
+    (fields.parse_ranks): member 1000000000 sized the analysis' sets."""
+    if ranks is None or type(ranks) is not list or len(ranks) > MAX_WORLD:
+        return None
     members = tuple(ranks)
-    if not all(type(x) is int for x in members):
-        raise ValueError("pg_config: member ranks must be integers")
+    if not all(is_rank(x) for x in members):
+        return None
     return intern.setdefault(("members", members), members)
 
 
-def _int(v) -> int:
-    if type(v) is not int:
-        raise ValueError(f"expected an integer, got {type(v).__name__}")
-    return v
-
-
-def _opt_int(v) -> int | None:
-    return None if v is None else _int(v)
-
-
 def _opt_str(v) -> str | None:
-    return None if v is None else str(v)
+    return None if v is None else str(v)[:MAX_NAME]

@@ -12,7 +12,8 @@ renamed, so a half-written bundle is never seen; its name is unpredictable (mkdt
 are created exclusively, so nothing planted in the evidence directory redirects a write. A bundle
 holds each rank's raw data only while it stays within `max_bytes` (the manifest lists the ranks
 left out). Retention keeps at most `max_bundles` bundles and `max_bytes` bytes, oldest removed
-first, counting only bundles frexport wrote (a marker in manifest.json), never the one just written.
+first, counting only bundles this sidecar signed (the manifest's HMAC and file hashes,
+export/bundle_files.py), never the one just written.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
+from frexport.export.bundle_files import NotOurs, bundle_key, digest, open_bundle, sign, tree_size
 from frexport.export.encode import to_pickle
 from frexport.export.report import render_text
 from frexport.live.sink import Pass
@@ -64,6 +66,7 @@ class EvidenceWriter:
         self.max_bytes = max_bytes
         self.written = 0
         self.failed = 0
+        self._not_ours: set[str] = set()  # directories retention left alone, said once each
 
     def write(self, bundle: Bundle) -> str | None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -105,7 +108,7 @@ class EvidenceWriter:
         # the bundle's own report is written after the data; the live one is its size's measure
         reserve = max(2 * live_size, _REPORT_RESERVE)
         budget = self.max_bytes - reserve - 64 * 1024  # and the manifest
-        files, omitted, used = [], [], 0
+        files, omitted, used, hashes = [], [], 0, {}
         for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
             for kind, text in sorted(kinds.items()):
                 data = text.encode(errors="replace")
@@ -114,6 +117,7 @@ class EvidenceWriter:
                 rel = f"stacks/rank_{rank}.{kind}.txt"
                 used += _write(os.path.join(tmp, rel), data)
                 files.append(rel)
+                hashes[rel] = digest(data)
         for rank, dump in sorted(bundle.dumps.items()):
             data = bundle.raw_pickles.get(rank) or to_pickle(dump)
             if used + len(data) > budget:
@@ -121,6 +125,7 @@ class EvidenceWriter:
                 continue
             used += _write(os.path.join(tmp, f"trace_{rank}"), data)
             files.append(f"trace_{rank}")
+            hashes[f"trace_{rank}"] = digest(data)
         text, report = self._report(tmp, bundle)
         health = _c10d_health(bundle.dumps)
         if health:  # torch 2.15's health check: the backends that aborted, said before the analysis
@@ -132,11 +137,15 @@ class EvidenceWriter:
             json_b = json.dumps(bundle.report_json, indent=2).encode()
         _write(os.path.join(tmp, "report.txt"), text_b)
         _write(os.path.join(tmp, "report.json"), json_b)
+        hashes.update({"report.txt": digest(text_b), "report.json": digest(json_b)})
         manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
                     "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"],
                     "recorders": {str(r): list(d.recorders) for r, d in sorted(bundle.dumps.items()) if d.recorders},
-                    "c10d_unhealthy_backends": {b: rs for b, rs in sorted(health.items())}}
+                    "c10d_unhealthy_backends": {b: rs for b, rs in sorted(health.items())},
+                    "sha256": hashes}
+        # signed: the marker alone is public, and a planted copy of it fooled retention (bundle_files.py)
+        manifest = sign(manifest, bundle_key(self.directory))
         _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
         return manifest
 
@@ -170,49 +179,51 @@ class EvidenceWriter:
             except OSError:
                 continue
             if stat.S_ISDIR(st.st_mode) and st.st_mtime < cutoff:
-                shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)  # rmtree never follows a link (avoids_symlink_attacks)
 
     def _retain(self, just_written: str) -> list[str]:
-        """Oldest first, only bundles frexport wrote (a real directory with the marker in its manifest),
-        never the one just written. Returns what was removed."""
+        """Oldest first, only bundles this sidecar signed (bundle_files.py: a planted copy of the public
+        marker is not one), never the one just written. Returns what was removed. Everything is
+        opened relative to the directory with O_NOFOLLOW; what is not ours is left alone, and said once."""
         try:
-            names = sorted(n for n in os.listdir(self.directory)
-                           if n != just_written and _is_bundle(os.path.join(self.directory, n)))
+            key = bundle_key(self.directory)
+            dfd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError:
             return []
-        sizes = {n: _tree_size(os.path.join(self.directory, n)) for n in names}
-        total = sum(sizes.values()) + _tree_size(os.path.join(self.directory, just_written))
-        removed = []
-        while names and (len(names) + 1 > self.max_bundles or total > self.max_bytes):
-            n = names.pop(0)
-            shutil.rmtree(os.path.join(self.directory, n), ignore_errors=True)
-            total -= sizes[n]
-            removed.append(n)
-        return removed
+        try:
+            sizes: dict[str, int] = {}
+            for n in sorted(os.listdir(dfd)):
+                if n.startswith(".") or n == just_written:
+                    continue
+                try:
+                    bfd, _, _ = open_bundle(dfd, n, key)
+                except (NotOurs, OSError) as exc:
+                    if n not in self._not_ours:
+                        if len(self._not_ours) > 4096:  # bounded: a volume full of plants is said again
+                            self._not_ours.clear()
+                        self._not_ours.add(n)
+                        logs.get().info("evidence retention leaves %s alone: %s", n, exc)
+                    continue
+                try:
+                    sizes[n] = tree_size(bfd)
+                finally:
+                    os.close(bfd)
+            names = list(sizes)
+            total = sum(sizes.values()) + _tree_size(os.path.join(self.directory, just_written))
+            removed = []
+            while names and (len(names) + 1 > self.max_bundles or total > self.max_bytes):
+                n = names.pop(0)
+                shutil.rmtree(n, dir_fd=dfd, ignore_errors=True)
+                total -= sizes[n]
+                removed.append(n)
+            return removed
+        except OSError:
+            return []
+        finally:
+            os.close(dfd)
 
 
 BUNDLE_MARKER = "frexport_evidence_bundle"
-
-
-def _is_bundle(path: str) -> bool:
-    if os.path.basename(path).startswith(".") or not stat.S_ISDIR(_lstat_mode(path)):
-        return False
-    manifest = os.path.join(path, "manifest.json")
-    if not stat.S_ISREG(_lstat_mode(manifest)):
-        return False
-    try:
-        with open(manifest, "rb") as f:
-            doc = json.loads(f.read(1 << 20))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(doc, dict) and doc.get(BUNDLE_MARKER) == 1
-
-
-def _lstat_mode(path: str) -> int:
-    try:
-        return os.lstat(path).st_mode
-    except OSError:
-        return 0
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -24,6 +24,7 @@ from frexport.export.report import render_text
 from frexport.live.sink import Pass
 from frexport.model.call_site import Frame, frame_text, is_third_party, site_text
 from frexport.model.dump import RankDump
+from frexport.model.peer_rows import collision_text
 from frexport.model.rank_trace import build_rank_trace
 
 
@@ -37,6 +38,9 @@ class JobFetcher(Protocol):
     def fetch_all(self, wanted: list, deadline_s: float) -> dict: ...
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]: ...
+
+
+MAX_FETCHED_CULPRITS = 8  # with blocked_stacks (4): at most 12 ranks' pickles and stacks in memory at once
 
 
 class JobEvidenceSink(IncidentSink):
@@ -61,8 +65,11 @@ class JobEvidenceSink(IncidentSink):
         culprits = sorted({r for f in roots for r in f.culprit_ranks})
         blocked = sorted({r for f in roots for r in f.blocked_ranks} - set(culprits))
         # a hang inside a collective has no culprit: its members' stacks say where they are
-        focus = (culprits or blocked[: self.blocked_stacks]) + [r for r in blocked if r not in culprits][
-            : self.blocked_stacks]
+        if len(culprits) > MAX_FETCHED_CULPRITS:  # bounded memory: each fetched pickle may be 32 MiB
+            logs.get().warning("job bundle: %d culprit ranks; the recorders and stacks of the first %d are fetched",
+                               len(culprits), MAX_FETCHED_CULPRITS)
+        focus = (culprits[:MAX_FETCHED_CULPRITS] or blocked[: self.blocked_stacks]) + [
+            r for r in blocked if r not in culprits][: self.blocked_stacks]
         focus = list(dict.fromkeys(focus))
         fetched_ns = time.time_ns()  # before the fetch: a lower bound of when these were dumped
         raw, stacks = self._fetch(focus)
@@ -73,14 +80,24 @@ class JobEvidenceSink(IncidentSink):
         framed = {r: replace(d, dumped_at_ns=p.dumps[r].dumped_at_ns if r in p.dumps else fetched_ns,
                              declared_world_size=p.dumps[r].world_size if r in p.dumps else world)
                   for r, d in self.fetcher.decode_pickles(raw).items()}
+        # only bodies that are a rank's recorder go into the bundle as its raw data: junk a peer sends
+        # for its "culprit" is left out (decode_pickles logged it), the rank's snapshot stands for it
+        raw = {r: b for r, b in raw.items() if r in framed}
         dumps = {**p.dumps, **framed}
         diagnosis = self._reanalyze(dumps, p) or p.result.diagnosis
         where = where_ranks(dumps, framed, stacks, set(culprits))
         hangs = {r: line for r in culprits if (line := hang_line(stacks.get(r, {}).get("traceback", "")))}
         head = ["where the ranks are:"] + [f"  {w}" for w in where]
         head += [f"rank {r} hangs at {line} (from its stack)" for r, line in sorted(hangs.items())]
+        # ranks two peers claim (sources/peers.py): the bundle says whose claim it used, so a reader can
+        # tell a hostile or misconfigured pod from the hang
+        collisions = dict(getattr(self.fetcher, "collisions", {}))
+        head += [f"rank {r} is claimed by peers {', '.join(([owner] if owner else []) + list(others))}: "
+                 f"{collision_text(owner)}" for r, (owner, others) in sorted(collisions.items())[:64]]
         text = "\n".join(head) + "\n\n" + render_text(diagnosis)
-        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()}}
+        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()},
+                  "rank_collisions": {str(r): {"used": owner, "refused": list(others)}
+                                      for r, (owner, others) in sorted(collisions.items())[:1024]}}
         reason = next((f.kind for f in diagnosis.findings if f.root_cause), roots[0].kind)
         return self.writer.write(Bundle(reason, text, report, dumps, raw, stacks))
 
@@ -109,8 +126,16 @@ class JobEvidenceSink(IncidentSink):
 
     def _reanalyze(self, dumps: dict[int, RankDump], p: Pass) -> Diagnosis | None:
         """The same engine on the snapshots with the fetched frames: the report gets call sites."""
+        traces = []
+        for dump in dumps.values():  # one rank whose trace cannot be built is left out, not every call site
+            if dump.rank is None:
+                continue
+            try:
+                traces.append(build_rank_trace(dump, tail=self.window))
+            except Exception:  # noqa: BLE001 - any one rank's data, however odd, costs only that rank
+                logs.get().exception("job bundle: rank %d's trace could not be built; re-analysed without it",
+                                     dump.rank)
         try:
-            traces = [build_rank_trace(d, tail=self.window) for d in dumps.values() if d.rank is not None]
             assert p.result is not None  # (for mypy) write_incident's
             d = analyze(traces, options=Options(stall_after_s=p.result.stall_after_s, clock=True))
         except Exception:  # noqa: BLE001 - the live diagnosis is still a report

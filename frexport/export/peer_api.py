@@ -11,13 +11,17 @@ only what is new or may have changed since its last pass. A rank whose epoch cha
 sent whole; the process groups only when the client holds another number of them (NPG: groups are
 only ever added, and a 4096-rank group's member list is large). The handler proxy asks the rank's
 worker server for its pickle (call sites) or stacks, the evidence the view needs from ranks in
-other pods; nothing else is proxied.
+other pods; nothing else is proxied. py-spy (which stops the rank's process while it reads it) is
+proxied only when this sidecar's `evidence.pyspy` allows it, and at most once per rank every
+PYSPY_INTERVAL_S (a second ask within it is 429 with Retry-After): a peer cannot make a rank be
+paused again and again.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 from frexport.live.state import LiveState
@@ -25,17 +29,23 @@ from frexport.model.dump import Entry, RankDump
 from frexport.model.peer_rows import COLUMNS, FORMAT
 
 PROXIED = ("frexport_fr_pickle", "dump_traceback", "pyspy_dump")
+PYSPY_INTERVAL_S = 30.0
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
 _COLUMN_INDEX = [Entry._fields.index(c) for c in COLUMNS]
 
 
 class PeerApi:
-    def __init__(self, state: LiveState, window: int, fetcher=None, deadline_s: float = 20.0) -> None:
+    def __init__(self, state: LiveState, window: int, fetcher=None, deadline_s: float = 20.0,
+                 pyspy: bool = True) -> None:
         self.state = state
         self.window = window
         self.fetcher = fetcher  # the worker-server source (targets, handlers, fetch_all), when there is one
         self.deadline_s = deadline_s
         self.requests = 0
+        self.pyspy = pyspy
+        self._proxied = PROXIED if pyspy else tuple(h for h in PROXIED if h != "pyspy_dump")
+        self._pyspy_at: dict[int, float] = {}  # rank -> when py-spy last ran for a peer
+        self._lock = threading.Lock()
 
     def handle(self, path: str, query: str) -> tuple[int, bytes, str]:
         self.requests += 1
@@ -64,7 +74,7 @@ class PeerApi:
         cut = max(0, len(entries) - self.window)
         window = [e for e in entries[:cut] if not e.finished] + list(entries[cut:])
         sent = window if since is None else [e for e in window if e.record_id >= since]
-        handlers = sorted(self.fetcher.handlers(rank) & set(PROXIED)) if self.fetcher is not None else []
+        handlers = sorted(self.fetcher.handlers(rank) & set(self._proxied)) if self.fetcher is not None else []
         out = {"rank": rank, "epoch": epoch, "dumped_at_ns": dump.dumped_at_ns, "world_size": dump.world_size,
                "first": window[0].record_id if window else None, "full": since is None,
                "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
@@ -76,16 +86,30 @@ class PeerApi:
         return out
 
     def proxy(self, rank: int, handler: str) -> tuple[int, bytes, str]:
-        if handler not in PROXIED:
-            return 404, f"handler {handler} is not served to peers\n".encode(), "text/plain"
+        if handler not in self._proxied:
+            off = " (evidence.pyspy is off on this sidecar)" if handler in PROXIED else ""
+            return 404, f"handler {handler} is not served to peers{off}\n".encode(), "text/plain"
         targets = {t.rank: t for t in self.fetcher.targets()} if self.fetcher is not None else {}
         if rank not in targets:
             return 404, f"rank {rank} has no worker server here\n".encode(), "text/plain"
+        if handler == "pyspy_dump" and not self._pyspy_due(rank):
+            return (429, f"py-spy ran for rank {rank} less than {PYSPY_INTERVAL_S:.0f} s ago: it pauses the "
+                    "rank each time\n".encode(), "text/plain")
         got = self.fetcher.fetch_all([(targets[rank], handler)], self.deadline_s).get((rank, handler))
         if not isinstance(got, bytes):
             return 502, f"rank {rank}: {getattr(got, 'detail', 'no answer')}\n".encode(), "text/plain"
         ctype = "application/octet-stream" if handler == "frexport_fr_pickle" else "text/plain"
         return 200, got, ctype
+
+    def _pyspy_due(self, rank: int) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._pyspy_at.get(rank, -PYSPY_INTERVAL_S) < PYSPY_INTERVAL_S:
+                return False
+            if len(self._pyspy_at) > 65536:  # bounded: rank ids come from the URL
+                self._pyspy_at.clear()
+            self._pyspy_at[rank] = now
+            return True
 
 
 def parse_cursors(query: str) -> dict[int, tuple[int, int, int]] | None:

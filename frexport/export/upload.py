@@ -10,6 +10,12 @@ so the bundles of every pod of every job sit side by side; `manifest.json` goes 
 that sees it sees a complete bundle. Runs on the evidence sink's thread, never on the sidecar's
 loop; each file is retried with backoff on connection errors, 5xx, 408 and 429; any other answer
 (a bad credential: 403) fails the bundle at once. Results: frexport_evidence_uploads_total{result}.
+
+What is uploaded is read as bundle_files.py says: the bundle directory, each subdirectory and each
+file opened relative to the evidence directory with O_NOFOLLOW, only the files the manifest signed
+with this sidecar's key lists, each only if its bytes hash to the signed value. A bundle (or a file
+in it) swapped for a symbolic link after it was written uploads nothing (result "refused") and the
+log says why: the sidecar's own files (its TLS key) cannot be made to go to object storage.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
+from frexport.export.bundle_files import NotOurs, bundle_key, open_bundle, verified_files
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
@@ -76,7 +83,7 @@ class BundleUploader:
         self.retries = retries
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
-        self.results = {"success": 0, "failed": 0}
+        self.results = {"success": 0, "failed": 0, "refused": 0}
         self._lock = threading.Lock()
 
     def key_prefix(self, bundle_dir: str) -> str:
@@ -84,13 +91,17 @@ class BundleUploader:
         return "/".join(p for p in parts if p)
 
     def upload(self, bundle_dir: str) -> bool:
-        """Upload every file of the bundle; True when all arrived. Never raises."""
-        files = sorted(_files(bundle_dir), key=lambda rel: (rel == "manifest.json", rel))
+        """Upload every file of the bundle, the manifest last; True when all arrived. Never raises."""
+        try:
+            files = read_bundle(bundle_dir)
+        except (NotOurs, OSError) as exc:
+            self._count("refused")
+            logs.get().error("evidence upload of %s refused, nothing of it uploaded: %s", bundle_dir, exc,
+                             extra={"path": bundle_dir, "error": str(exc)})
+            return False
         base = self.key_prefix(bundle_dir)
         try:
-            for rel in files:
-                with open(os.path.join(bundle_dir, rel), "rb") as f:
-                    body = f.read()
+            for rel, body in files:
                 self._put_with_retries(f"{base}/{rel}", body)
         except (UploadError, OSError) as exc:
             self._count("failed")
@@ -178,14 +189,23 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
-def _files(root: str) -> list[str]:
-    out = []
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            if os.path.islink(os.path.join(dirpath, n)):
-                continue  # frexport writes no links: one here points at something else
-            out.append(os.path.relpath(os.path.join(dirpath, n), root))
-    return out
+MAX_FILE_BYTES = 4 << 30  # no bundle file is larger (evidence.max_bytes bounds the whole bundle)
+
+
+def read_bundle(bundle_dir: str) -> list[tuple[str, bytes]]:
+    """(relative name, bytes) of every file of a bundle this sidecar signed, the manifest last; raises
+    NotOurs (with the reason) or OSError. Nothing is read through a link."""
+    parent, name = os.path.split(os.path.normpath(bundle_dir))
+    key = bundle_key(parent)
+    pfd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        bfd, manifest, raw = open_bundle(pfd, name, key)
+        try:
+            return verified_files(bfd, manifest, MAX_FILE_BYTES) + [("manifest.json", raw)]
+        finally:
+            os.close(bfd)
+    finally:
+        os.close(pfd)
 
 
 def _family() -> CounterMetricFamily:

@@ -24,6 +24,8 @@ def review(request_body: bytes, s: Settings) -> dict:
     if not isinstance(doc, dict) or doc.get("kind") != "AdmissionReview" or not isinstance(doc.get("request"), dict):
         raise ValueError("not an AdmissionReview request")
     req = doc["request"]
+    if not isinstance(req.get("uid", ""), str) or not isinstance(req.get("kind") or {}, dict):
+        raise ValueError("request.uid must be a string and request.kind an object")
     response: dict = {"uid": req.get("uid", ""), "allowed": True}
     pod = req.get("object")
     if (req.get("kind") or {}).get("kind") == "Pod" and isinstance(pod, dict) and wants_injection(pod):
@@ -36,6 +38,9 @@ def review(request_body: bytes, s: Settings) -> dict:
                 response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
         except InjectError as exc:
             response["warnings"] = [f"frexport: not injected: {exc}"]
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:  # a pod no API server sends
+            response["warnings"] = [f"frexport: not injected: the pod's shape is not a Pod's "
+                                    f"({type(exc).__name__}: {str(exc)[:200]})"]
     return {"apiVersion": doc.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
             "response": response}
 

@@ -86,6 +86,7 @@ def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | N
     if _already(spec):
         return False
     check_settings(s)
+    _refuse_collisions(spec, s)
     trainers = [c for c in spec.get("containers", []) if not s.containers or c.get("name") in s.containers]
     missing = set(s.containers) - {c.get("name") for c in trainers}
     if missing or not trainers:
@@ -110,6 +111,23 @@ def inject_pod(meta: dict, spec: dict, s: Settings, identity: tuple[str, str | N
     for c in trainers:
         _activate(c, s)
     return True
+
+
+def _refuse_collisions(spec: dict, s: Settings) -> None:
+    """A pod that already uses one of the names or paths the patch adds would become an invalid pod
+    (two containers or volumes of one name, two mounts at one path): refused, saying which."""
+    ours_c = {SIDECAR, PREPARE}
+    ours_v = {SHARED_VOLUME, AGENT_VOLUME, NO_TOKEN_VOLUME} | {n for n, _, _ in _web_mounts(s)}
+    ours_p = {s.shared_dir.rstrip("/"), s.agent_dir.rstrip("/")}
+    found = [f"container {c.get('name')!r}" for c in spec.get("initContainers", []) + spec.get("containers", [])
+             if c.get("name") in ours_c]
+    found += [f"volume {v.get('name')!r}" for v in spec.get("volumes", []) if v.get("name") in ours_v]
+    found += [f"container {c.get('name')!r} mounts {m.get('mountPath')!r}" for c in spec.get("containers", [])
+              for m in c.get("volumeMounts", []) if str(m.get("mountPath", "")).rstrip("/") in ours_p]
+    if found:
+        raise InjectError(f"the pod already has {', '.join(found[:5])}: frexport adds containers "
+                          f"{', '.join(sorted(ours_c))}, volumes {', '.join(sorted(ours_v))} and mounts at "
+                          f"{', '.join(sorted(ours_p))}; rename yours or give frexport other paths")
 
 
 def _already(spec: dict) -> bool:
@@ -196,7 +214,12 @@ def _activate(c: dict, s: Settings) -> None:
     ours = f"{s.agent_dir}/frexport/agent/_bootstrap:{s.agent_dir}"
     env = c.setdefault("env", [])
     existing = next((e for e in env if e.get("name") == "PYTHONPATH"), None)
-    if existing is None:
+    if existing is None and c.get("envFrom"):
+        # a PYTHONPATH from a ConfigMap or Secret (envFrom) would be overridden by ours, silently: env wins
+        # over envFrom. $(PYTHONPATH) is expanded by the kubelet from envFrom; left as is when there is
+        # none, it is a directory that does not exist, which Python skips.
+        env.append({"name": "PYTHONPATH", "value": ours + ":$(PYTHONPATH)"})
+    elif existing is None:
         env.append({"name": "PYTHONPATH", "value": ours})
     elif "value" in existing:
         existing["value"] = ours + (":" + existing["value"] if existing["value"] else "")

@@ -84,6 +84,9 @@ class Sidecar:
         events: list[EntryEvent] = []
         for source in self.sources:
             snapshots = self._guarded(source.collect, f"source {source.name}") or []
+            drain = getattr(source, "drain_forgotten", None)  # a source whose ranks can leave (peers)
+            if drain is not None:
+                self.state.forget(drain())
             for snap in snapshots:
                 events.extend(self.state.ingest(snap.dump, snap.source, snap.taken_ns))
                 if snap.timeout_dump:

@@ -157,6 +157,14 @@ class LiveState:
                     del self.collectives[outcome]
             return gone
 
+    def forget(self, ranks: list[int]) -> None:
+        """Drop ranks their source no longer has (a peer stopped sending them): memory stays bounded by
+        what the sources hold, not by every rank id ever sent."""
+        with self._lock:
+            for r in ranks:
+                self.ranks.pop(r, None)
+                self.timeout_dumps.pop(r, None)
+
     def refused(self) -> dict[str, int]:
         """By family: what the state did not keep because it held `max_label_sets` already."""
         with self._lock:

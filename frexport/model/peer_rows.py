@@ -11,3 +11,10 @@ from frexport.model.dump import Entry
 
 FORMAT = 1
 COLUMNS: tuple[str, ...] = tuple(f for f in Entry._fields if f not in ("frames", "call_site"))
+
+
+def collision_text(owner: str | None) -> str:
+    """What the job-level view does with a rank two peers claim (sources/peers.py): said in its log
+    and in the job bundle in the same words."""
+    return (f"only {owner}'s claim is used (its first owner)" if owner else
+            "no peer owned it before, so neither claim is used until one stops")

@@ -54,9 +54,11 @@ class DecodeJob:
     path: str
     rank: int
     mtime_ns: int
+    max_entries: int = 20000
 
     def __call__(self) -> RankDump:
-        return decode_bytes(self.data, self.path, rank=self.rank, dumped_at_ns=self.mtime_ns)
+        return decode_bytes(self.data, self.path, rank=self.rank, dumped_at_ns=self.mtime_ns,
+                            max_entries=self.max_entries)
 
 
 class DumpDirSource:
@@ -162,7 +164,7 @@ class DumpDirSource:
         try:
             data, st = read_checked(path, self.cfg.max_file_bytes, self.cfg.follow_symlinks)
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # what was read, not what was listed
-            dump = self.pool.run(DecodeJob(data, path, rank, st.st_mtime_ns))
+            dump = self.pool.run(DecodeJob(data, path, rank, st.st_mtime_ns, self.cfg.max_entries))
             del data
             if isinstance(dump, DecodeError):
                 raise dump

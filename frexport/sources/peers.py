@@ -9,6 +9,16 @@ snapshot of every rank whose peer answered, seen at the peer's own poll time. Pe
 concurrently; one that fails is backed off and reported in the health registry (`peer:<url>`), the
 others go on. For evidence it fetches ranks' pickles and stacks through their sidecars (the
 `Fetcher` protocol of export/evidence.py) and decodes pickles in the sandboxed decoders.
+
+A peer is trusted only for the ranks it owns (issue 28): what it sends is held by (peer, rank); a rank
+is owned by the first peer that claimed it alone, for as long as that peer keeps sending it, and only
+the owner's snapshots reach the analysis. Another peer claiming an owned rank, or two peers claiming a
+new rank in the same pass, is a collision: logged, counted (`frexport_peer_rank_collisions`), named in
+the job bundle, never merged; a rank two peers claim at once with no owner is used from neither (we
+cannot tell which is true). Before any rank is held, each peer gets a fair share of `max_ranks`
+(max-min: every peer gets what it sends up to an equal share; what the others leave is shared among
+those that want more), so one peer sending 4096 fake ranks cannot crowd out the real ranks of others.
+A rank a peer stops sending is forgotten, here and in the view's state.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import socket
 import ssl
 import time
 from bisect import bisect_left
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from operator import attrgetter
 from urllib.parse import urlsplit
@@ -26,7 +36,7 @@ from urllib.parse import urlsplit
 from frexport import logs
 from frexport.config import Peers
 from frexport.decode.errors import DecodeError
-from frexport.decode.peer_rows import MAX_INTERNED, PeerRank, parse_body
+from frexport.decode.peer_rows import MAX_INTERNED, Dropped, PeerRank, parse_body
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
@@ -34,6 +44,11 @@ from frexport.model.outcome import first_unsettled
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
+from frexport.sources.peer_owners import Owners, fair_shares
+
+PASS_WAIT_S = 2.0  # what one pass waits for its peers; slower ones are taken at a later pass
+FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
+FETCH_MAX_STACKS = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -62,20 +77,23 @@ class _PeerState:
     failures: int = 0
     next_try: float = 0.0
     bytes_last: int = 0
+    claimed: int = 0  # ranks it sent at its last answer: its demand in the fair share
+    over_share: int = 0  # of those, not taken at its last answer
+    over_cap: int = 0  # ranks past max_ranks in its last body: not even read
+    said: set[str] = field(default_factory=set)  # what was logged about it: said once, not every pass
 
 
 class PeersSource:
     name = "peers"
 
     def __init__(self, health: HealthRegistry, cfg: Peers, window: int, decoder: DecoderPool | None = None,
-                 resolve=socket.getaddrinfo) -> None:
+                 resolve=socket.getaddrinfo, max_ranks: int = 4096) -> None:
         self.health = health
         self.cfg = cfg
         self.window = window
         self.decoder = decoder
         self.resolve = resolve
         self.bytes_total = 0  # body bytes received, for the benchmark and self-metrics
-        self._ranks: dict[int, _Held] = {}
         self._peers: dict[str, _PeerState] = {}
         self._resolved: list[str] = []
         self._next_resolve = 0.0
@@ -85,6 +103,15 @@ class PeersSource:
         self._headers = _auth_headers(cfg)
         self._interned: dict = {}  # sizes and dtypes seen in bodies (decode/peer_rows.py)
         self._held_by_peer: dict[str, list[tuple[int, _Held]]] = {}
+        self._inflight: dict[str, Future] = {}  # peer -> its poll still running (taken when done)
+        self._current: list[str] = []  # the peers of the last pass
+        self.pass_wait_s: float | None = PASS_WAIT_S  # None: wait for every peer (benchmarks/bench_jobview.py)
+        self.max_ranks = max_ranks
+        self._held: dict[tuple[str, int], _Held] = {}  # every owned rank, by (peer, rank)
+        self.owners = Owners()  # which peer is believed for each rank (sources/peer_owners.py)
+        self._forgotten: list[int] = []  # ranks the view's state must drop (drain_forgotten)
+        self.rows_dropped_total = 0  # peer rows out of the field rules
+        self.ranks_dropped_total = 0  # malformed ranks, rank ids no job has, ranks over a peer's share
 
     # --- the Source protocol -------------------------------------------------------------------
 
@@ -109,66 +136,155 @@ class PeersSource:
         return sorted(set(self.cfg.urls) | set(self._resolved))
 
     def collect(self) -> list[Snapshot]:
+        """Snapshots from the answers that arrived: a pass waits at most PASS_WAIT_S for its peers, and a
+        peer slower than that (up to its own timeout) is taken at a later call, never holding up the
+        others' (issue 28: one slow or huge peer delayed every pass of the view)."""
         now = time.monotonic()
         if now < self._next_poll:
-            return []
+            return self._harvest()
         self._next_poll = now + self.cfg.poll_interval
         peers = self.peers()
+        self._current = peers
         for gone in [p for p in self._peers if p not in peers]:
             del self._peers[gone]
+            self.owners.claims.pop(gone, None)
+            self._inflight.pop(gone, None)  # its answer, if it comes, is not taken
             self.health.forget(f"peer:{gone}")
-        for r in [r for r, h in self._ranks.items() if h.peer not in peers]:
-            del self._ranks[r]
-        due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now]
+        for key in [k for k in self._held if k[0] not in peers]:
+            self._drop(*key)
+        due = [p for p in peers if self._peers.setdefault(p, _PeerState()).next_try <= now and p not in self._inflight]
         if not due:
-            return []
+            return self._harvest()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
         # each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)
         self._held_by_peer = {}
-        for r, h in sorted(self._ranks.items()):
-            self._held_by_peer.setdefault(h.peer, []).append((r, h))
-        out: list[Snapshot] = []
-        for snaps in self._pool.map(self._poll_peer, due):
-            out.extend(snaps)
+        for (peer, r), h in sorted(self._held.items()):
+            self._held_by_peer.setdefault(peer, []).append((r, h))
+        for p in due:
+            self._inflight[p] = self._pool.submit(self._poll_peer, p)
+        wait([self._inflight[p] for p in due], timeout=self.pass_wait_s)  # one still slow from before: not waited for
+        return self._harvest()
+
+    def _harvest(self) -> list[Snapshot]:
+        done = [p for p, f in self._inflight.items() if f.done()]
+        if not done:
+            return []
+        answers = []
+        for p in sorted(done):
+            try:
+                a = self._inflight.pop(p).result()  # peer and decode failures are recorded in _poll_peer
+            except Exception:  # noqa: BLE001 - a bug with one peer's answer must not lose the others'
+                logs.get().exception("peer %s: its answer could not be taken", p)
+                continue
+            if a is not None and p in self._peers:
+                answers.append(a)
+        return self._take(answers, self._current) if answers else []
+
+    @property
+    def collisions(self) -> dict[int, tuple[str | None, tuple[str, ...]]]:
+        return self.owners.collisions
+
+    @property
+    def collisions_total(self) -> int:
+        return self.owners.collisions_total
+
+    def over_share(self) -> dict[str, int]:
+        return {p: st.over_share for p, st in list(self._peers.items()) if st.over_share}
+
+    def drain_forgotten(self) -> list[int]:
+        """Ranks whose owner let go of them since the last call: the view's state drops them (bounded
+        memory). Also when another peer owns one now: the old owner's snapshot (perhaps dated ahead)
+        must not make the new owner's look older and be refused."""
+        out, self._forgotten = list(dict.fromkeys(self._forgotten)), []
         return out
+
+    # --- ownership and shares ------------------------------------------------------------------
+
+    def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
+        """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
+        for peer, ranks in answers:
+            self._peers[peer].claimed = len(ranks)
+        share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.max_ranks)
+        kept: dict[str, dict[int, PeerRank]] = {}
+        for peer, ranks in answers:
+            mine = {r for r, _ in self._held_by_peer.get(peer, ())}  # what it holds goes first: stable shares
+            order = sorted(ranks, key=lambda x: (x.rank not in mine, x.rank))
+            kept[peer] = {x.rank: x for x in order[:share.get(peer, 0)]}
+            st = self._peers[peer]
+            st.over_share = len(ranks) - len(kept[peer]) + st.over_cap
+            if st.over_share:
+                self.ranks_dropped_total += len(ranks) - len(kept[peer])
+                self._say(peer, f"peer {peer} sent {len(ranks) + st.over_cap} ranks, over its fair share of "
+                                f"{share.get(peer, 0)} (max_ranks {self.max_ranks} among {len(peers)} peers): "
+                                f"{st.over_share} not taken")
+            self.owners.claims[peer] = frozenset(kept[peer])
+            for r in [r for r in mine if r not in kept[peer]]:  # it stopped sending it: forgotten
+                self._drop(peer, r)
+        for peer, rank in self.owners.settle():  # owners that stopped claiming (their peer left, or failed)
+            self._drop(peer, rank, released=True)
+        out: list[Snapshot] = []
+        for peer, ranks in kept.items():
+            for r in ranks.values():
+                if self.owners.owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
+                    out.append(s)
+        return out
+
+    def _drop(self, peer: str, rank: int, released: bool = False) -> None:
+        self._held.pop((peer, rank), None)
+        if released or self.owners.release(peer, rank):
+            self._forgotten.append(rank)
+
+    def _say(self, peer: str, problem: str) -> None:
+        st = self._peers[peer]
+        if problem not in st.said:
+            if len(st.said) >= 64:  # bounded: a peer varying its faults is still heard, at most 64 lines a round
+                st.said.clear()
+            st.said.add(problem)
+            logs.get().warning("%s", problem)
 
     # --- one peer ------------------------------------------------------------------------------
 
-    def _poll_peer(self, peer: str) -> list[Snapshot]:
+    def _poll_peer(self, peer: str) -> tuple[str, list[PeerRank]] | None:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
         cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
                            if h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
-            ranks = self._parse(body, peer)
+            ranks, dropped = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
             reason = exc.reason if isinstance(exc, PeerError) else "decode_" + exc.reason
             self.health.record(f"peer:{peer}", False, time.monotonic() - start, now_ns, reason, exc.detail)
-            return []
-        st.failures, st.next_try, st.bytes_last = 0, 0.0, len(body)
+            return None
+        st.failures, st.next_try, st.bytes_last, st.over_cap = 0, 0.0, len(body), dropped.over_cap
         self.bytes_total += len(body)
+        self.rows_dropped_total += dropped.rows
+        self.ranks_dropped_total += dropped.ranks + dropped.over_cap
+        if dropped.ranks or dropped.rows:  # over the cap is said with the share
+            self._say(peer, f"peer {peer}: dropped {dropped.ranks} ranks and {dropped.rows} rows "
+                            f"out of the field rules or bounds, e.g. {dropped.reason}")
         self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
-        return [s for r in ranks if (s := self._merge(peer, r)) is not None]
+        return peer, ranks
 
-    def _parse(self, body: bytes, peer: str) -> list[PeerRank]:
+    def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped]:
         """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
         every untrusted input, and in a 512-pod job the reading runs on the decoders' cores while
-        this process merges what came before. In this process where there are no decoders."""
+        this process merges what came before. In this process where there are no decoders. At most
+        `max_ranks` ranks of one body are read at all."""
         if self.decoder is None:
-            return parse_body(body, peer, self._interned)[1]
-        out = self.decoder.run(_BodyJob(body, peer))
+            return parse_body(body, peer, self._interned, self.max_ranks)[1:]
+        out = self.decoder.run(_BodyJob(body, peer, self.max_ranks))
         if isinstance(out, DecodeError):
             raise out
         return out
 
     def _merge(self, peer: str, r: PeerRank) -> Snapshot | None:
-        held = self._ranks.get(r.rank)
-        if held is None or held.epoch != r.epoch or r.full or held.peer != peer:
-            held = self._ranks[r.rank] = _Held(peer, r.epoch)
+        held = self._held.get((peer, r.rank))
+        if held is None or held.epoch != r.epoch or r.full:
+            held = self._held[(peer, r.rank)] = _Held(peer, r.epoch)
         if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
             if len(self._interned) > MAX_INTERNED:  # a peer sending ever new groups must not grow it for good
                 self._interned.clear()
@@ -203,12 +319,17 @@ class PeersSource:
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
                              held.pg_config, r.pg_status, tuple(entries), dumped_at_ns=r.dumped_at_ns,
                              declared_world_size=r.world_size)
-        return Snapshot(held.dump, f"peer:{peer}", r.dumped_at_ns or time.time_ns())
+        # seen at the peer's clock, but never in our future: a date far ahead would keep the rank in the
+        # view's state for good and make every later true snapshot look older
+        now = time.time_ns()
+        seen = r.dumped_at_ns if r.dumped_at_ns and r.dumped_at_ns <= now + 300_000_000_000 else now
+        return Snapshot(held.dump, f"peer:{peer}", seen)
 
-    def _get(self, peer: str, path: str, timeout: float | None = None) -> bytes:
+    def _get(self, peer: str, path: str, timeout: float | None = None, max_body: int | None = None) -> bytes:
         parts = urlsplit(peer)
         target = Target(host=parts.hostname or "", port=parts.port or (443 if parts.scheme == "https" else 80))
-        resp = request(target, "GET", path, timeout=timeout or self.cfg.timeout, max_body=self.cfg.max_body_bytes,
+        resp = request(target, "GET", path, timeout=timeout or self.cfg.timeout,
+                       max_body=min(max_body or self.cfg.max_body_bytes, self.cfg.max_body_bytes),
                        tls=self._tls if parts.scheme == "https" else None, headers=self._headers,
                        server_name=self.cfg.server_name)
         if resp.status != 200:
@@ -219,10 +340,10 @@ class PeersSource:
     # --- evidence (the Fetcher protocol) -------------------------------------------------------
 
     def targets(self) -> list[PeerTarget]:
-        return [PeerTarget(r, h.peer) for r, h in sorted(self._ranks.items())]
+        return [PeerTarget(r, p) for r, p in sorted(self.owners.owner.items())]
 
     def handlers(self, rank: int) -> frozenset[str]:
-        held = self._ranks.get(rank)
+        held = self._held.get((self.owners.owner.get(rank, ""), rank))
         return held.handlers if held is not None else frozenset()
 
     def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
@@ -231,7 +352,10 @@ class PeersSource:
         return fetch_within(wanted, deadline_s, self.cfg.concurrency, self._fetch_one, "frexport-peer-fetch")
 
     def _fetch_one(self, t: PeerTarget, handler: str, timeout_s: float) -> bytes:
-        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s)
+        # evidence bodies are capped by kind, not by the 256 MiB of a ranks body: a peer calling its own
+        # rank a culprit cannot push hundreds of MB into the view's memory or the job's bundle
+        cap = FETCH_MAX_PICKLE if handler == "frexport_fr_pickle" else FETCH_MAX_STACKS
+        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s, max_body=cap)
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:
         """Ranks' pickles (with frames: call sites) decoded in the sandboxed decoders; failures left out."""
@@ -250,9 +374,10 @@ class PeersSource:
 class _BodyJob:
     body: bytes
     path: str
+    max_ranks: int
 
-    def __call__(self) -> list[PeerRank]:
-        return parse_body(self.body, self.path)[1]
+    def __call__(self) -> tuple[list[PeerRank], Dropped]:
+        return parse_body(self.body, self.path, None, self.max_ranks)[1:]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -14,7 +17,7 @@ import pytest
 from frexport.analysis.findings import Diagnosis
 from frexport.cli.serve import build_sidecar
 from frexport.config import load_config
-from frexport.export.evidence import EvidenceSink, EvidenceWriter
+from frexport.export.evidence import Bundle, EvidenceSink, EvidenceWriter
 from frexport.export.upload import BundleUploader, Target
 from frexport.live.diagnosis import BLOCKED, STALLED, LiveResult
 from frexport.live.sink import Pass
@@ -85,7 +88,7 @@ def test_a_bad_credential_is_counted_failed_and_logged(s3, tmp_path, caplog):
             t0 = time.monotonic()
             assert uploader.upload(bundle) is False
         assert time.monotonic() - t0 < 5  # a 403 is not retried
-        assert uploader.results == {"success": 0, "failed": 1}
+        assert uploader.results == {"success": 0, "failed": 1, "refused": 0}
     assert "InvalidAccessKeyId" in caplog.text and "SignatureDoesNotMatch" in caplog.text
     assert not [k for k in s3.keys() if k.startswith("bad/")]
 
@@ -130,3 +133,90 @@ def test_a_hanging_store_never_blocks_the_loop(tmp_path):
         for c in accepted:
             c.close()
     assert Path(tmp_path).iterdir()  # the bundle stays on disk either way
+
+
+# --- issue 28, deliverable 3: a writer of the evidence volume cannot make the upload ship other files
+
+
+def _uploader(s3, prefix):
+    return BundleUploader(Target(s3.endpoint, s3.bucket, s3.access_key_id, s3.secret_access_key, prefix=prefix),
+                          job_id="j", pod="p", backoff_s=0.01)
+
+
+def _swap_file_for_link(bundle: Path, secret: Path) -> None:
+    (bundle / "trace_0").unlink()
+    (bundle / "trace_0").symlink_to(secret)
+
+
+def _swap_dir_for_link(bundle: Path, secret: Path) -> None:
+    elsewhere = bundle.parent.parent / "copy"
+    bundle.rename(elsewhere)
+    (elsewhere / "trace_0").unlink()
+    (elsewhere / "trace_0").write_bytes(secret.read_bytes())  # the bundle's own manifest, a secret inside
+    bundle.symlink_to(elsewhere, target_is_directory=True)
+
+
+def _swap_stacks_for_link(bundle: Path, secret: Path) -> None:
+    stacks = bundle / "stacks"
+    for f in stacks.iterdir():
+        f.unlink()
+    stacks.rmdir()
+    stacks.symlink_to(secret.parent, target_is_directory=True)
+
+
+def _rewrite_content(bundle: Path, secret: Path) -> None:  # a writer of the volume edits a file in place
+    (bundle / "report.txt").write_bytes(secret.read_bytes())
+
+
+@pytest.mark.parametrize("swap", [_swap_file_for_link, _swap_dir_for_link, _swap_stacks_for_link, _rewrite_content])
+def test_a_bundle_swapped_after_writing_uploads_nothing_and_says_why(s3, tmp_path, caplog, swap):
+    secret = tmp_path / "private" / "tls.key"
+    secret.parent.mkdir()
+    secret.write_bytes(b"-----BEGIN PRIVATE KEY----- the sidecar's own")
+    (secret.parent / "rank_0.traceback.txt").write_bytes(secret.read_bytes())
+    p = incident()
+    stacks = {0: {"traceback": "Thread 1:\n  File train.py, line 3"}}
+    bundle = Path(EvidenceWriter(str(tmp_path / "evidence")).write(
+        Bundle("stall", "report\n", {"verdict": "unhealthy"}, p.dumps, {}, stacks)))
+    assert (bundle / "stacks" / "rank_0.traceback.txt").is_file()
+    prefix = f"swap-{swap.__name__}"
+    uploader = _uploader(s3, prefix)
+    swap(bundle, secret)
+    with caplog.at_level(logging.ERROR):
+        assert uploader.upload(str(bundle)) is False
+    assert uploader.results == {"success": 0, "failed": 0, "refused": 1}
+    assert not [k for k in s3.keys() if k.startswith(prefix + "/")]  # nothing of it, not even the manifest
+    assert "refused, nothing of it uploaded" in caplog.text
+    assert any(why in caplog.text for why in ("symbolic link", "not what this sidecar wrote", "not a directory"))
+
+
+def test_a_planted_bundle_with_the_public_marker_is_neither_uploaded_nor_counted(s3, tmp_path, caplog):
+    ev = tmp_path / "evidence"
+    writer = EvidenceWriter(str(ev), max_bundles=2)
+    real = Path(EvidenceSink(writer).write_incident(incident()))
+    plant = ev / "00000000T000000Z-plant"  # sorts first: retention would remove it first, or count it
+    plant.mkdir()
+    forged = json.loads((real / "manifest.json").read_text())
+    (plant / "report.txt").write_bytes(b"planted")
+    forged.update(files=["report.txt"], sha256={"report.txt": hashlib.sha256(b"planted").hexdigest()},
+                  hmac="0" * 64)
+    (plant / "manifest.json").write_text(json.dumps(forged))
+    with caplog.at_level(logging.INFO):
+        assert _uploader(s3, "plant").upload(str(plant)) is False
+        second = EvidenceSink(writer).write_incident(incident())
+    assert plant.is_dir() and real.is_dir() and Path(second).is_dir()  # max_bundles 2: the plant did not count
+    assert "leaves 00000000T000000Z-plant alone" in caplog.text
+    assert not [k for k in s3.keys() if k.startswith("plant/")]
+
+
+def test_a_key_file_others_can_read_is_not_trusted(tmp_path, caplog):
+    ev = tmp_path / "evidence"
+    ev.mkdir()
+    (ev / ".frexport-bundle-key").write_text("00" * 32)
+    os.chmod(ev / ".frexport-bundle-key", 0o644)
+    with caplog.at_level(logging.ERROR):
+        bundle = EvidenceSink(EvidenceWriter(str(ev))).write_incident(incident())
+    assert bundle and "cannot keep the bundle key" in caplog.text and "not a private file" in caplog.text
+    from frexport.export.upload import read_bundle
+
+    assert [rel for rel, _ in read_bundle(bundle)][-1] == "manifest.json"  # this run's own bundles still upload

@@ -24,17 +24,20 @@ class FakeRank:
     (`stuck="absent"`: never issues the next one) or waits forever in the next one (`"inside"`)."""
 
     def __init__(self, rank: int, path: str, world: int, start: float, period_s: float = 0.1,
-                 stop_at: float | None = None, stuck: str = "inside", hang_stacks: bool = False) -> None:
+                 stop_at: float | None = None, stuck: str = "inside", hang_stacks: bool = False,
+                 pyspy: bool = False) -> None:
         self.rank, self.world, self.start, self.period_s = rank, world, start, period_s
         self.stop_at, self.stuck, self.hang_stacks = stop_at, stuck, hang_stacks
         self.polls: list[float] = []  # monotonic times of recorder requests
         self.stack_requests = 0
+        self.pyspy_requests = 0
+        handlers = HANDLERS + (["pyspy_dump"] if pyspy else [])
         self.release = threading.Event()  # frees a hanging handler at teardown
         fake = self
 
         class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
-                self.send(json.dumps(HANDLERS).encode())
+                self.send(json.dumps(handlers).encode())
 
             def do_POST(self):  # noqa: N802
                 name = self.path.rsplit("/", 1)[-1]
@@ -48,6 +51,9 @@ class FakeRank:
                         return
                     self.send(f"Thread 0x1 (most recent call first):\n  File \"/job/train.py\", line 10, in step "
                                f"(rank {fake.rank})\n".encode(), "text/plain")
+                elif name == "pyspy_dump" and pyspy:
+                    fake.pyspy_requests += 1
+                    self.send(f"Process 1: python train.py (rank {fake.rank})\n".encode(), "text/plain")
                 else:
                     self.send(b"Handler not found", "text/plain", 404)
 

@@ -146,6 +146,7 @@ def test_sidecars_serve_the_peers_endpoint_behind_the_web_config(secure, helm):
     (("--set", "example.enabled=true", "--set", "sidecar.peersApi=true"), "jobView.allowUnauthenticated"),
     (("--set", "jobView.enabled=true", "--set", "jobView.allowUnauthenticated=true"), "jobView.jobName"),
     (("-f", str(JOBVIEW), "--set", "webConfig.tls.serverName="), "webConfig.tls.serverName"),
+    (("-f", str(JOBVIEW), "--set", "webConfig.tls.enabled=false"), "jobView.allowBasicAuthOverHttp"),
 ])
 def test_refused_without_auth_opt_in_job_or_server_name(helm, settings, message):
     out = helm.run("template", "t", str(CHART), *settings, check=False)
@@ -221,6 +222,16 @@ def test_jobview_command_passes_check_config(secure, helm, tmp_path, tls_dir):
     spec = one(docs, "Deployment")["spec"]["template"]["spec"]
     cfg = _check_config(container(spec["containers"], "jobview"), spec, docs, tmp_path / "u", tls_dir)
     assert cfg["peers"]["scheme"] == "http" and cfg["peers"]["username"] is None and cfg["web"]["config_file"] is None
+
+
+def test_basic_auth_over_http_only_when_the_chart_says_so(helm, tmp_path, tls_dir):
+    """Issue 28: the view's password to the sidecars only over TLS, unless knowingly allowed; the
+    view then starts (its --check-config passes) with the opt-in in its environment."""
+    docs = docs_of(helm.template("-f", str(JOBVIEW), "--set", "webConfig.tls.enabled=false",
+                                 "--set", "jobView.allowBasicAuthOverHttp=true"))
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    cfg = _check_config(container(spec["containers"], "jobview"), spec, docs, tmp_path, tls_dir)
+    assert cfg["peers"]["scheme"] == "http" and cfg["peers"]["allow_basic_auth_over_http"] is True
 
 
 def test_sidecar_with_the_peers_endpoint_passes_check_config(secure, helm, tmp_path, tls_dir):

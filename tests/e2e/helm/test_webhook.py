@@ -177,3 +177,79 @@ def test_the_rendered_webhook_objects(rendered_webhook, helm):
                                    "webhook.certManager.issuerRef.kind=ClusterIssuer", "--set",
                                    "webhook.certManager.issuerRef.name=corp-ca"))
     assert not find(issuer, "Issuer") and one(issuer, "Certificate")["spec"]["issuerRef"]["name"] == "corp-ca"
+
+
+# --- issue 28, deliverable 4: the metrics server's limits, clear answers, no invalid pods
+
+
+def raw_post(server, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+    """A request as written, over the webhook's TLS: for heads no HTTP client library sends."""
+    port, ctx, host, path = server
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), 10), server_hostname=host) as s:
+        s.sendall(head.replace(b"PATH", path.encode()) + body)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    status = int(out.split(b" ", 2)[1])
+    return status, out.partition(b"\r\n\r\n")[2]
+
+
+def test_300_idle_connections_do_not_starve_reviews(server):
+    port = server[0]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]  # no handshake, no request
+    try:
+        start = time.monotonic()
+        status, body = post(server, json.dumps(admission_review(POD)).encode())
+        assert status == 200 and "patch" in json.loads(body)["response"]
+        assert time.monotonic() - start < 5
+    finally:
+        for s in idle:
+            s.close()
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"", "body of 1 to"),
+    (b"[" * 100_000, "not an AdmissionReview"),
+    (b'{"kind": "AdmissionReview", "request": {"uid": 5, "kind": "Pod"}}', "request.uid must be a string"),
+    (b'{"kind": "AdmissionReview", "request": []}', "not an AdmissionReview"),
+    (b"\xff\xfe not utf-8", "not an AdmissionReview"),
+])
+def test_a_malformed_review_is_a_400_that_says_why(server, body, why):
+    status, answer = post(server, body) if body else raw_post(
+        server, b"POST PATH HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert status == 400 and why in answer.decode(), answer
+    assert post(server, json.dumps(admission_review(POD)).encode())[0] == 200  # and it goes on serving
+
+
+def test_a_bad_content_length_is_a_400(server):
+    status, answer = raw_post(server, b"POST PATH HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n")
+    assert status == 400 and b"Content-Length '1e3'" in answer
+
+
+def _with(**spec) -> dict:
+    pod = copy.deepcopy(POD)
+    pod["spec"].update(spec)
+    return pod
+
+
+@pytest.mark.parametrize("pod, named", [
+    (_with(initContainers=[{"name": "frexport-init", "image": "mine"}]), "container 'frexport-init'"),
+    (_with(volumes=[{"name": "frexport-agent", "emptyDir": {}}]), "volume 'frexport-agent'"),
+    (_with(containers=[{**POD["spec"]["containers"][0], "volumeMounts": [{"name": "d", "mountPath":
+                                                                         "/shared/frexport"}]}],
+           volumes=[{"name": "d", "emptyDir": {}}]), "mounts '/shared/frexport'"),
+])
+def test_a_pod_whose_names_or_paths_collide_is_not_patched_and_told_why(server, pod, named):
+    status, body = post(server, json.dumps(admission_review(pod)).encode())
+    resp = json.loads(body)["response"]
+    assert status == 200 and resp["allowed"] is True and "patch" not in resp  # never an invalid pod
+    (warning,) = resp["warnings"]
+    assert named in warning and "frexport adds" in warning
+
+
+def test_a_pythonpath_from_envfrom_is_kept_after_the_agent(server):
+    trainer = {**POD["spec"]["containers"][0], "envFrom": [{"configMapRef": {"name": "trainer-env"}}]}
+    status, body = post(server, json.dumps(admission_review(_with(containers=[trainer]))).encode())
+    pod = apply_patch(_with(containers=[trainer]), json.loads(base64.b64decode(json.loads(body)["response"]["patch"])))
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PYTHONPATH"].startswith("/opt/frexport-agent/") and env["PYTHONPATH"].endswith(":$(PYTHONPATH)")

@@ -91,3 +91,62 @@ def test_a_culprit_the_pass_had_no_snapshot_of_is_diagnosed_from_what_its_pod_se
     assert bundle.endswith("-missing_rank"), bundle
     report = json.loads((tmp_path / bundle / "report.json").read_text())
     assert [(f["kind"], f["culprit_ranks"]) for f in report["findings"] ] == [("missing_rank", [2])]
+
+
+def test_one_rank_whose_trace_cannot_be_built_costs_only_that_rank(tmp_path, caplog):
+    """Issue 28 (low): one junk column made the re-analysis fail, and every call site left the bundle.
+    Rank 0's snapshot carries a value no decode path gives any more (a duration of 1e300 ms overflows
+    the trace's int64 column): a fake, as the field rules now refuse it before it gets here."""
+    import dataclasses
+    import json
+
+    from frexport.config import Analysis
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+    from frexport.live.diagnosis import LiveAnalysis
+    from frexport.live.sink import Pass
+
+    polled = {}
+    for r in range(4):
+        body = (paths.REAL_FIXTURES / "stuck_before_collective" / "json" / f"trace_{r}.json").read_bytes()
+        newest = max(e.time_created_ns for e in decode_bytes(body, "x", rank=r).entries)
+        polled[r] = decode_bytes(body, f"rank-{r}", rank=r, dumped_at_ns=newest + 120 * 10**9)
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(polled)
+    bad = polled[0]
+    polled[0] = dataclasses.replace(bad, entries=(bad.entries[0]._replace(duration_ms=1e300),) + bad.entries[1:])
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path)), _Pods([1, 2, 3]), window=2000, pyspy=False)
+    bundle = sink.write_incident(Pass(time.time_ns(), [], result, result, polled))
+    report = json.loads((tmp_path / bundle / "report.json").read_text())
+    assert any(f.get("call_site") for f in report["findings"]), report["findings"]  # the others' call sites
+    assert "rank 0's trace could not be built" in caplog.text
+
+
+def test_a_bundle_fetches_the_recorders_of_at_most_8_culprits(tmp_path, caplog):
+    """Issue 28 (medium): a bundle fetch held every focus rank's bodies in memory at once."""
+    from frexport.config import Analysis
+    from frexport.export.evidence import EvidenceWriter
+    from frexport.export.job_evidence import JobEvidenceSink
+    from frexport.live.diagnosis import LiveAnalysis
+    from frexport.live.sink import Pass
+
+    world, asked = 41, []
+    now = time.time_ns()
+    ranks = {}
+    for r in range(world):  # ranks 20-40 wait in collective 6; ranks 0-19 never issued it
+        es = [entry(i, i + 1, created=now - 200 * 10**9 + i) for i in range(5)]
+        if r >= 20:
+            es.append(entry(5, 6, state="scheduled", duration_ms=None, created=now - 120 * 10**9))
+        ranks[r] = normalize(dump(es, world=world), f"rank {r}", "pickle", rank=r, dumped_at_ns=now,
+                             keep_frames=False)
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(ranks)
+    assert len({r for f in result.new_root_causes for r in f.culprit_ranks}) == 20
+
+    class Recording(_Pods):
+        def fetch_all(self, wanted, deadline_s):
+            asked.extend((t.rank, h) for t, h in wanted)
+            return {}
+
+    sink = JobEvidenceSink(EvidenceWriter(str(tmp_path)), Recording(range(world)), window=2000, pyspy=False)
+    assert sink.write_incident(Pass(time.time_ns(), [], result, result, ranks))
+    assert len({r for r, h in asked if h == PICKLE_HANDLER}) == 8 + 4  # 8 culprits, 4 blocked ranks
+    assert "20 culprit ranks; the recorders and stacks of the first 8 are fetched" in caplog.text

@@ -172,6 +172,29 @@ def test_cli_names_what_it_cannot_patch(monkeypatch, capsys):
     assert "Job j: a pod template is missing" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", [
+    "kind: Job\nmetadata: {name: t}\nspec: {template: {spec: {containers: not-a-list}}}\n",
+    "kind: Job\nmetadata: [1]\nspec: {template: {spec: {containers: [{name: a}]}}}\n",
+    "kind: Job\nmetadata: {name: t}\nspec: {template: {spec: {containers: [a, b]}}}\n",
+    "kind: 5\n",
+    "kind: Job\nmetadata: {name: t}\nspec: {template: {metadata: 3, spec: {containers: [{name: a, env: 5}]}}}\n",
+])
+def test_cli_malformed_shapes_are_a_clear_error_not_a_traceback(monkeypatch, capsys, text):
+    """Issue 28 (low): fields of the wrong shape gave tracebacks."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["inject"]) == 2
+    err = capsys.readouterr().err
+    assert "document 1" in err and "does not have the shape" in err and "Traceback" not in err
+
+
+def test_a_pod_whose_names_collide_with_frexports_is_refused_saying_which():
+    """Issue 28 (low): the patch made an invalid pod (two containers 'frexport-init')."""
+    job = {"kind": "Job", "metadata": {"name": "t"}, "spec": {"template": {"spec": {
+        "initContainers": [{"name": "frexport-init", "image": "mine"}], "containers": [{"name": "trainer"}]}}}}
+    with pytest.raises(InjectError, match="the pod already has container 'frexport-init'"):
+        inject_object(job, Settings())
+
+
 def test_web_config_secrets_are_mounted_and_the_probes_follow(monkeypatch, capsys):
     """The chart's webConfig (TLS + basic auth) from inject: the sidecar reads the same Secrets."""
     monkeypatch.setattr(sys, "stdin", io.StringIO(WORKLOADS.read_text()))

@@ -136,3 +136,33 @@ def test_the_decoder_pool_is_shared_and_long_lived(tmp_path):
     finally:
         src.stop()
         pool.close()
+
+
+def test_entries_shared_by_reference_do_not_stand_for_millions(tmp_path):
+    """Issue 28 (still open from round 2): a 2 MB pickle repeating one entry (with a 512-frame stack) a
+    million times by reference became a million entries in the sidecar (4 files: 32 -> 1706 MB) and
+    held its loop. The sidecar keeps the newest dump_dirs[].max_entries (20000), says so, and a shared
+    stack is converted once."""
+    from frexport.decode.fields import MAX_FRAMES
+    from tests.support.synth import frame
+
+    e = entry(1, 1)
+    e["frames"] = [frame(f"f{i}", "/job/x.py", i) for i in range(MAX_FRAMES)]
+    data = pickle.dumps(dump([e] * 1_000_000, world=4), protocol=4)
+    assert len(data) < 3 << 20
+    src, health, d = _source(tmp_path)
+    state = LiveState()
+    try:
+        for r in range(4):
+            (d / f"trace_{r}").write_bytes(data)
+            src.mark(str(d / f"trace_{r}"), closed=True)
+        start = time.monotonic()
+        pump(src, state)
+        took = time.monotonic() - start
+        dumps = state.latest_dumps()
+        assert sorted(dumps) == [0, 1, 2, 3]
+        assert all(len(x.entries) == 20000 for x in dumps.values())
+        assert any("kept the newest 20000" in n for n in dumps[0].notes)
+        assert took < 30, took  # the four decoded in a few seconds on a loaded 2-core machine, not minutes
+    finally:
+        src.stop()

@@ -1,6 +1,7 @@
 """The peers endpoint (export/peer_api.py) and the job-level view's source (sources/peers.py), over a real
 web server: the same TLS and basic auth as /metrics, cursors that move only what changed, discovery."""
 
+import json
 import socket
 import time
 
@@ -144,3 +145,36 @@ def test_bad_cursors_are_refused(bad):
     from frexport.export.peer_api import parse_cursors
 
     assert parse_cursors(bad) is None
+
+
+@pytest.mark.parametrize("pyspy", [True, False], ids=["pyspy-on", "pyspy-off"])
+def test_proxied_pyspy_is_rate_limited_and_honours_evidence_pyspy(tmp_path, pyspy):
+    """Issue 28 (low): every proxied pyspy_dump ran py-spy again (it pauses the rank), and
+    `evidence.pyspy: false` did not stop a peer from asking. The rank is a fake worker server
+    (tests/support/fake_rank.py) listing pyspy_dump; the source and the endpoint are real."""
+    from frexport.config import WorkerServers
+    from frexport.sources.worker_server import WorkerServerSource
+    from tests.support.fake_rank import FakeRank
+
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    rank = FakeRank(0, str(sockets / "rank-0.sock"), 1, time.time() - 5, pyspy=True)
+    src = WorkerServerSource(HealthRegistry(), WorkerServers(sockets_dir=str(sockets), poll_interval=0.0))
+    try:
+        state = LiveState()
+        for s in src.collect():
+            state.ingest(s.dump, s.source, s.taken_ns)
+        api = PeerApi(state, 8, src, 5.0, pyspy=pyspy)
+        listed = json.loads(api.ranks_body({}))["ranks"][0]["handlers"]
+        first = api.handle("/api/v1/ranks/0/handler/pyspy_dump", "")
+        second = api.handle("/api/v1/ranks/0/handler/pyspy_dump", "")
+        if pyspy:
+            assert "pyspy_dump" in listed and first[0] == 200 and second[0] == 429
+            assert b"less than 30 s ago" in second[1] and rank.pyspy_requests == 1
+        else:
+            assert "pyspy_dump" not in listed and first[0] == second[0] == 404
+            assert b"evidence.pyspy is off" in first[1] and rank.pyspy_requests == 0
+        assert api.handle("/api/v1/ranks/0/handler/dump_traceback", "")[0] == 200  # stacks are not limited
+    finally:
+        src.stop()
+        rank.close()

@@ -58,20 +58,48 @@ def test_a_trickling_client_is_cut_off_at_the_head_deadline():
         web.stop()
 
 
-def test_connections_over_the_cap_are_closed_and_scrapes_resume():
-    web = _web(head_deadline_s=1.5, max_connections=4)
-    idle = [socket.create_connection(("127.0.0.1", web.port)) for _ in range(4)]
+def test_idle_connections_over_the_cap_give_way_and_scrapes_go_on():
+    """300 idle connections (no request sent) against a cap of 4: each new one takes the place of the
+    oldest idle one, so a scrape is answered at once, never refused for their sake."""
+    web = _web(head_deadline_s=5.0, max_connections=4)
+    idle = []
     try:
-        time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", web.port))
-        extra.settimeout(2)
-        assert extra.recv(10) == b""  # closed at once, not queued
-        extra.close()
-        time.sleep(1.6)  # the idle ones reach the head deadline
-        assert _dropped(web, "max_connections") == 1
-        assert _dropped(web, "head_deadline") == 4
+        for _ in range(300):
+            idle.append(socket.create_connection(("127.0.0.1", web.port)))
+        start = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{web.port}/healthz", timeout=5) as r:
+            assert r.status == 200
+        assert time.monotonic() - start < 2.0
+        assert _dropped(web, "evicted_idle") >= 296
     finally:
         for s in idle:
+            s.close()
+        web.stop()
+
+
+def test_connections_over_the_cap_busy_with_requests_are_closed_at_once():
+    def slow(path, query):  # a request being answered: its connection is busy, not idle
+        time.sleep(2.0)
+        return 200, b"{}", "application/json"
+
+    web = _web(max_connections=2, api=slow)
+    busy = [socket.create_connection(("127.0.0.1", web.port)) for _ in range(2)]
+    try:
+        for s in busy:
+            s.sendall(b"GET /api/v1/ranks HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.5)
+        extra = socket.create_connection(("127.0.0.1", web.port))
+        extra.settimeout(3)
+        start = time.monotonic()
+        assert extra.recv(10) == b""  # closed at once, not queued: nothing idle to give way
+        assert time.monotonic() - start < 1.5
+        extra.close()
+        for s in busy:
+            s.settimeout(5)
+            assert s.recv(12).startswith(b"HTTP/1.0 200")  # the busy ones were served
+        assert _dropped(web, "max_connections") == 1
+    finally:
+        for s in busy:
             s.close()
         web.stop()
 
