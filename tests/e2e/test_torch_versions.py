@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -20,33 +21,41 @@ POLL_S, STALL_S = 1.0, 3.0
 ENVS = torch_envs()
 
 
-def _stall(tmp_path, bin_dir, agent: bool) -> dict[int, str]:
+@contextmanager
+def _stalled(tmp_path, script: str, bin_dir, launch: bool = True):
+    """A 4-rank job whose rank 2 hangs before its 11th step, with `frexport serve` beside it: yields the
+    job, the sidecar and the sockets dir once the sidecar calls rank 2 stalled (or 20 s after it could)."""
     shared = tmp_path / "shared"
     shared.mkdir()
     env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path),
            "SOCKETS_DIR": str(shared)}
-    script = "train.py" if agent else "train_worker_server.py"
-    with TorchJob(script, shared, env=env, bin_dir=bin_dir, launch=agent) as job, \
+    with TorchJob(script, shared, env=env, bin_dir=bin_dir, launch=launch) as job, \
             Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
                     env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
         job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
         stuck_at = float((tmp_path / "stuck").read_text())
         while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
             time.sleep(0.2)
-        statuses = sc.statuses()
-        recorders = {(int(s.labels["rank"]), s.labels["recorder"]) for s in sc.samples()
-                     if s.name == "frexport_rank_recorder_info" and s.value == 1}
-        return statuses, recorders
+        yield job, sc, shared
+
+
+def _recorders(samples) -> set[tuple]:
+    """(rank, recorder, via) of frexport_rank_recorder_info."""
+    return {(int(s.labels["rank"]), s.labels["recorder"], s.labels["via"]) for s in samples
+            if s.name == "frexport_rank_recorder_info" and s.value == 1}
 
 
 @pytest.mark.torchjob
 @pytest.mark.parametrize("agent", [True, False], ids=["agent", "pytorch-handlers"])
 @pytest.mark.parametrize("version", sorted(ENVS))
 def test_a_stuck_rank_is_named_on_every_torch(tmp_path, version, agent):
-    statuses, recorders = _stall(tmp_path, ENVS[version], agent)
+    script = "train.py" if agent else "train_worker_server.py"
+    with _stalled(tmp_path, script, ENVS[version], launch=agent) as (_job, sc, _shared):
+        statuses, samples = sc.statuses(), sc.samples()
     assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, (version, statuses)
     # the sidecar says which recorder it reads: gloo's, not the (empty) NCCL one of the CUDA wheels
-    assert recorders == {(r, "gloo") for r in range(4)}, recorders
+    via = "frexport.agent" if agent else "pytorch"
+    assert _recorders(samples) == {(r, "gloo", via) for r in range(4)}
 
 
 HOOK_VERSIONS = [v for v in sorted(ENVS) if v not in ("2.13", "2.14.1")]  # the hook attaches from 2.15
@@ -60,15 +69,7 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
     hooked one's group."""
     if version == "none":
         pytest.fail("no torch >= 2.15 environment under .torch/: run scripts/setup.sh")
-    shared = tmp_path / "shared"
-    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
-    with TorchJob("train_hooked.py", shared, env=env, bin_dir=ENVS[version]) as job, \
-            Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
-                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
-        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
-        stuck_at = float((tmp_path / "stuck").read_text())
-        while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
-            time.sleep(0.2)
+    with _stalled(tmp_path, "train_hooked.py", ENVS[version]) as (_job, sc, shared):
         samples = sc.samples()
         statuses = sc.statuses()
         snap = tmp_path / "snap"
@@ -92,9 +93,7 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
     f = analyze(loaded.traces).findings[0]
     assert (f.kind, f.culprit_ranks, f.pg_name) == ("missing_rank", (2,), "storecomm:0"), f
     assert f.call_site.endswith("train_step")
-    recorders = {(int(s.labels["rank"]), s.labels["recorder"]) for s in samples
-                 if s.name == "frexport_rank_recorder_info" and s.value == 1}
-    assert recorders == {(r, rec) for r in range(4) for rec in ("gloo", "storecomm")}, recorders
+    assert _recorders(samples) == {(r, rec, "frexport.agent") for r in range(4) for rec in ("gloo", "storecomm")}
     groups = {(s.labels["pg"], s.labels["backend"]) for s in samples
               if s.name == "frexport_pg_last_enqueued_collective"}
     assert groups == {("storecomm:0", "storecomm"), ("1", "gloo")}, groups
@@ -106,20 +105,11 @@ def test_a_torch_whose_api_the_agent_does_not_know_is_read_through_pytorchs_hand
     """The agent registers nothing of its own there, says so (stderr, rank-<N>.json), and the sidecar
     reads PyTorch's handlers: the stall is still named, and the metric says through whom."""
     version = max(ENVS, key=lambda v: tuple(map(int, v.split("."))))
-    shared = tmp_path / "shared"
-    env = {"STEPS": "200", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "10", "MARK_DIR": str(tmp_path)}
-    with TorchJob("train_unknown_torch.py", shared, env=env, bin_dir=ENVS[version]) as job, \
-            Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
-                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
-        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
-        stuck_at = float((tmp_path / "stuck").read_text())
-        while time.time() < stuck_at + STALL_S + 20 and sc.statuses().get(2) != "stalled":
-            time.sleep(0.2)
+    with _stalled(tmp_path, "train_unknown_torch.py", ENVS[version]) as (job, sc, shared):
         statuses, samples = sc.statuses(), sc.samples()
         output = job.output()
     assert statuses == {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}, statuses
-    assert {(s.labels["recorder"], s.labels["via"]) for s in samples
-            if s.name == "frexport_rank_recorder_info"} == {("gloo", "pytorch")}
+    assert _recorders(samples) == {(r, "gloo", "pytorch") for r in range(4)}
     assert "frexport.agent: this torch's Flight Recorder API is not one the agent knows" in output
     modes = {json.loads((shared / f"rank-{r}.json").read_text())["mode"] for r in range(4)}
     assert modes == {"worker_server_pytorch_handlers"}
