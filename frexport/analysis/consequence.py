@@ -27,13 +27,26 @@ def _after(f: Finding, root: Finding) -> bool:
     return f.time_ns is not None and root.time_ns is not None and f.time_ns >= root.time_ns
 
 
+def _caused(f: Finding, root: Finding) -> bool:
+    """Whether a hang `f` can be the mismatch `root`'s doing. Ranks still blocked in the mismatched
+    collective (`root.root_cause`): whatever hangs after it. A mismatch the ranks got past (gloo
+    completes a bf16/fp16 one silently) can only have brought down the collective right after it in
+    its group (a peer that died of it); a hang many collectives later has a cause of its own."""
+    if not _after(f, root):
+        return False
+    if root.root_cause:
+        return True
+    return (f.pg_name == root.pg_name and f.collective_seq_id is not None and root.collective_seq_id is not None
+            and f.collective_seq_id - root.collective_seq_id <= 1)
+
+
 def fold(findings: list[Finding]) -> list[Finding]:
     proven = [f for f in findings if f.kind in DESYNC_KINDS and f.certain and f.culprit_ranks
               and f.time_ns is not None]
     if not proven:
         return findings
     root = min(proven, key=lambda f: (f.time_ns, f.culprit_ranks))
-    later = [f for f in findings if f is not root and f.kind in STALL_KINDS and _after(f, root)]
+    later = [f for f in findings if f is not root and f.kind in STALL_KINDS and _caused(f, root)]
     if later or root.root_cause:
         # the fault was followed by a hang: a rank that left no dump at all is taken to be part of it
         # (nothing says it went before); after a mismatch that completed, it stays a finding of its own

@@ -69,3 +69,18 @@ def test_a_mismatch_that_completed_does_not_absorb_an_unrelated_missing_dump(dia
     d = _diagnoses(diagnose, src, tmp_path / "v")
     assert [(f.kind, f.culprit_ranks, f.consequences) for f in d.findings] == [
         ("size_mismatch", (3,), ()), ("missing_dump", (0,), ())]
+
+
+def test_a_hang_long_after_a_mismatch_the_ranks_got_past_is_a_fault_of_its_own():
+    """gloo completes a bf16/fp16 all_reduce silently: the ranks go on. Rank 2 then never issues
+    collective 21: that hang has its own culprit, not the mismatch 15 collectives earlier."""
+    from frexport.analysis.engine import analyze
+    from tests.support.synth import STEP_NS, T0, dump, entry, traces
+
+    job = {r: [entry(i, i + 1, created=T0 + i * STEP_NS + r * 1000, dtype="BFloat16" if (r == 1 and i == 5)
+                     else "Float") for i in range(20)] for r in range(4)}
+    for r in (0, 1, 3):
+        job[r].append(entry(20, 21, state="started", created=T0 + 20 * STEP_NS))
+    d = analyze(list(traces({r: dump(es, world=4) for r, es in job.items()}).values()))
+    kinds = {(f.kind, f.culprit_ranks, f.root_cause) for f in d.findings}
+    assert ("missing_rank", (2,), True) in kinds and ("dtype_mismatch", (1,), False) in kinds, kinds
