@@ -17,6 +17,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import Any
 
 from frexport.analysis import findings as F
 from frexport.analysis.clock import RECORDER, duration
@@ -93,6 +94,7 @@ class _Context:
         i = g.position(seq) if g else None
         if i is None:
             return None
+        assert t is not None and g is not None  # (for mypy) i is a position in t's group g
         return t.signatures[g.sig[i]], t.call_site(g.site[i]), g.created_ns[i]
 
     def last_site(self, rank: int) -> str | None:
@@ -103,6 +105,7 @@ class _Context:
             if len(g.seq):
                 i = max(range(len(g.seq)), key=lambda k: g.created_ns[k])
                 if best is None or g.created_ns[i] > best[0]:
+                    assert t is not None  # (for mypy) g is one of t's groups
                     best = (g.created_ns[i], t.call_site(g.site[i]), g)
         # None without a call site (JSON dumps carry no stacks): a group's name is not a place
         return site_text(best[1]) if best is not None else None
@@ -179,7 +182,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):
     """One finding per run of disagreements with the same culprits, kind and normal op."""
     out: list[tuple[Finding, list[int]]] = []
-    current = None
+    current: list[Any] | None = None  # [key, finding, seqs] of the run being gathered
     for d in disagreements:
         counts = Counter(d.votes.values())
         ranked = counts.most_common()
@@ -190,12 +193,12 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
             history = {c: sum(col.count(c) for _, col in cols.values()) for c in tied}
             best = max(history.values())
             if list(history.values()).count(best) == 1:
-                normal, ambiguous = max(history, key=history.get), False
+                normal, ambiguous = max(history, key=history.__getitem__), False
         culprits = tuple(sorted(d.votes)) if ambiguous else tuple(sorted(r for r, c in d.votes.items() if c != normal))
         agreeing = tuple(sorted(r for r, c in d.votes.items() if c == normal)) if not ambiguous else ()
         normal_rank = agreeing[0] if agreeing else culprits[0]
-        normal_sig, _, created = ctx.entry(normal_rank, group, d.seq)
-        culprit_sig, culprit_site, _ = ctx.entry(culprits[0], group, d.seq)
+        normal_sig, _, created = _voted_entry(ctx, normal_rank, group, d.seq)
+        culprit_sig, culprit_site, _ = _voted_entry(ctx, culprits[0], group, d.seq)
         kind = mismatch_kind(normal_sig, culprit_sig) if not ambiguous else _ambiguous_kind(ctx, group, d)
         key = (kind, culprits, canonical(normal_sig))
         if current is not None and current[0] == key and d.seq == current[2][-1] + 1:
@@ -208,7 +211,7 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
         for r, c in d.votes.items():
             by_sig.setdefault(c, []).append(r)
         for _, ranks in sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[1])):
-            sig, site, _ = ctx.entry(ranks[0], group, d.seq)
+            sig, site, _ = _voted_entry(ctx, ranks[0], group, d.seq)
             details.append(f"ranks {format_ranks(ranks)}: {describe(sig)}" + (f" at {site_text(site)}" if site else ""))
         if ambiguous:
             message = (f"ranks {format_ranks(d.votes)} disagree on collective {d.seq} of group {group.label} "
@@ -228,6 +231,13 @@ def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Di
     return out
 
 
+def _voted_entry(ctx: _Context, rank: int, group: Group, seq: int) -> tuple[Signature, Frame | None, int]:
+    """`ctx.entry` of a rank that voted at `seq` (matching.py): its column holds that op, so it is there."""
+    e = ctx.entry(rank, group, seq)
+    assert e is not None  # (for mypy) a vote is an op the rank's column holds at seq
+    return e
+
+
 def _finish_mismatch(current) -> Finding:
     _, f, seqs = current
     if len(seqs) == 1:
@@ -236,7 +246,7 @@ def _finish_mismatch(current) -> Finding:
 
 
 def _ambiguous_kind(ctx: _Context, group: Group, d: Disagreement) -> str:
-    sigs = [ctx.entry(r, group, d.seq)[0] for r in sorted(d.votes)]
+    sigs = [_voted_entry(ctx, r, group, d.seq)[0] for r in sorted(d.votes)]
     kinds = {mismatch_kind(sigs[0], s) for s in sigs[1:] if canonical(s) != canonical(sigs[0])}
     for k in F.MISMATCH_KINDS:
         if k in kinds:
@@ -464,13 +474,15 @@ def _waited(w: Wait) -> str:
 def _not_launched(ctx: _Context, w: Wait, members: set[int]) -> tuple[int, ...]:
     """On a backend that records starts (NCCL), members whose entry is still `scheduled` while their
     peers' are `started`: their device never launched the collective (still busy with earlier work)."""
-    started, scheduled = [], []
+    started: list[int] = []
+    scheduled: list[int] = []
     for m in sorted(members):
         t = ctx.traces.get(m)
         g = t.groups.get(w.group.name) if t else None
         i = g.position(w.seq) if g else None
         if i is None:
             return ()  # (gloo never marks an entry started: there `started` stays empty)
+        assert g is not None  # (for mypy) i is a position in g
         (started if g.flags[i] & STARTED else scheduled).append(m)
     return tuple(scheduled) if started and scheduled else ()
 
@@ -520,7 +532,7 @@ def _stuck_inside(ctx: _Context, w: Wait, ranks, blocked, certain: bool = True) 
 
 
 def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], waited_by: set[int],
-               p2p: bool, certain: bool = True, failed: set[int] = frozenset()) -> Finding:
+               p2p: bool, certain: bool = True, failed: set[int] | frozenset[int] = frozenset()) -> Finding:
     joined = tuple(sorted(set(w.joined) | {w.rank}))
     where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
     # Odd one out: when most ranks never issued the op, the few that did are the ones out of step,
@@ -601,7 +613,7 @@ def _went_on(ctx: _Context, w: Wait, ranks: tuple[int, ...]) -> str | None:
     return f"{_ranks(gone)} recorded events until {duration(last - w.created_ns)}"
 
 
-def _waiting_details(w: Wait, failed: set[int] = frozenset()) -> tuple[str, ...]:
+def _waiting_details(w: Wait, failed: set[int] | frozenset[int] = frozenset()) -> tuple[str, ...]:
     waiting = sorted((set(w.joined) | {w.rank}) - failed) if not w.p2p else [w.rank]
     line = f"{_ranks(waiting)} wait{'s' if len(waiting) == 1 else ''} in {describe(w.sig)}"
     if w.site is not None:

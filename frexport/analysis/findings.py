@@ -37,7 +37,8 @@ INCONCLUSIVE = "inconclusive"
 def format_ranks(ranks) -> str:
     """[0, 1, 2, 5, 6] -> '0-2, 5, 6' (runs of three or more become ranges)."""
     ranks = sorted(set(ranks))
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(ranks):
         j = i
         while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:

@@ -140,13 +140,13 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
         classes = _classify_collective(ws[0].group, ws[0].seq, earliest, traces, stall_after_ns, scope,
                                        stalled, clock)
         still, all_in = classes[-2:]
-        members = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
+        newest = latest_event(traces, (*still, *classes[0]))  # the same for every waiter: once
         for w in ws:
             w.missing, w.no_dump, w.not_yet, w.joined, w.left, w.completed, w.outlived = classes[:-2]
             if all_in:
                 w.all_in_ns = max(all_in, w.created_ns)
                 w.proven = _proven(w, traces[w.rank], w.all_in_ns, stall_after_ns, clock)
-            _measure(w, traces, (w.rank,), clock, members)
+            _measure(w, traces, (w.rank,), clock, newest)
     return waits
 
 
@@ -188,6 +188,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                          stalled: bool = True, clock: bool = False) -> tuple:
     """(missing, no_dump, not_yet, joined, left, completed, outlived, still, all_in_ns) of a collective's
     members; all_in_ns: when its last member issued it, where every member's record shows it (else 0)."""
+    no_dump: list[int]
+    not_yet: list[int]
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
     all_in = 0
     moved_on = False
@@ -200,6 +202,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
         g = t.groups.get(name)
         i = g.position(seq) if g is not None and len(g.seq) else None
         if i is not None or (g is not None and len(g.seq) and seq < g.seq[0]):
+            assert g is not None  # (for mypy) i is a position in g, or g's first seq is after it
             joined.append(m)  # issued it (or it fell out of its ring buffer, so it did issue it)
             if i is not None:
                 all_in = max(all_in, g.created_ns[i])
@@ -288,6 +291,7 @@ def _fresh(t: RankTrace, created_ns: int, stall_after_ns: int, clock: bool) -> b
         return False  # a post-mortem's file times are no clock: they decide nothing, fresh or old
     if _outlived(t, created_ns, stall_after_ns) or not t.dump_time_trusted:
         return False
+    assert t.dumped_at_ns is not None  # (for mypy) dump_time_trusted: the rank has a dump time
     return t.dumped_at_ns - created_ns < stall_after_ns
 
 
@@ -316,7 +320,7 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
         if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces, clock,
                                                                                                    stall_after_ns):
             _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)
-    inside = {}
+    inside: dict[int, Wait] = {}
     for w in waits:
         if (not w.edges and not w.not_yet and not w.left and not w.completed and w.rank in traces
                 and not _seen_soon_after_all_in(w, traces, clock, stall_after_ns)):

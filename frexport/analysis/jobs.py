@@ -67,7 +67,7 @@ def _descs(traces: list[RankTrace]) -> dict[str, str]:
 
 def _span(traces: list[RankTrace]) -> tuple[int, int] | None:
     firsts = [t.first_created_ns for t in traces if t.first_created_ns]
-    lasts = [t.last_event_ns or t.last_created_ns for t in traces if t.last_event_ns or t.last_created_ns]
+    lasts = [t.last_event_ns or t.last_created_ns or 0 for t in traces if t.last_event_ns or t.last_created_ns]
     return (min(firsts), max(lasts)) if firsts and lasts else None
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Finding
-from frexport.analysis.straggler import find_stragglers, inherited_waits
+from frexport.analysis.straggler import Straggler, find_stragglers, inherited_waits
 from frexport.model.call_site import site_text
 from frexport.model.rank_trace import GroupTrace
 from frexport.model.signature import op_name
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the engine imports this module
 def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupTrace, array]]], exclude: set[int],
                        options: Options) -> list[Finding]:
     """One finding per late rank (`ctx`, `options`: the engine's): see the module doc."""
-    best = {}
+    best: dict[int, Straggler] = {}
     every: dict[int, list] = {}
     groups = [(group, {r: c[0] for r, c in all_cols[key].items()}) for key, group in ctx.membership.groups.items()]
     inherited = inherited_waits(groups)  # lateness a rank inherits from a peer it waited for is not its own

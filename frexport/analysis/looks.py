@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 
 from frexport.analysis.findings import Diagnosis, format_ranks
-from frexport.model.rank_trace import FINISHED, RankTrace
+from frexport.model.rank_trace import FINISHED, GroupTrace, RankTrace
 
 LOOKS_FILE = "looks.json"
 _LOOK = re.compile(r"^look_(\d{1,3})$")
@@ -90,12 +90,16 @@ def progress(first: list[RankTrace], second: list[RankTrace]) -> list[GroupProgr
     before = {t.rank: _marks(t) for t in first}
     after = {t.rank: t for t in second}
     groups: dict[str, dict] = {}
+    t: RankTrace | None  # (for mypy) each look's trace here, `after`'s lookup below
+    g: GroupTrace | None
     for t in list(first) + list(second):
         for name, g in t.groups.items():
             groups.setdefault(name, {"desc": g.pg_desc, "ranks": set()})["ranks"].add(t.rank)
     out = []
     for name, info in sorted(groups.items()):
-        moved, waiting, silent = [], [], []
+        moved: list[int] = []
+        waiting: list[int] = []
+        silent: list[int] = []
         for r in sorted(info["ranks"]):
             t = after.get(r)
             if t is None:

@@ -134,6 +134,7 @@ def _drop_outside_world(configs: dict[str, dict[tuple[int, ...], set[int]]], des
     99997 ranks missing. The job's size is the default group's length most ranks report (else the
     bound of model/world.py); the other ranks' lists of the group still count."""
     lengths: dict[int, int] = {}
+    by: set[int] | list[int]  # (for mypy) the ranks that list a member set, then those sorted
     for name, variants in configs.items():
         if _is_default(name, descs.get(name, "")):
             for members, by in variants.items():

@@ -75,7 +75,7 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
     for r, events in timeline.items():
         events.sort()
         for (_, k0, s0), (_, k1, s1) in zip(events, events[1:]):
-            w = waited.get((k0, s0, r))
+            w = waited.get((k0, s0, r), 0)
             if w:
                 out.setdefault(k1, {}).setdefault(r, {})[s1] = w
     return out

@@ -25,6 +25,7 @@ graph are what make it a hang; a single rank caught in a recv is reported as a s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Finding, format_ranks
@@ -49,9 +50,10 @@ def blocked_ranks(stacks: dict[int, Threads], calls: dict[int, tuple[str, dict[s
     for rank, threads in stacks.items():
         frames = training_thread(threads)
         i = next((k for k, f in enumerate(frames or ()) if not is_library_frame(f)), None)
-        call = distributed_call(frames, i) if i is not None else None
+        call = distributed_call(frames, i) if frames and i is not None else None
         if call is None:
             continue
+        assert frames and i is not None  # (for mypy) a call was found at frame i of them
         peer = None
         name, args = calls.get(rank, (None, {}))
         if name == call and call in P2P and args.get(P2P[call], "").isdigit():
@@ -158,7 +160,7 @@ def _loop(unseen: dict[int, Blocked]) -> tuple[int, ...]:
         path, r = [], start
         while r in unseen and unseen[r].peer is not None and r not in path:
             path.append(r)
-            r = unseen[r].peer
+            r = cast(int, unseen[r].peer)  # (for mypy) not None: the loop's condition
         if path and r in path:
             loop = path[path.index(r):]
             i = loop.index(min(loop))

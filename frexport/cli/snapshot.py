@@ -38,6 +38,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         return 2
     os.makedirs(args.output, exist_ok=True)
     rounds = max(1, getattr(args, "rounds", 1) or 1)
+    f: list[str] | str  # (for mypy) one look's failures, then each line of them
     if rounds == 1:
         saved, failed, _ = _look(source, targets, args.output, args.stacks)
     else:

@@ -99,7 +99,7 @@ def load_sources(sources: list[list[str]], prefix: str | None = None, workers: i
     tasks = [(i, _Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks))
              for i, d in enumerate(found) for rank, files in d.by_rank.items()]
     out = [Loaded([], [], d) for d in found]
-    pool = SandboxPool(workers, limits or Limits())
+    pool: SandboxPool[_Task, tuple[RankTrace | None, list[DecodeError]]] = SandboxPool(workers, limits or Limits())
     for (i, task), result in zip(tasks, pool.map(_load_rank, [t for _, t in tasks])):
         loaded = out[i]
         if isinstance(result, DecodeError):

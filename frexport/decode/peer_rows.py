@@ -145,9 +145,11 @@ def _rank(r: dict, intern: dict) -> PeerRank:
     return PeerRank(rank, epoch, dumped if type(dumped) is int and 0 < dumped <= _HI else None,
                     ws if is_world_size(ws) else None, opt_int(r.get("first")), bool(r.get("full")),
                     _opt_str(r.get("version")), _opt_str(r.get("comm_lib_version")), pg_config,
-                    # a row without an integer pg_id (found by mypy: a null one became the key "None") is dropped
-                    tuple(ProcessGroupStatus(*(opt_int(x) for x in s)) for s in (r.get("pg_status") or ())[:MAX_GROUPS]
-                          if isinstance(s, list) and len(s) == 4 and type(s[0]) is int),
+                    # a row without an integer pg_id (found by mypy: a null one became the key "None") is dropped,
+                    # and so is one whose pg_id is outside 64 bits (it became None the same way)
+                    tuple(ProcessGroupStatus(s[0], opt_int(s[1]), opt_int(s[2]), opt_int(s[3]))
+                          for s in (r.get("pg_status") or ())[:MAX_GROUPS]
+                          if isinstance(s, list) and len(s) == 4 and type(s[0]) is int and _LO <= s[0] <= _HI),
                     frozenset(str(h)[:64] for h in (r.get("handlers") or ())[:16]),
                     tuple(entries), bad)
 

@@ -119,6 +119,7 @@ def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], 
             if parsed:
                 threads[int(m.group(1))] = parsed
         else:
+            assert p is not None  # (for mypy) m or p matched the name
             frames, frame_args = parse_pyspy(text)
             if frames:
                 spied[int(p.group(1))] = frames

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -213,7 +214,10 @@ class EvidenceWriter:
             removed = []
             while names and (len(names) + 1 > self.max_bundles or total > self.max_bytes):
                 n = names.pop(0)
-                shutil.rmtree(n, dir_fd=dfd, ignore_errors=True)
+                if sys.version_info >= (3, 11):
+                    shutil.rmtree(n, dir_fd=dfd, ignore_errors=True)
+                else:  # (found by mypy) 3.10's rmtree has no dir_fd: its TypeError ended every write's retention
+                    shutil.rmtree(os.path.join(self.directory, n), ignore_errors=True)
                 total -= sizes[n]
                 removed.append(n)
             return removed

@@ -45,7 +45,7 @@ def strip_server_fields(obj: dict) -> None:
             meta.pop(key, None)
         _drop_keys(meta, "annotations", SERVER_ANNOTATIONS)
     obj.pop("status", None)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
     template = spec.get("template") if isinstance(spec.get("template"), dict) else None
     if template is not None and isinstance(template.get("metadata"), dict):
         template["metadata"].pop("creationTimestamp", None)  # `null` in every template read back

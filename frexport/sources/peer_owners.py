@@ -32,6 +32,8 @@ class Owners:
     def settle(self) -> list[tuple[str, int]]:
         """Owners after the latest claims; returns the (peer, rank) pairs whose owner stopped claiming them."""
         claimants: dict[int, list[str]] = {}
+        ranks: frozenset[int] | list[int]  # (for mypy) a peer's claim, then the ranks of one set of peers
+        who: list[str] | str  # a rank's claimants, then the line that names them
         for peer, ranks in sorted(self.claims.items()):
             for r in ranks:
                 claimants.setdefault(r, []).append(peer)

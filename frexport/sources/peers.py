@@ -203,6 +203,8 @@ class PeersSource:
 
     def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
         """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
+        ranks: list[PeerRank] | dict[int, PeerRank]  # (for mypy) a peer's answer, then what was kept of it
+        r: int | PeerRank  # a rank it stopped sending, then each rank kept
         for peer, ranks in answers:
             self._peers[peer].claimed = len(ranks)
         share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.max_ranks)

@@ -175,7 +175,7 @@ class _Server6(_Server):
 
 def limited_server(address: tuple[str, int], handler: type, wrap: Callable | None = None,
                    head_deadline_s: float = HEAD_DEADLINE_S, deadline_s: float = DEADLINE_S,
-                   max_connections: int = MAX_CONNECTIONS) -> ThreadingHTTPServer:
+                   max_connections: int = MAX_CONNECTIONS) -> _Server:
     """An HTTP server with this module's limits (head and whole deadlines, connection cap, the accept
     loop's pause when out of descriptors, `dropped` counts), for other listeners than the sidecar's: the
     admission webhook. `handler.parse_request` must call `self.server.head_arrived()` after the head."""

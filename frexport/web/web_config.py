@@ -33,7 +33,7 @@ import hmac
 import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, cast
 
 import yaml
 
@@ -210,7 +210,9 @@ def _tls(cfg: dict) -> Callable:
 
         def wrap(sock):
             tls = ctx.wrap_socket(sock, server_side=True)
-            names = {v for kind, v in (tls.getpeercert() or {}).get("subjectAltName", ()) if kind in _SAN_KINDS}
+            # (for mypy) typeshed types getpeercert()'s values loosely: subjectAltName is (kind, name) pairs
+            sans_got = cast("tuple[tuple[str, str], ...]", (tls.getpeercert() or {}).get("subjectAltName", ()))
+            names = {v for kind, v in sans_got if kind in _SAN_KINDS}
             if not names & allowed:
                 raise ssl.SSLError(f"client certificate names {sorted(names)[:4]} are not in client_allowed_sans")
             return tls

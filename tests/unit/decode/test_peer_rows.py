@@ -21,7 +21,8 @@ def test_pg_status_rows_keep_their_unknown_counters():
     assert now_ns == 5 and rank.pg_status == (ProcessGroupStatus(0, 3, None, 2),)
 
 
-@pytest.mark.parametrize("row", [[None, 3, 2, 2], ["0", 3, 2, 2], [], [0, 1, 2], 7])
+# 2**64: an integer outside 64 bits used to become a None pg_id too (found by mypy)
+@pytest.mark.parametrize("row", [[None, 3, 2, 2], ["0", 3, 2, 2], [2**64, 3, 2, 2], [], [0, 1, 2], 7])
 def test_a_pg_status_row_without_an_integer_pg_id_or_of_another_shape_is_dropped(row):
     _now, (rank,), _dropped = parse_body(_body([row, [1, 3, 2, 2]]), "peer")
     assert rank.pg_status == (ProcessGroupStatus(1, 3, 2, 2),)

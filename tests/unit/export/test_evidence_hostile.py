@@ -3,9 +3,11 @@
 import json
 import logging
 import os
+import shutil
 import time
 
 from frexport.decode.read import decode_bytes
+from frexport.export import evidence
 from frexport.export.evidence import Bundle, EvidenceWriter
 from tests.support.synth import dump, entry
 
@@ -58,6 +60,21 @@ def test_fake_bundles_never_make_a_fresh_one_be_deleted(tmp_path):
     third = w.write(_bundle())
     assert os.path.isdir(third) and os.path.isdir(second) and not os.path.exists(first)
     assert len([p for p in ev.iterdir() if p.name.startswith("9999")]) == 20  # not ours: left alone
+
+
+def test_retention_on_python_3_10_whose_rmtree_takes_no_dir_fd(tmp_path, monkeypatch):
+    """requires-python is >=3.10, and rmtree's dir_fd came in 3.11 (found by mypy): there the oldest
+    bundle is removed by its path, not a TypeError out of write()."""
+    real = shutil.rmtree
+
+    def rmtree_3_10(path, ignore_errors=False, onerror=None):
+        return real(path, ignore_errors=ignore_errors, onerror=onerror)
+
+    monkeypatch.setattr(evidence.shutil, "rmtree", rmtree_3_10)
+    monkeypatch.setattr(evidence.sys, "version_info", (3, 10, 14, "final", 0))
+    w = EvidenceWriter(str(tmp_path / "ev"), max_bundles=2)
+    first, second, third = w.write(_bundle()), w.write(_bundle()), w.write(_bundle())
+    assert os.path.isdir(third) and os.path.isdir(second) and not os.path.exists(first)
 
 
 def test_a_bundle_left_half_written_by_a_killed_writer_is_swept_once_abandoned(tmp_path):
