@@ -75,12 +75,16 @@ def stat(title, description, expr, unit="short", color="red"):
                      {"color": "green", "value": None}, {"color": color, "value": 1}]}}, "overrides": []})
 
 
-def table(title, description, targets, transformations=(), links=()):
+def table(title, description, targets, transformations=(), links=(), units=None):
+    """units: column name -> Grafana unit, for the value columns (the panel default stays "short")."""
     p = panel("table", title, description, targets, options={"showHeader": True})
     p["transformations"] = list(transformations)
     if links:
-        p["fieldConfig"]["overrides"] = [{"matcher": {"id": "byName", "options": "rank"},
-                                          "properties": [{"id": "links", "value": list(links)}]}]
+        p["fieldConfig"]["overrides"].append({"matcher": {"id": "byName", "options": "rank"},
+                                              "properties": [{"id": "links", "value": list(links)}]})
+    for column, unit in (units or {}).items():
+        p["fieldConfig"]["overrides"].append({"matcher": {"id": "byName", "options": column},
+                                              "properties": [{"id": "unit", "value": unit}]})
     return p
 
 
@@ -140,12 +144,12 @@ def job_overview() -> dict:
                 f"(frexport_oldest_pending_collective_age_seconds{{{SEL_RANK}}})", ref="C", instant=True, fmt="table")],
         transformations=[{"id": "merge", "options": {}},
                          {"id": "organize", "options": {"excludeByName": {"Time": True, "Value #A": True},
-                                                        "renameByName": {"Value #B": "stalled for (s)",
-                                                                         "Value #C": "oldest pending (s)"}}},
+                                                        "renameByName": {"Value #B": "stalled for",
+                                                                         "Value #C": "oldest pending"}}},
                          {"id": "filterByValue", "options": {"filters": [
                              {"fieldName": "status", "config": {"id": "isNotNull"}}], "type": "include",
                              "match": "all"}}],
-        links=[jaeger]), 16, 9)
+        links=[jaeger], units={"stalled for": "s", "oldest pending": "s"}), 16, 9)
     lay.add(table("Firing frexport alerts", "Alerts from config/prometheus/frexport-rules.yaml that fire now",
                   [target(f'ALERTS{{alertname=~"Frexport.*", alertstate="firing", {SEL}}}', instant=True,
                           fmt="table")],
@@ -212,13 +216,15 @@ def collectives() -> dict:
                   [target(f"topk(10, max by (rank, pg_desc, op) (frexport_oldest_pending_collective_age_seconds"
                           f"{{{SEL_PG}}}))", instant=True, fmt="table")],
                   transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True},
-                                                                  "renameByName": {"Value": "pending for (s)"}}}]),
+                                                                  "renameByName": {"Value": "pending for"}}}],
+                  units={"pending for": "s"}),
             12, 8)
     lay.add(table("Ranks most often straggling (last hour)", "Minutes each rank spent straggling in the last hour",
                   [target(f'sort_desc(sum by (rank) (count_over_time((frexport_rank_status{{{SEL_RANK}, '
                           f'status="straggling"}} == 1)[1h:1m])))', instant=True, fmt="table")],
                   transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True},
-                                                                  "renameByName": {"Value": "minutes"}}}]), 12, 8)
+                                                                  "renameByName": {"Value": "time straggling"}}}],
+                  units={"time straggling": "m"}), 12, 8)
     return dashboard("frexport-collectives", "Flight Recorder — collectives",
                      "Durations, rates and pending collectives per process group and op.", lay)
 
