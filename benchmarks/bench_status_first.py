@@ -87,7 +87,7 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
             time.sleep(0.5)
         port = free_port()
         if design != "alone":
-            senv = dict(os.environ, FREXPORT_ANALYSIS__INTERVAL="0.5s",
+            senv = dict(os.environ,
                         FREXPORT_SOURCES__WORKER_SERVERS__STATUS_FIRST="true" if design == "status first" else "false")
             sidecar = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{port}",
                                         "--sockets-dir", str(shared), "--stall-after", f"{stall_after}s"],

@@ -123,6 +123,15 @@ class LiveState:
             if not self.count:
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
                 return []
+            if rs.dump is not None and dump.entries is rs.dump.entries:
+                # the same entries seen again (re-stamped by a status read, sources/entry_schedule.py):
+                # nothing new to count; what they hold is still held
+                for g in rs.groups.values():
+                    if g.seen_ns == rs.last_seen_ns:
+                        g.seen_ns = now_ns
+                rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
+                self._held(dump, now_ns)
+                return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.groups = -1, set(), {}

@@ -67,6 +67,7 @@ PER_BACKEND_MARKER = "fr_dump_file"
 # is found by the agent only (it reads the names from the process groups).
 PROBED_RECORDERS = ("nccl2", "nccl-lazy", "nccl", "xccl", "mpi", "ucc")
 PROBE_EVERY_S = 30.0
+RELIST_S = 10.0  # the agent's list of recorders is asked again this often (a group on a new backend)
 STATUS_HANDLER = "frexport_fr_status"  # frexport.agent: one recorder's pg_status, no entries
 BUFFER_SIZE_KEY = "frexport_buffer_size"
 EXITING_KEY = "frexport_exiting"  # the rank's process is exiting: its entries, one last time
@@ -318,13 +319,15 @@ class WorkerServerSource:
         poll; PyTorch's own handlers are asked for each one they may have every PROBE_EVERY_S, and the
         ones that hold a group are polled. The default one where none does."""
         if b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names:
+            if b.recorders and time.monotonic() - b.recorders_at < RELIST_S:
+                return b.recorders
             try:
                 listed = json.loads(self.fetch(t, RECORDERS_HANDLER)).get("recorders")
             except (PeerError, ValueError, AttributeError, RecursionError):
                 listed = None
             if isinstance(listed, list):
                 names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
-                b.recorders = names or (DEFAULT_RECORDER,)
+                b.recorders, b.recorders_at = names or (DEFAULT_RECORDER,), time.monotonic()
                 return b.recorders
         if b.recorders and time.monotonic() - b.recorders_at < PROBE_EVERY_S:
             return b.recorders

@@ -114,3 +114,22 @@ def test_a_state_that_does_not_count_keeps_only_the_latest_snapshots():
     state.ingest(_snap([entry(0, 1)], at=T0), "s", T0 + 21)  # an older snapshot changes nothing
     assert state.latest_dumps() == {0: newer} and state.view().collectives == {}
     assert state.expire(T0 + 10**9, after_ns=10) == [0] and state.latest_dumps() == {}
+
+
+def test_the_same_entries_re_stamped_by_a_status_read_count_nothing_and_stay_held():
+    """Status first (sources/entry_schedule.py): an unmoved rank's last entries come again with the
+    status's time. Nothing is counted twice, and its groups and counted pairs stay held (no expiry)."""
+    import dataclasses
+
+    from tests.support.fr_events import snapshot
+
+    state = LiveState()
+    d = snapshot(0, 0, 5, T0 + 10**9)
+    assert len(state.ingest(d, "s", T0 + 10**9)) == 5
+    later = T0 + 3600 * 10**9
+    assert state.ingest(dataclasses.replace(d, dumped_at_ns=later), "s", later) == []
+    assert state.view().collectives == {("default_pg", "all_reduce", "completed"): 5}
+    assert state.expire(later + 10**9, 600 * 10**9) == []  # seen just now: nothing expires
+    view = state.view()
+    assert view.ranks[0].last_seen_ns == later and set(view.ranks[0].groups) == {"nccl:0"}
+    assert view.collectives == {("default_pg", "all_reduce", "completed"): 5}
