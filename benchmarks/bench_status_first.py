@@ -1,6 +1,7 @@
 """Live cost, status first vs polling every entry: a real busy torch job, in one run.
 
     python benchmarks/bench_status_first.py [--ranks 8] [--seconds 40] [--step-ms 5] [--stall-after 5]
+                                            [--warm 40] [--analysis-interval 0.5s]
 
 A real gloo job (torchrun under frexport-launch, `--ranks` ranks, a collective every `--step-ms`, a
 2000-entry ring buffer) is run three times: alone, with `frexport serve` polling it the way it did
@@ -71,7 +72,8 @@ def _statuses(port: int) -> dict[int, str]:
             for s in fam.samples if s.name == "frexport_rank_status" and s.value == 1.0}
 
 
-def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: float) -> dict:
+def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: float, warm: float,
+        analysis_interval: str | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"frx-bench-{design}-"))
     shared = work / "shared"
     stuck_file = work / "now"
@@ -89,10 +91,12 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
         if design != "alone":
             senv = dict(os.environ,
                         FREXPORT_SOURCES__WORKER_SERVERS__STATUS_FIRST="true" if design == "status first" else "false")
+            if analysis_interval:
+                senv["FREXPORT_ANALYSIS__INTERVAL"] = analysis_interval
             sidecar = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{port}",
                                         "--sockets-dir", str(shared), "--stall-after", f"{stall_after}s"],
                                        env=senv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(10)  # the ring buffers fill; the sidecar's first whole reads are behind us
+        time.sleep(warm)  # the ring buffers fill; the sidecar's first whole reads are behind us
         pids = _ranks(job)
         serve0 = {p: _thread_cpu(p, "pt_workerserver") for p in pids}
         all0 = {p: _thread_cpu(p, None) for p in pids}
@@ -131,11 +135,14 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--stall-after", type=float, default=5.0)
+    ap.add_argument("--warm", type=float, default=40.0, help="seconds before measuring (the buffers fill)")
+    ap.add_argument("--analysis-interval", help="the sidecar's analysis interval (default: its own, 5 s)")
     args = ap.parse_args()
-    rows = [run(d, args.ranks, args.seconds, args.step_ms, args.stall_after)
+    rows = [run(d, args.ranks, args.seconds, args.step_ms, args.stall_after, args.warm, args.analysis_interval)
             for d in ("alone", "poll everything", "status first")]
     print(f"{args.ranks} ranks, a collective every {args.step_ms:g} ms, 2000-entry buffers, {args.seconds:g} s "
-          f"measured, stall threshold {args.stall_after:g} s; load average {os.getloadavg()[0]:.1f}")
+          f"measured after {args.warm:g} s, stall threshold {args.stall_after:g} s, analysis every "
+          f"{args.analysis_interval or '5s'}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'design':<16} {'trainer: serving polls':>24} {'job CPU':>9} {'sidecar CPU':>12} {'stall named after':>18}")
     for r in rows:
         lat = "-" if r["latency_s"] is None else f"threshold + {r['latency_s']:.2f} s"

@@ -50,6 +50,10 @@ class WorkerServers:
     status_first: bool = True
     status_interval: float = 1.0
     entries_interval: float = 10.0
+    # work pending and a status that has not moved for this long: a stall is suspected, every rank's
+    # entries are fetched at once. Shorter than any stall threshold worth paging for; not so short
+    # that a rank the CPU scheduler left waiting a second sets it off in a busy job.
+    suspect_after: float = 2.0
     timeout: float = 5.0
     concurrency: int = 8
     backoff_max: float = 60.0
@@ -188,7 +192,7 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
                     "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace",
-                    "discovery_interval", "status_interval", "entries_interval"}
+                    "discovery_interval", "status_interval", "entries_interval", "suspect_after"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -402,7 +406,7 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
             problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
     if cfg.world_size is not None and cfg.world_size < 1:
         problems.append("world_size: must be at least 1")
-    for name in ("poll_interval", "status_interval", "entries_interval"):
+    for name in ("poll_interval", "status_interval", "entries_interval", "suspect_after"):
         if getattr(ws, name) <= 0:
             problems.append(f"sources.worker_servers.{name}: must be positive")
     if cfg.decode.workers < 1:

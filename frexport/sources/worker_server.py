@@ -193,7 +193,7 @@ class WorkerServerSource:
             self._backoff[t.name].next_whole = now + self.cfg.poll_interval
         # every status before any decision: a stall suspected on one rank fetches every rank's entries
         read = [t for t, ok in zip(statused, self._pool.map(self._read_statuses, statused)) if ok]
-        suspected = self.schedule.suspected(time.monotonic(), settle=0.9 * self.cfg.status_interval)
+        suspected = self.schedule.suspected(time.monotonic(), settle=self.cfg.suspect_after)
         return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected), read + whole)
                 if snap is not None]
 
