@@ -19,6 +19,7 @@ entries are fetched only when they can say something new:
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 
 # One recorder's status: (pg_id, last enqueued, last started, last completed) per group, sorted.
@@ -45,7 +46,8 @@ class EntrySchedule:
     entries_interval: float
     buffer_entries: dict[int, int] = field(default_factory=dict)  # rank -> its ring buffer's size
     _ranks: dict[int, _Rank] = field(default_factory=dict)
-    wrap_fetches: int = 0  # fetches made early because the buffer could wrap
+    # why entries were fetched: first, due, suspected, wrap, exiting
+    fetches: Counter[str] = field(default_factory=Counter)
 
     def observe(self, rank: int, statuses: dict[str, Status], now: float, exiting: bool = False) -> None:
         r = self._ranks.setdefault(rank, _Rank())
@@ -61,15 +63,20 @@ class EntrySchedule:
     def decide(self, rank: int, now: float, suspected: bool) -> Action:
         r = self._ranks.get(rank)
         if r is None or r.last is None or r.fetched is None or r.exiting:
-            return Action.FETCH
+            return self._fetch("exiting" if r is not None and r.exiting else "first")
         if r.last == r.fetched:
             return Action.RESTAMP
-        if suspected or now - r.fetched_at >= self.entries_interval:
-            return Action.FETCH
+        if now - r.fetched_at >= self.entries_interval:
+            return self._fetch("due")
+        if suspected:
+            return self._fetch("suspected")
         if _enqueued_since(r.fetched, r.last) >= self.buffer_entries.get(rank, 2000) // 2:
-            self.wrap_fetches += 1
-            return Action.FETCH
+            return self._fetch("wrap")
         return Action.WAIT
+
+    def _fetch(self, why: str) -> Action:
+        self.fetches[why] += 1
+        return Action.FETCH
 
     def fetched(self, rank: int, now: float) -> None:
         """Entries were fetched with the statuses `observe` saw last."""

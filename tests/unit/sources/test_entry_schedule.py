@@ -50,7 +50,7 @@ def test_entries_are_fetched_before_the_ring_buffer_can_wrap():
     s.observe(0, _st(59, 59), 1.0)
     assert s.decide(0, 1.0, False) is Action.WAIT
     s.observe(0, _st(60, 60), 1.5)  # half a buffer since the last fetch
-    assert s.decide(0, 1.5, False) is Action.FETCH and s.wrap_fetches == 1
+    assert s.decide(0, 1.5, False) is Action.FETCH and s.fetches["wrap"] == 1
 
 
 def test_gone_ranks_are_forgotten():
