@@ -53,6 +53,7 @@ _record_id = attrgetter("record_id")
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
 RECORDERS_HANDLER = "frexport_recorders"
+PICKLE_HANDLER = "frexport_fr_pickle"  # the agent's pickle dump of one recorder, with stack frames
 LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
 
 # A rank is every recorder its process holds (model/recorders.py). PyTorch's handlers: gloo's (the
@@ -312,12 +313,12 @@ class WorkerServerSource:
         """(the agent's pickle handler, PyTorch's JSON handler) for one recorder: the pickle carries
         stack frames, the JSON handler is what any worker server has."""
         b = self._backoff.setdefault(t.name, _Backoff())
-        return f"frexport_fr_pickle?backend={recorder}", _pytorch_handler(recorder, b.names)
+        return f"{PICKLE_HANDLER}?backend={recorder}", _pytorch_handler(recorder, b.names)
 
     def _recorders(self, t: RankTarget, b: _Backoff) -> tuple[str, ...]:
-        """The recorders to poll on this rank: the agent lists them (from its process groups) at each
-        poll; PyTorch's own handlers are asked for each one they may have every PROBE_EVERY_S, and the
-        ones that hold a group are polled. The default one where none does."""
+        """The recorders to poll on this rank: the agent lists them (from its process groups), asked
+        again every RELIST_S; PyTorch's own handlers are asked for each one they may have every
+        PROBE_EVERY_S, and the ones that hold a group are polled. The default one where none does."""
         if b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names:
             if b.recorders and time.monotonic() - b.recorders_at < RELIST_S:
                 return b.recorders
