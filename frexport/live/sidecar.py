@@ -22,7 +22,7 @@ from frexport.live.diagnosis import LiveAnalysis, LiveResult
 from frexport.live.gc_pacing import GcPacing
 from frexport.live.sink import Pass, Sink
 from frexport.live.state import EntryEvent, LiveState
-from frexport.sources.base import Source
+from frexport.sources.base import Snapshot, Source
 from frexport.sources.health import HealthRegistry
 
 
@@ -91,10 +91,7 @@ class Sidecar:
             drain = getattr(source, "drain_forgotten", None)  # a source whose ranks can leave (peers)
             if drain is not None:
                 self.state.forget(drain())
-            for snap in snapshots:
-                events.extend(self.state.ingest(snap.dump, snap.source, snap.taken_ns))
-                if snap.timeout_dump:
-                    self.state.count_timeout_dump(snap.dump.rank)
+            events.extend(take_in(self.state, snapshots))
         return events
 
     def _down(self) -> set[int]:
@@ -117,3 +114,19 @@ class Sidecar:
         except Exception:  # noqa: BLE001 - the daemon outlives any one failure
             logs.get().exception("%s failed", what)
             return None
+
+
+def take_in(state: LiveState, snapshots: list[Snapshot]) -> list[EntryEvent]:
+    """A source's snapshots into the state: entries ingested (their events returned), a status read
+    alone taken as one."""
+    events: list[EntryEvent] = []
+    for snap in snapshots:
+        rank = snap.dump.rank
+        assert rank is not None  # (for mypy) a source's snapshot always has its rank
+        if snap.status_only:
+            state.observe_status(rank, snap.groups or {}, snap.taken_ns)
+            continue
+        events.extend(state.ingest(snap.dump, snap.source, snap.taken_ns, snap.groups))
+        if snap.timeout_dump:
+            state.count_timeout_dump(rank)
+    return events

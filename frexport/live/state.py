@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
-from frexport.model.dump import Entry, RankDump
+from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
 from frexport.model.outcome import Outcome, outcome_of, tracks_completion
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
@@ -61,6 +62,31 @@ class GroupProgress:
     pending: dict[str, tuple[int, int]] = field(default_factory=dict)  # op -> (count, oldest created_ns)
     timeout_ms: int | None = None
     seen_ns: int = 0  # last snapshot that still held an entry of the group
+    status: ProcessGroupStatus | None = None  # PyTorch's pg_status row as last read (with entries or alone)
+    # Whether that status numbers the group's collectives as its entries do: True while the two agreed
+    # at every entries read so far, False for good once they did not (gloo also counts the p2p ops it
+    # does not record). Only then are its numbers shown between entries reads (status first).
+    status_counts: bool | None = None
+
+    def current(self) -> tuple[int | None, int | None, int | None]:
+        """(last enqueued, started, completed): the entries' numbers, or the status's where it is newer
+        and numbers collectives as the entries do; fresh at every status read, not every entries read."""
+        s = self.status if self.status_counts else None
+        if s is None:
+            return self.last_enqueued, self.last_started, self.last_completed
+        return (_newer(self.last_enqueued, s.last_enqueued), _newer(self.last_started, s.last_started),
+                _newer(self.last_completed, s.last_completed))
+
+    def done_through(self) -> int | None:
+        """The newest sequence number the status says finished, where its numbers are the entries'."""
+        s = self.status if self.status_counts else None
+        return _known(s.last_completed) if s is not None else None
+
+    def idle(self) -> bool:
+        """The status says nothing is pending (in its own units, whatever they count)."""
+        s = self.status
+        done, enq = (_known(s.last_completed), _known(s.last_enqueued)) if s is not None else (None, None)
+        return done is not None and enq is not None and done >= enq
 
 
 @dataclass
@@ -105,9 +131,11 @@ class LiveState:
 
     # --- writer: the sidecar loop ------------------------------------------------------------
 
-    def ingest(self, dump: RankDump, source: str, now_ns: int) -> list[EntryEvent]:
+    def ingest(self, dump: RankDump, source: str, now_ns: int,
+               groups: Mapping[str, ProcessGroupStatus] | None = None) -> list[EntryEvent]:
         """Take a rank's new snapshot; returns the events of entries first seen finished (none when
-        the snapshot is older than what we have, or the state is full of other ranks)."""
+        the snapshot is older than what we have, or the state is full of other ranks). `groups`: the
+        pg_status read with it, by group name (sources/base.py Snapshot.groups)."""
         rank = dump.rank
         if rank is None:
             raise ValueError("a snapshot needs a rank")
@@ -131,6 +159,7 @@ class LiveState:
                         g.seen_ns = now_ns
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
                 self._held(dump, now_ns)
+                self._status(rs, groups, now_ns, with_entries=True)
                 return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
@@ -140,7 +169,18 @@ class LiveState:
             rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
             self._progress(rs, changed, now_ns)
             self._held(dump, now_ns)
+            self._status(rs, groups, now_ns, with_entries=True)
         return events
+
+    def observe_status(self, rank: int, groups: Mapping[str, ProcessGroupStatus], now_ns: int) -> None:
+        """A status read without entries (status first): the groups' numbers, progress and pending
+        are as fresh as it; the entries, and so counts, spans and the analysis, wait for their read."""
+        with self._lock:
+            rs = self.ranks.get(rank)
+            if rs is None or not self.count:
+                return
+            rs.last_seen_ns = now_ns
+            self._status(rs, groups, now_ns, with_entries=False)
 
     def count_timeout_dump(self, rank: int) -> None:
         with self._lock:
@@ -301,16 +341,44 @@ class LiveState:
         for name in set(map(_pg_name, rs.dump.entries)) if rs.dump is not None else ():
             if name in rs.groups:
                 rs.groups[name].seen_ns = now_ns
-        for g in rs.groups.values():
-            g.pending = {}
+        self._recount_pending(rs)
+
+    def _status(self, rs: RankState, groups: Mapping[str, ProcessGroupStatus] | None, now_ns: int,
+                with_entries: bool) -> None:
+        """Take in the groups' pg_status; `with_entries`: read with the entries (the same dump or the
+        same moment), so it can be checked against them."""
+        if not groups:
+            return
+        for name, row in groups.items():
+            g = rs.groups.get(name)
+            if g is None:
+                continue
+            if with_entries and g.status_counts is not False:
+                g.status_counts = g.last_enqueued is not None and _known(row.last_enqueued) == g.last_enqueued
+            before, g.status = g.status, row
+            done, was = _known(row.last_completed), _known(before.last_completed) if before is not None else None
+            if before is not None and done is not None and (was is None or done > was):
+                g.last_progress_ns = now_ns
+        self._recount_pending(rs)
+
+    @staticmethod
+    def _recount_pending(rs: RankState) -> None:
+        """Each group's pending ops, by op: the entries not seen finished, less those the status read
+        since says finished."""
+        for group in rs.groups.values():
+            group.pending = {}
         for rid in rs.pending:
             e = rs.by_record.get(rid)
             if e is None or e.is_p2p:
                 continue
             g = rs.groups.get(e.pg_name)
-            if g is not None:
-                count, oldest = g.pending.get(e.op, (0, e.time_created_ns))
-                g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
+            if g is None or g.idle():
+                continue
+            done = g.done_through()
+            if done is not None and e.collective_seq_id <= done:
+                continue
+            count, oldest = g.pending.get(e.op, (0, e.time_created_ns))
+            g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
 
 
 def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]):
@@ -333,6 +401,16 @@ def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]):
 _record_id = attrgetter("record_id")
 _pair = attrgetter("pg_desc", "op")
 _pg_name = attrgetter("pg_name")
+
+
+def _known(seq: int | None) -> int | None:
+    """A pg_status number, None where PyTorch says none (-1: gloo never records a start)."""
+    return seq if seq is not None and seq >= 0 else None
+
+
+def _newer(a: int | None, b: int | None) -> int | None:
+    b = _known(b)
+    return b if a is None or (b is not None and b > a) else a
 
 
 def _duration_s(e: Entry) -> float | None:

@@ -90,3 +90,21 @@ def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | N
         dumped_at_ns=max((d.dumped_at_ns for d in dumps.values() if d.dumped_at_ns), default=first.dumped_at_ns),
         declared_world_size=next((d.declared_world_size for d in dumps.values() if d.declared_world_size), None),
         recorders=tuple(order))
+
+
+def group_statuses(statuses: dict[str, tuple[ProcessGroupStatus, ...]],
+                   dumps: dict[str, RankDump]) -> dict[str, ProcessGroupStatus]:
+    """Each recorder's pg_status rows by the name its group's ops are filed under. pg_status is keyed
+    by the process-local pg_id, so a recorder's own entries (`dumps`, its last ones) say which group an
+    id is; a row whose group has no op in the buffer is left out (nothing to file it under)."""
+    out: dict[str, ProcessGroupStatus] = {}
+    for recorder, rows in statuses.items():
+        d = dumps.get(recorder)
+        if d is None or not rows:
+            continue
+        names = {e.pg_id: e.pg_name for e in d.entries}
+        for row in rows:
+            name = names.get(row.pg_id)
+            if name is not None:
+                out[name] = row
+    return out

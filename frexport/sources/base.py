@@ -9,10 +9,11 @@ entry in the sidecar's list.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from frexport.model.dump import RankDump
+from frexport.model.dump import ProcessGroupStatus, RankDump
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,10 @@ class Snapshot:
     source: str  # the source's health/metrics name, e.g. "socket:rank-3", "dumps:/shared/fr/dumps"
     taken_ns: int  # wall clock when it was read
     timeout_dump: bool = False  # a dump PyTorch wrote on a timeout or exception (not a periodic snapshot)
+    # each group's pg_status when taken, by the name its ops are filed under (model.recorders.group_statuses)
+    groups: Mapping[str, ProcessGroupStatus] | None = None
+    # only the status was read (status first): `dump` is the rank's last one, its entries not read again
+    status_only: bool = False
 
 
 class Source(Protocol):

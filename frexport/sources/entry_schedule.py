@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 # One recorder's status: (pg_id, last enqueued, last started, last completed) per group, sorted.
@@ -44,6 +45,7 @@ class _Rank:
 @dataclass
 class EntrySchedule:
     entries_interval: float
+    on_fetch: Callable[[str], None] | None = None  # told why, at each fetch (the source's self-metrics)
     buffer_entries: dict[int, int] = field(default_factory=dict)  # rank -> its ring buffer's size
     _ranks: dict[int, _Rank] = field(default_factory=dict)
     # why entries were fetched: first, due, suspected, wrap, exiting
@@ -76,17 +78,33 @@ class EntrySchedule:
 
     def _fetch(self, why: str) -> Action:
         self.fetches[why] += 1
+        if self.on_fetch is not None:
+            self.on_fetch(why)
         return Action.FETCH
 
-    def fetched(self, rank: int, now: float) -> None:
-        """Entries were fetched with the statuses `observe` saw last."""
+    def statuses(self, rank: int) -> dict[str, Status]:
+        """The statuses read last for a rank, by recorder (none before its first read)."""
+        r = self._ranks.get(rank)
+        return dict(r.last) if r is not None and r.last is not None else {}
+
+    def fetched(self, rank: int, now: float, statuses: dict[str, Status]) -> None:
+        """Entries were fetched, with these statuses (the dumps' own: read at once with the entries).
+        Before any status read they are also the last one seen: the next read compares with them."""
         r = self._ranks.setdefault(rank, _Rank())
-        r.fetched, r.fetched_at = r.last, now
+        r.fetched, r.fetched_at = statuses, now
+        if r.last is None:
+            r.last, r.still_since = statuses, now
 
     def forget(self, ranks: set[int]) -> None:
         for rank in [k for k in self._ranks if k not in ranks]:
             del self._ranks[rank]
             self.buffer_entries.pop(rank, None)
+
+
+def status_rows(rows: Iterable[tuple[int, int | None, int | None, int | None]]) -> Status:
+    """A recorder's pg_status rows in the one order statuses are compared in."""
+    plain = [(pg, enq, started, done) for pg, enq, started, done in rows]  # a NamedTuple row as a tuple
+    return tuple(sorted(plain, key=lambda row: (row[0], str(row[1:]))))
 
 
 def _pending(statuses: dict[str, Status]) -> bool:

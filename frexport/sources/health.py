@@ -23,6 +23,7 @@ class HealthRegistry:
         self._lock = threading.Lock()
         self._sources: dict[str, SourceHealth] = {}
         self._decode_errors: Counter[str] = Counter()  # across sources, by DecodeError reason
+        self._reads: Counter[str] = Counter()  # ranks' reads: "status", or why entries were read
 
     def record(self, name: str, ok: bool, duration_s: float, now_ns: int, reason: str | None = None,
                detail: str | None = None) -> None:
@@ -52,6 +53,15 @@ class HealthRegistry:
     def count_decode_error(self, reason: str) -> None:
         with self._lock:
             self._decode_errors[reason] += 1
+
+    def count_read(self, what: str) -> None:
+        """One read of a rank: "status" (status only), else why its entries were read."""
+        with self._lock:
+            self._reads[what] += 1
+
+    def reads(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._reads)
 
     def forget(self, name: str) -> None:
         with self._lock:

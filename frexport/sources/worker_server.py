@@ -37,11 +37,11 @@ from frexport.decode.json_tail import parse_tail
 from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
-from frexport.model.dump import RankDump
+from frexport.model.dump import ProcessGroupStatus, RankDump
 from frexport.model.outcome import first_unsettled
-from frexport.model.recorders import Shifter, merge_recorders
+from frexport.model.recorders import Shifter, group_statuses, merge_recorders
 from frexport.sources.base import Snapshot
-from frexport.sources.entry_schedule import Action, EntrySchedule, Status
+from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
@@ -116,7 +116,7 @@ class WorkerServerSource:
         self._last: dict[tuple[int, str], RankDump] = {}  # (rank, recorder) -> its last snapshot (incremental decode)
         self._shifters: dict[int, dict[str, Shifter]] = {}  # rank -> its recorders' record-id moves
         self._merged: dict[int, RankDump] = {}  # rank -> its last snapshot (all recorders)
-        self.schedule = EntrySchedule(cfg.entries_interval)
+        self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -223,6 +223,7 @@ class WorkerServerSource:
             self._failed(t, b, "decode_not_json", f"status: {type(exc).__name__}: {exc}", start, now_ns)
             return False
         self.schedule.observe(t.rank, statuses, time.monotonic(), exiting)
+        self.health.count_read("status")
         return True
 
     def stop(self) -> None:
@@ -244,24 +245,32 @@ class WorkerServerSource:
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            action = self.schedule.decide(t.rank, start, suspected) if self._status_first(b) else Action.FETCH
+            if self._status_first(b):
+                action = self.schedule.decide(t.rank, start, suspected)
+            else:  # no status-only read here: the whole dump at every poll
+                action = Action.FETCH
+                self.health.count_read("poll")
             last = self._merged.get(t.rank)
             if action is Action.WAIT and last is not None:
+                # moved since its last entries: they come when due, with their recorder times; the
+                # status alone keeps the groups' numbers, progress and pending fresh meanwhile
                 self.health.record(t.name, True, time.monotonic() - start, now_ns)
-                return None  # moved since its last entries: they come when due, with their recorder times
+                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True)
             if action is Action.RESTAMP and last is not None:
                 # its status is the one its last entries came with: nothing was recorded since, seen now
-                dump = replace(last, dumped_at_ns=now_ns)
+                dump, groups = replace(last, dumped_at_ns=now_ns), self._status_groups(t.rank)
             else:
                 dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
                 for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
                     del self._last[gone]
                 dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
+                groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, dumps)
                 dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",
                                unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
                 if self._status_first(b):
-                    self.schedule.fetched(t.rank, start)
+                    # the status its entries came with is the one in the same dumps, read at once with them
+                    self.schedule.fetched(t.rank, start, {r: status_rows(d.pg_status) for r, d in dumps.items()})
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,
@@ -288,7 +297,14 @@ class WorkerServerSource:
             dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
         self._merged[t.rank] = dump
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
-        return Snapshot(dump, t.name, now_ns)
+        return Snapshot(dump, t.name, now_ns, groups=groups)
+
+    def _status_groups(self, rank: int) -> dict[str, ProcessGroupStatus]:
+        """The status read last for a rank, by group name (its recorders' last entries name the ids)."""
+        statuses = self.schedule.statuses(rank)
+        dumps = {r: d for (k, r), d in self._last.items() if k == rank}
+        return group_statuses({r: tuple(ProcessGroupStatus(*row) for row in rows) for r, rows in statuses.items()},
+                              dumps)
 
     def _health(self, t: RankTarget) -> tuple[str, ...] | None:
         """torch 2.15's `c10d_health_check`: {"healthy": bool, "unhealthy_backends": [names]}; None
@@ -556,7 +572,7 @@ def _status(doc: object) -> Status:
         if isinstance(val, dict):
             rows.append((opt_int(key) or 0, opt_int(val.get("last_enqueued_collective")),
                          opt_int(val.get("last_started_collective")), opt_int(val.get("last_completed_collective"))))
-    return tuple(sorted(rows, key=lambda row: (row[0], str(row[1:]))))
+    return status_rows(rows)
 
 
 def _recorder_name_ok(name: object) -> bool:

@@ -205,3 +205,39 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
             # polls after the first carried a tail, not the buffer
             assert len(sizes[r]) >= 3 and max(sizes[r][1:]) < len(full_body) / 2, (sizes[r], len(full_body))
         src.stop()
+
+
+@pytest.mark.torchjob
+def test_between_entries_reads_the_status_keeps_a_moving_ranks_numbers_and_pending_fresh(tmp_path):
+    """Status first on a real gloo job (issue 29, point 2): entries are read once (then not due for a
+    minute), the status every 0.2 s. The groups' numbers move with the status; a collective the status
+    says finished is not left pending (its age would grow until the next entries read)."""
+    shared = tmp_path / "shared"
+    env = {"STEPS": "400", "STEP_S": "0.02", "HOLD_S": "60", "MARK_DIR": str(tmp_path)}
+    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+        job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        state = LiveState()
+        health = HealthRegistry()
+        src = WorkerServerSource(health, WorkerServers(str(shared), poll_interval=0.0, status_interval=0.2,
+                                                       entries_interval=60.0, suspect_after=60.0))
+        seen: list[int] = []
+        ages: list[float] = []
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline and not (tmp_path / "done_0").exists():
+            pump(src, state)
+            view = state.view()
+            g = view.ranks[0].groups["0"] if 0 in view.ranks and "0" in view.ranks[0].groups else None
+            if g is not None:
+                seen.append(g.current()[2])
+                now = time.time_ns()
+                ages.extend((now - oldest) / 1e9 for _count, oldest in g.pending.values())
+            time.sleep(0.2)
+        src.stop()
+        assert job.proc.poll() is None, job.output()
+    reads = health.reads()  # frexport_status_reads_total, frexport_entries_reads_total{reason}
+    assert reads.pop("status") >= 2 * (len(seen) - 2) and reads == {"first": 2}, (reads, len(seen))
+    moved = sum(b > a for a, b in zip(seen, seen[1:]))
+    assert len(seen) >= 10 and moved >= len(seen) // 2, seen  # the gauge moved at most status reads
+    # a step is 20 ms: a pending collective is at most a status read old (and the machine's slack),
+    # not the seconds since the only entries read
+    assert max(ages, default=0.0) < 1.5, ages

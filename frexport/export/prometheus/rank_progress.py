@@ -72,7 +72,8 @@ def _families() -> _Families:
                           "Age of the oldest unfinished collective, from its enqueue time (until the newest "
                           "recorded event for dumps that predate the sidecar)", labels=_PG + ["op"]),
         GaugeMetricFamily("frexport_rank_status", "1 for the rank's current status", labels=["rank", "status"]),
-        GaugeMetricFamily("frexport_rank_last_seen_timestamp_seconds", "When a snapshot of the rank was last taken in",
+        GaugeMetricFamily("frexport_rank_last_seen_timestamp_seconds",
+                          "When the rank was last read (its entries, or its status alone)",
                           labels=["rank"]),
         GaugeMetricFamily("frexport_rank_restarts", "How often the rank's recorder started anew (epochs)",
                           labels=["rank"]),
@@ -105,12 +106,13 @@ class RankProgressCollector:
             until_ns = None if rs.dump is None or rs.dump.dumped_at_is_clock else recorded_until
             for name, g in sorted(rs.groups.items()):
                 labels = [r, name, g.pg_desc, split_group_name(name)[1] or DEFAULT_RECORDER]
-                if g.last_enqueued is not None:
-                    f.enqueued.add_metric(labels, g.last_enqueued)
-                if g.last_started is not None:
-                    f.started.add_metric(labels, g.last_started)
-                if g.last_completed is not None:
-                    f.completed.add_metric(labels, g.last_completed)
+                enqueued, started, completed = g.current()
+                if enqueued is not None:
+                    f.enqueued.add_metric(labels, enqueued)
+                if started is not None:
+                    f.started.add_metric(labels, started)
+                if completed is not None:
+                    f.completed.add_metric(labels, completed)
                 # as floats first: an int too big for one (a future decode path) is clamped, not fatal
                 if g.last_progress_ns:
                     f.progress.add_metric(labels, sample_value(g.last_progress_ns) / 1e9)

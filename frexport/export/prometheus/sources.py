@@ -12,6 +12,9 @@
     # HELP frexport_timeout_dumps_total Dumps PyTorch wrote into a watched dump directory (on timeout or ...
     # TYPE frexport_timeout_dumps_total counter
     frexport_timeout_dumps_total{rank="3"} 1.0
+    # HELP frexport_entries_reads_total Reads of ranks' entries, by why: first, due (moved, ...
+    # TYPE frexport_entries_reads_total counter
+    frexport_entries_reads_total{reason="due"} 12.0
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class _Families(NamedTuple):
     errors: CounterMetricFamily
     decode_errors: CounterMetricFamily
     timeout_dumps: CounterMetricFamily
+    status_reads: CounterMetricFamily
+    entries_reads: CounterMetricFamily
 
 
 def _families() -> _Families:
@@ -46,6 +51,11 @@ def _families() -> _Families:
         CounterMetricFamily("frexport_decode_errors", "Dumps or bodies that could not be decoded", labels=["reason"]),
         CounterMetricFamily("frexport_timeout_dumps", "Dumps PyTorch wrote into a watched dump directory "
                             "(on timeout or exception) since frexport started", labels=["rank"]),
+        CounterMetricFamily("frexport_status_reads", "Status-only reads of ranks (status first: every "
+                            "status_interval)"),
+        CounterMetricFamily("frexport_entries_reads", "Reads of ranks' entries, by why: first, due (moved, "
+                            "entries_interval passed), suspected (a stall suspected), wrap (the ring buffer could "
+                            "wrap), exiting, poll (no status-only read: every poll_interval)", labels=["reason"]),
     )
 
 
@@ -70,4 +80,9 @@ class SourcesCollector:
             f.decode_errors.add_metric([reason], n)
         for rank, n in sorted(self.state.view().timeout_dumps.items()):
             f.timeout_dumps.add_metric([str(rank)], n)
+        reads = self.health.reads()
+        if reads:  # a sidecar without live ranks to read has no such series
+            f.status_reads.add_metric([], reads.pop("status", 0))
+        for reason, n in sorted(reads.items()):
+            f.entries_reads.add_metric([reason], n)
         return iter(f)

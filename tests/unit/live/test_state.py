@@ -133,3 +133,59 @@ def test_the_same_entries_re_stamped_by_a_status_read_count_nothing_and_stay_hel
     view = state.view()
     assert view.ranks[0].last_seen_ns == later and set(view.ranks[0].groups) == {"nccl:0"}
     assert view.collectives == {("default_pg", "all_reduce", "completed"): 5}
+
+
+def _status(enq: int, done: int, started: int = -1, pg_id: int = 0):
+    from frexport.model.dump import ProcessGroupStatus
+
+    return ProcessGroupStatus(pg_id, enq, started, done)
+
+
+def test_a_status_read_between_entries_reads_keeps_a_groups_numbers_progress_and_pending_fresh():
+    """Status first: a moving rank's entries come every entries_interval; its status every second.
+    Where the status numbers the group's collectives as its entries do (checked at every entries
+    read), the gauges follow the status, a collective it says finished is no longer pending (its age
+    would otherwise grow until the next entries read), and the group's progress time moves."""
+    state = LiveState()
+    d = _snap([entry(0, 1), entry(1, 2, state="started")])
+    state.ingest(d, "s", T0, groups={"nccl:0": _status(2, 1, 2)})
+    g = state.view().ranks[0].groups["nccl:0"]
+    assert g.current() == (2, 2, 1) and g.pending == {"all_reduce": (1, T0 + 100_000_000)}
+    progress = g.last_progress_ns
+    state.observe_status(0, {"nccl:0": _status(7, 6, 7)}, T0 + 10**9)
+    g = state.view().ranks[0].groups["nccl:0"]
+    assert g.current() == (7, 7, 6) and g.pending == {}  # collective 2 finished, by the status
+    assert g.last_progress_ns == T0 + 10**9 != progress
+    assert state.view().ranks[0].last_seen_ns == T0 + 10**9
+    assert state.view().collectives == {("default_pg", "all_reduce", "completed"): 1}  # counts wait for entries
+    # no progress: the time stays where the last advance put it
+    state.observe_status(0, {"nccl:0": _status(7, 6, 7)}, T0 + 2 * 10**9)
+    assert state.view().ranks[0].groups["nccl:0"].last_progress_ns == T0 + 10**9
+
+
+def test_a_status_that_counts_other_ops_than_the_entries_is_not_shown_as_their_numbers():
+    """gloo's pg_status also counts the p2p ops it does not record: its numbers run ahead of the
+    entries' collective_seq_id. Once the two disagree at an entries read, the gauges keep the entries'
+    numbers; progress and 'nothing pending' still hold in the status's own units."""
+    state = LiveState()
+    state.ingest(_snap([entry(0, 1), entry(1, 2, state="started")]), "s", T0, groups={"nccl:0": _status(5, 4)})
+    state.observe_status(0, {"nccl:0": _status(9, 8)}, T0 + 10**9)
+    g = state.view().ranks[0].groups["nccl:0"]
+    assert g.current() == (2, 2, 1)
+    assert g.pending == {"all_reduce": (1, T0 + 100_000_000)}  # 8 of 9 done: which one is pending it cannot say
+    state.observe_status(0, {"nccl:0": _status(9, 9)}, T0 + 2 * 10**9)
+    g = state.view().ranks[0].groups["nccl:0"]
+    assert g.pending == {} and g.last_progress_ns == T0 + 2 * 10**9 and g.current() == (2, 2, 1)
+    # sticky: a later agreement does not make the status the entries' numbers again
+    state.ingest(_snap([entry(0, 1), entry(1, 2), entry(2, 3)], at=T0 + 3 * 10**9), "s", T0 + 3 * 10**9,
+                 groups={"nccl:0": _status(3, 3)})
+    state.observe_status(0, {"nccl:0": _status(12, 11)}, T0 + 4 * 10**9)
+    assert state.view().ranks[0].groups["nccl:0"].current() == (3, 3, 3)
+
+
+def test_a_status_of_a_group_or_rank_the_state_does_not_hold_changes_nothing():
+    state = LiveState()
+    state.observe_status(3, {"nccl:0": _status(1, 1)}, T0)  # a rank never ingested
+    state.ingest(_snap([entry(0, 1)]), "s", T0)
+    state.observe_status(0, {"nccl:9": _status(1, 1)}, T0 + 1)
+    assert set(state.view().ranks) == {0} and set(state.view().ranks[0].groups) == {"nccl:0"}

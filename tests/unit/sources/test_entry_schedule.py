@@ -10,14 +10,14 @@ def _st(enq: int, done: int) -> dict:
 def _fetched(s: EntrySchedule, rank: int, status: dict, now: float) -> None:
     s.observe(rank, status, now)
     assert s.decide(rank, now, False) is Action.FETCH or s.decide(rank, now, True) is Action.FETCH
-    s.fetched(rank, now)
+    s.fetched(rank, now, status)
 
 
 def test_a_rank_is_fetched_first_then_only_when_it_moved_and_is_due():
     s = EntrySchedule(entries_interval=10)
     s.observe(0, _st(5, 5), 0.0)
     assert s.decide(0, 0.0, False) is Action.FETCH  # nothing yet
-    s.fetched(0, 0.0)
+    s.fetched(0, 0.0, _st(5, 5))
     s.observe(0, _st(5, 5), 1.0)
     assert s.decide(0, 1.0, False) is Action.RESTAMP  # nothing recorded since: its entries, seen now
     s.observe(0, _st(9, 9), 2.0)
@@ -66,3 +66,15 @@ def test_a_rank_whose_process_exits_is_read_one_last_time():
     _fetched(s, 0, _st(3, 3), 0.0)
     s.observe(0, _st(9, 9), 1.0, exiting=True)  # moved, not due: but there is no later
     assert s.decide(0, 1.0, False) is Action.FETCH
+
+
+def test_entries_read_before_any_status_are_not_read_again_first():
+    """The first poll of a rank reads its entries before the handler that serves statuses is known:
+    the status those entries came with (the dump's own) is where the schedule starts, not nowhere
+    (which asked for every rank's whole buffer twice)."""
+    s = EntrySchedule(entries_interval=10)
+    assert s.decide(0, 0.0, False) is Action.FETCH
+    s.fetched(0, 0.0, _st(5, 5))
+    s.observe(0, _st(5, 5), 1.0)
+    assert s.decide(0, 1.0, False) is Action.RESTAMP
+    assert s.fetches == {"first": 1}
