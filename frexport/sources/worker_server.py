@@ -99,6 +99,7 @@ class _Backoff:
     recorders: tuple[str, ...] = ()  # the recorders polled (model/recorders.py), re-listed as _recorders says
     recorders_at: float = 0.0  # monotonic time they were last listed
     next_whole: float = 0.0  # without a status-only read: monotonic time of its next whole-dump poll
+    read_before: bool = False  # its entries were read once (frexport_entries_reads_total: first, not poll)
 
 
 class WorkerServerSource:
@@ -199,7 +200,13 @@ class WorkerServerSource:
                 if snap is not None]
 
     def _status_first(self, b: _Backoff) -> bool:
-        return self.cfg.status_first and b.handler == LIVE_HANDLER and STATUS_HANDLER in b.names
+        """Whether every recorder of the rank answers a status-only read (the agent's handler does for
+        each; PyTorch's, only the legacy NCCL one's): only then does status first save the full reads."""
+        if not self.cfg.status_first:
+            return False
+        if b.handler == LIVE_HANDLER and STATUS_HANDLER in b.names:
+            return True
+        return bool(b.recorders) and all(_status_handler(b, r) for r in b.recorders)
 
     def _read_statuses(self, t: RankTarget) -> bool:
         """Every recorder's status of one rank, given to the schedule; False where it failed (said)."""
@@ -208,7 +215,10 @@ class WorkerServerSource:
         try:
             statuses, exiting = {}, False
             for r in self._recorders(t, b):
-                doc = json.loads(self.fetch(t, f"{STATUS_HANDLER}?backend={r}"))
+                handler = _status_handler(b, r)
+                if handler is None:  # a recorder found since: its entries come when due
+                    continue
+                doc = json.loads(self.fetch(t, handler))
                 statuses[r] = _status(doc)
                 exiting = exiting or doc.get(EXITING_KEY) is True
                 size = doc.get(BUFFER_SIZE_KEY) if isinstance(doc, dict) else None
@@ -247,9 +257,10 @@ class WorkerServerSource:
                 b.handler = self._choose_handler(t)
             if self._status_first(b):
                 action = self.schedule.decide(t.rank, start, suspected)
-            else:  # no status-only read here: the whole dump at every poll
+            else:  # no status-only read here (or its recorders not known yet): the whole dump
                 action = Action.FETCH
-                self.health.count_read("poll")
+                self.health.count_read("poll" if b.read_before else "first")
+            b.read_before = True
             last = self._merged.get(t.rank)
             if action is Action.WAIT and last is not None:
                 # moved since its last entries: they come when due, with their recorder times; the
@@ -547,6 +558,17 @@ def _pytorch_handler(recorder: str, names: frozenset[str]) -> str:
     if recorder == DEFAULT_RECORDER or PER_BACKEND_MARKER not in names:
         return "fr_trace_json"
     return f"fr_trace_json?backend={recorder}"
+
+
+def _status_handler(b: _Backoff, recorder: str) -> str | None:
+    """The handler that answers one recorder's status without its entries: the agent's, else, of
+    PyTorch's, the legacy NCCL one with `includecollectives=false` (its C++ handler takes that
+    parameter on every CUDA build; gloo's and 2.15's per-backend `fr_trace_json` dump every entry)."""
+    if b.handler == LIVE_HANDLER and STATUS_HANDLER in b.names:
+        return f"{STATUS_HANDLER}?backend={recorder}"
+    if recorder == LEGACY_NCCL and LEGACY_NCCL_HANDLER in b.names:
+        return f"{LEGACY_NCCL_HANDLER}?includecollectives=false"
+    return None
 
 
 def _whole_buffer_handler(b: _Backoff, recorder: str) -> str:
