@@ -82,6 +82,9 @@ class Decode:
 @dataclass
 class Analysis:
     interval: float = 5.0
+    # while a source suspects a stall (status first: work pending that stopped moving), this often:
+    # a stall is named as it passes the threshold, at the cost of passes only while one is suspected
+    suspected_interval: float = 0.5
     window: int = 256  # newest entries per rank the live analysis looks at (plus all unfinished ones)
     stall_after: float | None = None  # None: derived from the observed step time, within the bounds below
     min_stall_after: float = 30.0
@@ -192,7 +195,8 @@ _SIZE_UNITS = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, 
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
                     "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace",
-                    "discovery_interval", "status_interval", "entries_interval", "suspect_after"}
+                    "discovery_interval", "status_interval", "entries_interval", "suspect_after",
+                    "suspected_interval"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -434,6 +438,8 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
             problems.append("evidence.upload: retries must be >= 0 and timeout positive")
     if cfg.analysis.interval <= 0:
         problems.append("analysis.interval: must be positive")
+    if cfg.analysis.suspected_interval <= 0:
+        problems.append("analysis.suspected_interval: must be positive")
     if not 0 < cfg.analysis.max_stall_fraction_of_timeout <= 1:
         problems.append("analysis.max_stall_fraction_of_timeout: must be in (0, 1]")
     m = cfg.metrics

@@ -53,14 +53,17 @@ class Sidecar:
             self._guarded(part.start, f"starting {part.name}")
         log.info("frexport serve: sources: %s; sinks: %s", ", ".join(s.name for s in self.sources) or "none",
                  ", ".join(s.name for s in self.sinks) or "none")
-        next_analysis = 0.0
+        next_analysis = last_analysis = 0.0
         self.gc_pacing.start()
         try:
             while not self.stop_event.is_set():
-                events = self._collect()
+                events, suspected = self._collect()
                 down = self._down()
                 result = None
+                if suspected:  # a source suspects a stall: it is named once it passes the threshold, not later
+                    next_analysis = min(next_analysis, last_analysis + self.cfg.suspected_interval)
                 if time.monotonic() >= next_analysis:
+                    last_analysis = time.monotonic()
                     result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
                     for f in result.new_root_causes if result is not None else ():
@@ -84,15 +87,18 @@ class Sidecar:
 
     # --- one pass ------------------------------------------------------------------------------
 
-    def _collect(self) -> list[EntryEvent]:
+    def _collect(self) -> tuple[list[EntryEvent], bool]:
+        """The events of what the sources took, and whether one of them suspects a stall."""
         events: list[EntryEvent] = []
+        suspected = False
         for source in self.sources:
             snapshots = self._guarded(source.collect, f"source {source.name}") or []
             drain = getattr(source, "drain_forgotten", None)  # a source whose ranks can leave (peers)
             if drain is not None:
                 self.state.forget(drain())
             events.extend(take_in(self.state, snapshots))
-        return events
+            suspected = suspected or any(s.stall_suspected for s in snapshots)
+        return events, suspected
 
     def _down(self) -> set[int]:
         return set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()

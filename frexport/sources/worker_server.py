@@ -266,7 +266,8 @@ class WorkerServerSource:
                 # moved since its last entries: they come when due, with their recorder times; the
                 # status alone keeps the groups' numbers, progress and pending fresh meanwhile
                 self.health.record(t.name, True, time.monotonic() - start, now_ns)
-                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True)
+                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True,
+                                stall_suspected=suspected)
             if action is Action.RESTAMP and last is not None:
                 # its status is the one its last entries came with: nothing was recorded since, seen now
                 dump, groups = replace(last, dumped_at_ns=now_ns), self._status_groups(t.rank)
@@ -308,7 +309,7 @@ class WorkerServerSource:
             dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
         self._merged[t.rank] = dump
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
-        return Snapshot(dump, t.name, now_ns, groups=groups)
+        return Snapshot(dump, t.name, now_ns, groups=groups, stall_suspected=suspected)
 
     def _status_groups(self, rank: int) -> dict[str, ProcessGroupStatus]:
         """The status read last for a rank, by group name (its recorders' last entries name the ids)."""
