@@ -68,8 +68,9 @@ class Sidecar:
                     next_analysis = time.monotonic() + self.cfg.interval
                     for f in result.new_root_causes if result is not None else ():
                         # said once per hang (a root cause that clears and returns is said again): the log
-                        # is where an operator without dashboards, or a failing test, reads what was found
-                        log.warning("found %s: %s (%s)", f.kind, f.message, f.reason, extra={"kind": f.kind})
+                        # is where an operator without dashboards, or a failing test, reads what was found.
+                        # Info, not warning: finding hangs is frexport working; its warnings are its own troubles
+                        log.info("found %s: %s (%s)", f.kind, f.message, f.reason, extra={"kind": f.kind})
                     self.ready_event.set()
                     self.gc_pacing.after_pass()
                 self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")

@@ -17,8 +17,10 @@ POLL_S, STALL_S = 1.0, 3.0
 
 
 def _serve(tmp_path, shared, stall_s: float = STALL_S):
+    # entries every poll too (status first reads a moving rank's entries every 10 s by default): a
+    # rank killed with SIGKILL leaves the entries last read, and these tests look at them
     return Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(tmp_path / "evidence"),
-                   "--poll-interval", f"{POLL_S}s", "--stall-after", f"{stall_s}s",
+                   "--poll-interval", f"{POLL_S}s", "--entries-interval", f"{POLL_S}s", "--stall-after", f"{stall_s}s",
                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log")
 
 
