@@ -36,13 +36,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ENTRIES 1000000
-#define MAX_FRAMES 512
-#define MAX_SIZE_ELEMENTS 65536
-#define MAX_DTYPES 65536
-#define MAX_DTYPE_LEN 64
-#define MAX_DURATION_MS 9e15 /* fields.MAX_DURATION_MS */
-#define MAX_DEPTH 100
+/* The field rules' constants (MAX_ENTRIES, MAX_FRAMES, MAX_SIZE_ELEMENTS, MAX_DTYPES, MAX_DTYPE_LEN,
+ * MAX_DURATION_MS), the entry fields (F_*, FIELD_NAMES) and the frame keys: generated from
+ * frexport/decode/fields.py by scripts/gen_scan_fields.py, never written here. */
+#include "_scan_fields.h"
+
+#define MAX_DEPTH 100 /* nesting of the head's plain data (materialize), the scanner's own bound */
 
 enum { T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
 
@@ -63,19 +62,6 @@ typedef struct {
     size_t start;
     uint32_t len, cap;
 } Node;
-
-/* the entry fields read, in the order of fields.V210_KEYS, then the optional ones */
-enum {
-    F_RECORD_ID, F_PG_ID, F_PROCESS_GROUP, F_SEQ, F_P2P_SEQ, F_OP_ID, F_PNAME, F_CREATED, F_STATE, F_IS_P2P,
-    F_IN_SIZES, F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_RETIRED, F_TIMEOUT, F_STARTED, F_COMPLETED,
-    F_THREAD_ID, F_THREAD_NAME, N_REQUIRED, F_DURATION = N_REQUIRED, F_FRAMES, N_FIELDS
-};
-static const char *FIELD_NAMES[N_FIELDS] = {
-    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name",
-    "time_created_ns", "state", "is_p2p", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
-    "retired", "timeout_ms", "time_discovered_started_ns", "time_discovered_completed_ns", "thread_id",
-    "thread_name", "duration_ms", "frames",
-};
 
 typedef struct { PyObject *name, *filename; int64_t line; int32_t index; } FrameSlot;
 
@@ -788,8 +774,8 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (!s.canon || !s.frames || !s.stacks || !s.kinds || !s.stack_ids || !s.kind_ids) goto done;
     for (int j = 0; j < N_FIELDS; j++)
         if (!(s.keys[j] = canon_str(&s, FIELD_NAMES[j]))) goto done;
-    if (!(s.k_name = canon_str(&s, "name")) || !(s.k_filename = canon_str(&s, "filename"))
-        || !(s.k_line = canon_str(&s, "line")) || !(s.k_entries = canon_str(&s, "entries"))
+    if (!(s.k_name = canon_str(&s, FRAME_KEY_NAME)) || !(s.k_filename = canon_str(&s, FRAME_KEY_FILENAME))
+        || !(s.k_line = canon_str(&s, FRAME_KEY_LINE)) || !(s.k_entries = canon_str(&s, ENTRIES_KEY))
         || !(s.empty = canon_str(&s, "")))
         goto done;
     if (parse(&s, &root) == 0) out = columns(&s, root);
@@ -987,4 +973,30 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+/* The constants this build was compiled with (scanned.py checks them against fields.py at import:
+ * an extension built from another version's rules is not used) */
+static int add_constants(PyObject *m) {
+    PyObject *names = PyTuple_New(N_FIELDS);
+    if (!names) return -1;
+    for (int j = 0; j < N_FIELDS; j++) {
+        PyObject *k = PyUnicode_FromString(FIELD_NAMES[j]);
+        if (!k) { Py_DECREF(names); return -1; }
+        PyTuple_SET_ITEM(names, j, k);
+    }
+    PyObject *frame_keys = Py_BuildValue("(sss)", FRAME_KEY_NAME, FRAME_KEY_FILENAME, FRAME_KEY_LINE);
+    PyObject *fields = frame_keys ? Py_BuildValue(
+        "{s:i,s:i,s:i,s:i,s:i,s:d,s:N,s:i,s:N,s:s}", "MAX_ENTRIES", MAX_ENTRIES, "MAX_FRAMES", MAX_FRAMES,
+        "MAX_SIZE_ELEMENTS", MAX_SIZE_ELEMENTS, "MAX_DTYPES", MAX_DTYPES, "MAX_DTYPE_LEN", MAX_DTYPE_LEN,
+        "MAX_DURATION_MS", MAX_DURATION_MS, "FIELD_NAMES", names, "N_REQUIRED", N_REQUIRED,
+        "FRAME_KEYS", frame_keys, "ENTRIES_KEY", ENTRIES_KEY) : NULL;
+    if (!frame_keys) Py_DECREF(names);
+    if (!fields) return -1;
+    if (PyModule_AddObject(m, "FIELDS", fields)) { Py_DECREF(fields); return -1; }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && add_constants(m)) Py_CLEAR(m);
+    return m;
+}

@@ -2,3 +2,6 @@
 # the columns hold.
 def scan(data: bytes, /) -> tuple | None: ...
 def cut_json(data: bytes, start: int, end: int, spaced: bool, /) -> tuple[list, list[int], dict] | None: ...
+
+# The constants it was compiled with (_scan_fields.h, generated from fields.py): scanned.expected_fields()
+FIELDS: dict
