@@ -88,22 +88,39 @@ class _Unusual(Exception):
     pass
 
 
-def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | None,
-                      size_bytes: int) -> RankTrace | None:
-    """The trace of a pickle dump, or None: not the common shape (or no extension), use the pure path."""
+N_INTS = 8  # numbers per entry from the scanner (_scan.c's N_INTS): seq, p2p seq, created, started,
+# completed, record_id, op_id, thread (an index into its threads)
+
+
+def columns(data: bytes) -> tuple[dict, list, array, array, array, list, list, list] | None:
+    """A pickle dump read by the compiled scanner: (top level with "entries": [], kinds, the entries'
+    kind indices array("i"), their N_INTS numbers each array("q"), durations array("d"), stacks,
+    frames, threads); None without the extension or where the dump is not the common shape. The one
+    entry point to the scanner: analyze's traces (trace_from_pickle) and the sidecar's dumps
+    (scanned_dump.dump_from_pickle, through read.decode_bytes) both read pickles through it."""
     if _scan is None:
         return None
     cols = _scan(data)
     if cols is None:
         return None
-    top, kinds, kind_of, ints, durations, stacks, frames = cols
+    top, kinds, kind_of, ints, durations, stacks, frames, threads = cols
     which = array("i")
     which.frombytes(kind_of)
     nums = array("q")
     nums.frombytes(ints)
     dur = array("d")
     dur.frombytes(durations)
-    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
+    return top, kinds, which, nums, dur, stacks, frames, threads
+
+
+def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | None,
+                      size_bytes: int) -> RankTrace | None:
+    """The trace of a pickle dump, or None: not the common shape (or no extension), use the pure path."""
+    cols = columns(data)
+    if cols is None:
+        return None
+    top, kinds, which, nums, dur, stacks, frames, _threads = cols
+    seqs, p2p_seqs, created, started, completed = (nums[k::N_INTS] for k in range(5))
     return trace_from_columns(top, kinds, which, seqs, p2p_seqs, created, started, completed, dur, stacks, frames,
                               source, "pickle", rank, dumped_at_ns, size_bytes)
 
