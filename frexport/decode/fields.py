@@ -323,11 +323,15 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
     """(the stack, innermost first, or () when not kept; the user's call site)."""
     if type(raw) is not list and type(raw) is not tuple:
         raise BadEntry("frames")
+    whole = raw  # part of the raw dump, alive meanwhile: its id is its own (a cut copy's is not)
     if len(raw) > MAX_FRAMES:
         raw = raw[:MAX_FRAMES]
     if not keep:
         return EMPTY, user_frame(raw, c)
-    hit = c.stack_of_list.get(id(raw))  # one list shared by reference (a memoized pickle): converted once
+    # one list shared by reference (a memoized pickle): converted once. By the dump's own list: the id of
+    # a cut copy is free again once it is dropped, and another entry's cut copy reused it (found by the
+    # differential test of the compiled scanner's dumps, test_scanned_dump.py)
+    hit = c.stack_of_list.get(id(whole))
     if hit is not None:
         return hit
     key = tuple(map(id, raw))
@@ -335,7 +339,7 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
     if hit is None:
         stack = tuple(c.frame_of(f)[0] for f in raw)
         hit = c.stack[key] = (stack, user_frame(raw, c))
-    c.stack_of_list[id(raw)] = hit  # the raw dump stays alive meanwhile: ids are not reused
+    c.stack_of_list[id(whole)] = hit  # the raw dump stays alive meanwhile: ids are not reused
     return hit
 
 

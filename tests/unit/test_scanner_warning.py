@@ -76,3 +76,18 @@ def test_serve_logs_a_warning_line_at_start(pure, monkeypatch, tmp_path, capsys,
     err = capsys.readouterr().err
     lines = [json.loads(line) for line in err.splitlines() if "compiled pickle scanner" in line]
     assert [(d["level"], d["msg"]) for d in lines] == [("warning", scanned.pure_path_warning())], err
+
+
+def test_jobview_logs_it_too(pure, monkeypatch, capsys, restore_logging):
+    """The job view decodes peers' pickles (call sites in its bundles): the same line."""
+    from frexport.cli import jobview
+
+    def stop(cfg):
+        raise _Stop
+
+    monkeypatch.setattr(jobview, "build_jobview", stop)
+    with pytest.raises(_Stop):
+        main(["jobview", "--peer", "http://127.0.0.1:1", "--log-format", "json"])
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in err.splitlines() if "compiled pickle scanner" in line]
+    assert [(d["level"], d["msg"]) for d in lines] == [("warning", scanned.pure_path_warning())], err

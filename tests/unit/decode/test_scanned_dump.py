@@ -134,3 +134,22 @@ def test_refused_pickles_are_still_refused():
     with pytest.raises(DecodeError) as exc:
         read.decode_bytes(data, "x")
     assert exc.value.reason == "forbidden_opcode"  # as before: the restricted unpickler's verdict
+
+
+def test_long_stacks_of_different_entries_stay_their_own():
+    """Stacks over MAX_FRAMES are cut: the pure path cached a stack by the id of the cut copy, which
+    the next entry's cut copy could reuse (it then showed another entry's frames and call site)."""
+    from frexport.decode.fields import MAX_FRAMES
+    from tests.support.synth import frame
+
+    entries = []
+    for i in range(6):
+        e = entry(i, i + 1)
+        e["frames"] = tuple([frame("step", "/job/train.py", 100 + i)] + [frame("x", "/torch/y.py", 1)] * MAX_FRAMES)
+        entries.append(e)
+    data = pickle.dumps(dump(entries, world=2), protocol=2)
+    pure = _pure(data)
+    assert [e.call_site.line for e in pure.entries] == [100 + i for i in range(6)]
+    assert all(len(e.frames) == MAX_FRAMES and e.frames[0].line == e.call_site.line for e in pure.entries)
+    if scanned.available():
+        assert scanned_dump.dump_from_pickle(data, "x", 3, 7) == pure
