@@ -14,7 +14,7 @@ outside its opcode allow-list (every opcode safe_pickle refuses is outside it), 
 module where a field rule refuses a kind; the caller then takes the pure path (safe_pickle +
 fast_trace), which decodes, refuses or explains exactly as before. Without the extension (no
 compiler at install time, or one built from other field rules than fields.py) `available()` is False,
-`status()` says why (`frexport --version`, and a warning when analyze or serve starts), and only the
+`status()` says why (`frexport --version`, and a warning when analyze, serve or jobview starts), and only the
 speed changes. A property test checks that both paths build identical traces.
 """
 
@@ -76,7 +76,7 @@ def status() -> str:
 
 
 def pure_path_warning() -> str | None:
-    """The line analyze and serve log when they start without the compiled scanner; None with it."""
+    """The line analyze, serve and jobview log when they start without the compiled scanner; None with it."""
     if _scan is not None:
         return None
     return (f"the compiled pickle scanner is not in use: {_why_not or 'turned off'}. Pickle dumps are decoded on "
