@@ -1,10 +1,13 @@
 """The optional compiled scanner (frexport/decode/_scan.c). Everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler (or Python headers) the build warns and goes on, and frexport
-runs on its pure-Python path (frexport.decode.scanned.available() is then False).
+runs on its pure-Python path (frexport.decode.scanned.available() is then False; `frexport --version`
+and the log of `analyze` and `serve` say so). _scan_fields.h is generated from frexport/decode/fields.py
+(scripts/gen_scan_fields.py); releases build manylinux wheels with scripts/build_wheels.sh.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("frexport.decode._scan", ["frexport/decode/_scan.c"], optional=True,
+                             depends=["frexport/decode/_scan_fields.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"])])

@@ -224,6 +224,27 @@ def run_json_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: 
     return bad
 
 
+def _dumps(data: bytes, keep_frames: bool) -> tuple[object, object]:
+    """(scanned_dump's dump or its DecodeError's reason or None, normalize's of the pure path or its reason)."""
+    from frexport.decode.errors import DecodeError
+    from frexport.decode.normalize import normalize
+    from frexport.decode.safe_pickle import loads_plain
+    from frexport.decode.scanned_dump import dump_from_pickle
+
+    try:
+        fast: object = dump_from_pickle(data, "x", 0, 1, keep_frames=keep_frames)
+    except DecodeError as exc:
+        fast = exc.reason
+    if fast is None:
+        return None, None
+    try:
+        pure: object = normalize(loads_plain(data, "x"), "x", "pickle", rank=0, dumped_at_ns=1, size_bytes=len(data),
+                                 keep_frames=keep_frames)
+    except DecodeError as exc:
+        pure = exc.reason
+    return fast, pure
+
+
 def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str | None) -> int:
     """In the sanitized child: scan `count` inputs of this seed; returns the number of mismatches."""
     ext = _load(so)
@@ -256,6 +277,10 @@ def run_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str |
         if fast != pure:
             bad += 1
             _keep_mismatch(crash_dir, seed, i, data, f"scanner {fast!r:.200} pure {pure!r:.200}")
+        fast_dump, pure_dump = _dumps(data, keep_frames=i % 2 == 0)  # the sidecar's RankDump path too
+        if fast_dump is not None and fast_dump != pure_dump:
+            bad += 1
+            _keep_mismatch(crash_dir, seed, i, data, f"dump: scanner {fast_dump!r:.200} pure {pure_dump!r:.200}")
     print(f"chunk {seed}: {answered} of {count - count // check_every} inputs scanned to columns "
           f"(the rest: None), sanitizer runtime {_sanitizer()}", flush=True)
     return bad

@@ -14,6 +14,7 @@ from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.looks import decide, gap_seconds, look_dirs, progress
 from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.cli.analyze_jobs import load_jobs
+from frexport.decode import scanned
 from frexport.decode.discover import default_locations
 from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
@@ -39,6 +40,8 @@ def run_analyze(args: argparse.Namespace) -> int:
             print(f"frexport analyze: {p}: no such file or directory (nor files starting with that prefix)",
                   file=sys.stderr)
         return 2
+    if (pure := scanned.pure_path_warning()) is not None:
+        print(f"frexport analyze: warning: {pure}", file=sys.stderr)
     limits = Limits(require_memory_limit=not getattr(args, "allow_no_memory_limit", False))
     looks = look_dirs(paths[0]) if len(paths) == 1 else []
     try:

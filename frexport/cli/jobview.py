@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from frexport import logs
 from frexport.cli.serve import start_web
 from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
+from frexport.decode import scanned
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceWriter
 from frexport.export.job_evidence import JobEvidenceSink
@@ -51,6 +52,8 @@ def run_jobview(args: argparse.Namespace) -> int:
         print("frexport jobview: configuration is valid", file=sys.stderr)
         return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
+    if (pure := scanned.pure_path_warning()) is not None:  # it decodes peers' pickles (call sites)
+        log.warning("%s", pure)
     try:
         sidecar, registry = build_jobview(cfg)
         sidecar.decoder.start()

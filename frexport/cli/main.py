@@ -52,9 +52,28 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _Version(argparse.Action):
+    """`frexport X.Y.Z (compiled scanner: yes)`, or `no - <why>`: whether pickles take the fast path."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and whether the compiled "
+                         "scanner is in use, and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values,
+                 option_string: str | None = None) -> None:
+        from frexport.decode import scanned  # imported only when asked: the CLI starts without it
+
+        print(version_line(scanned.status()))
+        parser.exit()
+
+
+def version_line(scanner: str) -> str:
+    return f"frexport {__version__} (compiled scanner: {scanner})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="frexport", description="PyTorch Flight Recorder exporter and analyzer")
-    p.add_argument("--version", action="version", version=f"frexport {__version__}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="diagnose a directory of Flight Recorder dumps (post-mortem)",

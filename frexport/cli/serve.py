@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from frexport import logs
 from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
+from frexport.decode import scanned
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
 from frexport.export.evidence import EvidenceSink, EvidenceWriter
 from frexport.export.prometheus import Bounds, sidecar_registry
@@ -86,6 +87,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print("frexport serve: configuration is valid", file=sys.stderr)
         return 0
     log = logs.setup(cfg.log.format, cfg.log.level)
+    if (pure := scanned.pure_path_warning()) is not None:
+        log.warning("%s", pure)
     sidecar, registry = build_sidecar(cfg)
     try:
         sidecar.decoder.start()  # says now, not at the first hostile file, whether memory is bounded

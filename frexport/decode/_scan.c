@@ -7,18 +7,20 @@
  * values (no Python object per int, per container, per frame dict), then reads the dump's entries
  * into columns (see docs/performance.md, "The compiled scanner"):
  *
- *   (head, kinds, kind_of, ints, durations, stacks, frames)
+ *   (head, kinds, kind_of, ints, durations, stacks, frames, threads)
  *   head       the top-level dict as plain Python data, "entries" replaced by []
  *   kinds      list of (pg_name, pg_desc, pg_id, is_p2p, profiling_name, state, retired,
  *              input_sizes, output_sizes, input_dtypes, output_dtypes, stack, timeout_ms): the
  *              distinct categorical parts of the entries; sizes are tuples of tuples, dtypes tuples
  *              of str, stack an index into stacks or -1 (no frames), timeout_ms an int or None
  *   kind_of    bytes, one native int32 per entry: its kind
- *   ints       bytes, five native int64 per entry: collective_seq_id, p2p_seq_id, time_created_ns,
- *              time_discovered_started_ns, time_discovered_completed_ns (0 where PyTorch wrote None)
+ *   ints       bytes, eight native int64 per entry: collective_seq_id, p2p_seq_id, time_created_ns,
+ *              time_discovered_started_ns, time_discovered_completed_ns (0 where PyTorch wrote None),
+ *              record_id, op_id, and its thread: an index into threads
  *   durations  bytes, one native double per entry: duration_ms as fields.duration_ms reads it, NaN = None
  *   stacks     list of tuples of frame indices (at most fields.MAX_FRAMES, innermost first)
  *   frames     list of (name, filename, line), or None for a frame that is not a well-formed dict
+ *   threads    list of the distinct (thread_id, thread_name)
  *
  * Safety: only an allow-list of plain-data opcodes is understood (PROTO 2-5, FRAME, STOP, MARK,
  * NONE, NEWTRUE, NEWFALSE, BININT*, LONG1 up to 8 bytes, BINFLOAT, *BINUNICODE*, EMPTY_LIST/DICT/
@@ -36,13 +38,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ENTRIES 1000000
-#define MAX_FRAMES 512
-#define MAX_SIZE_ELEMENTS 65536
-#define MAX_DTYPES 65536
-#define MAX_DTYPE_LEN 64
-#define MAX_DURATION_MS 9e15 /* fields.MAX_DURATION_MS */
-#define MAX_DEPTH 100
+/* The field rules' constants (MAX_ENTRIES, MAX_FRAMES, MAX_SIZE_ELEMENTS, MAX_DTYPES, MAX_DTYPE_LEN,
+ * MAX_DURATION_MS), the entry fields (F_*, FIELD_NAMES) and the frame keys: generated from
+ * frexport/decode/fields.py by scripts/gen_scan_fields.py, never written here. */
+#include "_scan_fields.h"
+
+#define N_INTS 8 /* numbers per entry in `ints` (scanned.N_INTS) */
+#define MAX_DEPTH 100 /* nesting of the head's plain data (materialize), the scanner's own bound */
 
 enum { T_NONE, T_BOOL, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
 
@@ -64,19 +66,6 @@ typedef struct {
     uint32_t len, cap;
 } Node;
 
-/* the entry fields read, in the order of fields.V210_KEYS, then the optional ones */
-enum {
-    F_RECORD_ID, F_PG_ID, F_PROCESS_GROUP, F_SEQ, F_P2P_SEQ, F_OP_ID, F_PNAME, F_CREATED, F_STATE, F_IS_P2P,
-    F_IN_SIZES, F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_RETIRED, F_TIMEOUT, F_STARTED, F_COMPLETED,
-    F_THREAD_ID, F_THREAD_NAME, N_REQUIRED, F_DURATION = N_REQUIRED, F_FRAMES, N_FIELDS
-};
-static const char *FIELD_NAMES[N_FIELDS] = {
-    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name",
-    "time_created_ns", "state", "is_p2p", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
-    "retired", "timeout_ms", "time_discovered_started_ns", "time_discovered_completed_ns", "thread_id",
-    "thread_name", "duration_ms", "frames",
-};
-
 typedef struct { PyObject *name, *filename; int64_t line; int32_t index; } FrameSlot;
 
 typedef struct {
@@ -90,7 +79,9 @@ typedef struct {
     PyObject *k_name, *k_filename, *k_line, *k_entries, *empty;
     FrameSlot *fslots;
     size_t fslot_cap;
-    PyObject *frames, *stacks, *stack_ids, *kinds, *kind_ids;
+    PyObject *frames, *stacks, *stack_ids, *kinds, *kind_ids, *threads, *thread_ids;
+    PyObject *last_tid, *last_tname; /* the thread of the last entry read, and its index */
+    Py_ssize_t last_thread;
     int32_t invalid_frame;
     int phase2;
 } Scan;
@@ -615,7 +606,24 @@ static PyObject *make_kind(Scan *s, void *arg) {
     return k;
 }
 
-/* one entry: its kind index, or -1 (not for us), -3 (error) */
+static PyObject *make_thread(Scan *s, void *arg) {
+    PyObject **pair = arg;
+    return PyTuple_Pack(2, pair[0], pair[1]);
+}
+
+/* the index of (thread_id, thread_name) in s->threads: entries repeat their thread, so the last one is
+ * kept; -1 on error */
+static Py_ssize_t thread_index(Scan *s, PyObject *tid, PyObject *tname) {
+    if (tid == s->last_tid && tname == s->last_tname) return s->last_thread;
+    int64_t key[2] = {(int64_t)(uintptr_t)tid, (int64_t)(uintptr_t)tname};
+    PyObject *pair[2] = {tid, tname};
+    Py_ssize_t i = intern_key(s->thread_ids, s->threads, PyBytes_FromStringAndSize((const char *)key, sizeof key),
+                              make_thread, s, pair);
+    if (i >= 0) { s->last_tid = tid; s->last_tname = tname; s->last_thread = i; }
+    return i;
+}
+
+/* one entry: its kind index, or -1 (not for us), -3 (error); its N_INTS numbers into ints */
 static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     if (e.t != T_DICT) return -1;
     Node *n = &nodes[e.u.node];
@@ -685,6 +693,11 @@ static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     ints[2] = f[F_CREATED]->u.i;
     ints[3] = f[F_STARTED]->t == T_INT && f[F_STARTED]->u.i > 0 ? f[F_STARTED]->u.i : 0;
     ints[4] = f[F_COMPLETED]->t == T_INT && f[F_COMPLETED]->u.i > 0 ? f[F_COMPLETED]->u.i : 0;
+    ints[5] = f[F_RECORD_ID]->u.i;
+    ints[6] = f[F_OP_ID]->u.i;
+    Py_ssize_t thread = thread_index(s, f[F_THREAD_ID]->u.s, f[F_THREAD_NAME]->u.s);
+    if (thread < 0) return -3;
+    ints[7] = thread;
     return kind;
 }
 
@@ -710,7 +723,7 @@ static PyObject *columns(Scan *s, Val root) {
     s->phase2 = 1;
     PyObject *head = materialize(s, root, 0);
     PyObject *kind_of = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 4);
-    PyObject *ints = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 5 * 8);
+    PyObject *ints = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * N_INTS * 8);
     PyObject *durs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * 8);
     PyObject *out = NULL;
     if (!head || !kind_of || !ints || !durs) goto done;
@@ -718,11 +731,11 @@ static PyObject *columns(Scan *s, Val root) {
     int64_t *iv = (int64_t *)PyBytes_AS_STRING(ints);
     double *dv = (double *)PyBytes_AS_STRING(durs);
     for (uint32_t i = 0; i < count; i++) {
-        Py_ssize_t k = read_entry(s, ITEMS(en)[i], iv + 5 * (size_t)i, dv + i);
+        Py_ssize_t k = read_entry(s, ITEMS(en)[i], iv + N_INTS * (size_t)i, dv + i);
         if (k < 0) goto done;
         ko[i] = (int32_t)k;
     }
-    out = PyTuple_Pack(7, head, s->kinds, kind_of, ints, durs, s->stacks, s->frames);
+    out = PyTuple_Pack(8, head, s->kinds, kind_of, ints, durs, s->stacks, s->frames, s->threads);
 done:
     Py_XDECREF(head);
     Py_XDECREF(kind_of);
@@ -756,6 +769,8 @@ static void scan_free(Scan *s) {
     Py_XDECREF(s->stack_ids);
     Py_XDECREF(s->kinds);
     Py_XDECREF(s->kind_ids);
+    Py_XDECREF(s->threads);
+    Py_XDECREF(s->thread_ids);
     Py_XDECREF(s->canon); /* last: it owns every string the above borrow */
 }
 
@@ -785,11 +800,15 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     s.kinds = PyList_New(0);
     s.stack_ids = PyDict_New();
     s.kind_ids = PyDict_New();
-    if (!s.canon || !s.frames || !s.stacks || !s.kinds || !s.stack_ids || !s.kind_ids) goto done;
+    s.threads = PyList_New(0);
+    s.thread_ids = PyDict_New();
+    if (!s.canon || !s.frames || !s.stacks || !s.kinds || !s.stack_ids || !s.kind_ids || !s.threads
+        || !s.thread_ids)
+        goto done;
     for (int j = 0; j < N_FIELDS; j++)
         if (!(s.keys[j] = canon_str(&s, FIELD_NAMES[j]))) goto done;
-    if (!(s.k_name = canon_str(&s, "name")) || !(s.k_filename = canon_str(&s, "filename"))
-        || !(s.k_line = canon_str(&s, "line")) || !(s.k_entries = canon_str(&s, "entries"))
+    if (!(s.k_name = canon_str(&s, FRAME_KEY_NAME)) || !(s.k_filename = canon_str(&s, FRAME_KEY_FILENAME))
+        || !(s.k_line = canon_str(&s, FRAME_KEY_LINE)) || !(s.k_entries = canon_str(&s, ENTRIES_KEY))
         || !(s.empty = canon_str(&s, "")))
         goto done;
     if (parse(&s, &root) == 0) out = columns(&s, root);
@@ -987,4 +1006,30 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+/* The constants this build was compiled with (scanned.py checks them against fields.py at import:
+ * an extension built from another version's rules is not used) */
+static int add_constants(PyObject *m) {
+    PyObject *names = PyTuple_New(N_FIELDS);
+    if (!names) return -1;
+    for (int j = 0; j < N_FIELDS; j++) {
+        PyObject *k = PyUnicode_FromString(FIELD_NAMES[j]);
+        if (!k) { Py_DECREF(names); return -1; }
+        PyTuple_SET_ITEM(names, j, k);
+    }
+    PyObject *frame_keys = Py_BuildValue("(sss)", FRAME_KEY_NAME, FRAME_KEY_FILENAME, FRAME_KEY_LINE);
+    PyObject *fields = frame_keys ? Py_BuildValue(
+        "{s:i,s:i,s:i,s:i,s:i,s:d,s:N,s:i,s:N,s:s}", "MAX_ENTRIES", MAX_ENTRIES, "MAX_FRAMES", MAX_FRAMES,
+        "MAX_SIZE_ELEMENTS", MAX_SIZE_ELEMENTS, "MAX_DTYPES", MAX_DTYPES, "MAX_DTYPE_LEN", MAX_DTYPE_LEN,
+        "MAX_DURATION_MS", MAX_DURATION_MS, "FIELD_NAMES", names, "N_REQUIRED", N_REQUIRED,
+        "FRAME_KEYS", frame_keys, "ENTRIES_KEY", ENTRIES_KEY) : NULL;
+    if (!frame_keys) Py_DECREF(names);
+    if (!fields) return -1;
+    if (PyModule_AddObject(m, "FIELDS", fields)) { Py_DECREF(fields); return -1; }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && add_constants(m)) Py_CLEAR(m);
+    return m;
+}

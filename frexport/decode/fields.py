@@ -30,6 +30,7 @@ MAX_FRAMES = 512
 MAX_SIZE_ELEMENTS = 65_536  # dims summed over all tensors of one entry
 MAX_DTYPES = 65_536
 MAX_NAME = 4096  # profiling_name
+MAX_DTYPE_LEN = 64  # a dtype's name is shorter
 
 # The keys every 2.10 dump writes (pickle and JSON); one C-level call fetches them all.
 V210_KEYS = (
@@ -39,8 +40,16 @@ V210_KEYS = (
     "thread_name",
 )
 get_v210 = itemgetter(*V210_KEYS)
+# Read where present: duration_ms (NCCL with timing), frames (pickles with stacks).
+OPTIONAL_KEYS = ("duration_ms", "frames")
+# A stack frame's fields (Caches.frame_of) and the top-level key of the entries.
+FRAME_KEYS = ("name", "filename", "line")
+ENTRIES_KEY = "entries"
+# The compiled scanner (_scan.c) takes every constant above from _scan_fields.h, which
+# scripts/gen_scan_fields.py writes from this module; a unit test keeps the two equal.
 
 EMPTY: tuple = ()
+_NAME, _FILENAME, _LINE = FRAME_KEYS
 
 
 class BadEntry(Exception):
@@ -230,7 +239,7 @@ class Caches:
         if hit is None:
             if type(raw) is not dict:
                 raise BadEntry("frames")
-            name, filename, line = raw.get("name", ""), raw.get("filename", ""), raw.get("line", 0)
+            name, filename, line = raw.get(_NAME, ""), raw.get(_FILENAME, ""), raw.get(_LINE, 0)
             if type(name) is not str or type(filename) is not str or type(line) is not int:
                 raise BadEntry("frames")
             fr = Frame(name, filename, line)
@@ -302,7 +311,7 @@ def dtypes(raw: Any, c: Caches) -> tuple[str, ...]:
         raise BadEntry("dtypes")
     hit = c.dtypes.get(key)
     if hit is None:
-        if not all(len(d) < 64 for d in key):
+        if not all(len(d) < MAX_DTYPE_LEN for d in key):
             raise BadEntry("dtypes")
         hit = c.dtypes[key] = key
         if len(key) == 1:
@@ -314,11 +323,15 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
     """(the stack, innermost first, or () when not kept; the user's call site)."""
     if type(raw) is not list and type(raw) is not tuple:
         raise BadEntry("frames")
+    whole = raw  # part of the raw dump, alive meanwhile: its id is its own (a cut copy's is not)
     if len(raw) > MAX_FRAMES:
         raw = raw[:MAX_FRAMES]
     if not keep:
         return EMPTY, user_frame(raw, c)
-    hit = c.stack_of_list.get(id(raw))  # one list shared by reference (a memoized pickle): converted once
+    # one list shared by reference (a memoized pickle): converted once. By the dump's own list: the id of
+    # a cut copy is free again once it is dropped, and another entry's cut copy reused it (found by the
+    # differential test of the compiled scanner's dumps, test_scanned_dump.py)
+    hit = c.stack_of_list.get(id(whole))
     if hit is not None:
         return hit
     key = tuple(map(id, raw))
@@ -326,7 +339,7 @@ def frames(raw: Any, c: Caches, keep: bool) -> tuple[tuple[Frame, ...], Frame | 
     if hit is None:
         stack = tuple(c.frame_of(f)[0] for f in raw)
         hit = c.stack[key] = (stack, user_frame(raw, c))
-    c.stack_of_list[id(raw)] = hit  # the raw dump stays alive meanwhile: ids are not reused
+    c.stack_of_list[id(whole)] = hit  # the raw dump stays alive meanwhile: ids are not reused
     return hit
 
 

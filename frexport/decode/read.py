@@ -1,7 +1,9 @@
 """Bytes or files in, `RankDump` out: format sniffing, size caps and clear errors.
 
 Pickle and JSON are told apart by their first byte, not the file name: PyTorch
-writes pickles without an extension and people rename files.
+writes pickles without an extension and people rename files. A pickle is read by
+the compiled scanner where it is built and the dump has the common shape
+(scanned_dump.py, the scanner analyze uses), else by the restricted unpickler.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import stat
 from frexport.decode.errors import DecodeError
 from frexport.decode.normalize import MAX_ENTRIES, normalize
 from frexport.decode.safe_pickle import loads_plain
+from frexport.decode.scanned_dump import dump_from_pickle
 from frexport.model.dump import RankDump
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
@@ -32,6 +35,10 @@ def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns
     fmt = sniff_format(data[:64])
     if only is not None and fmt != only:
         raise DecodeError(source, "unexpected_format", f"expected {only}, got something else")
+    if fmt == "pickle":  # the compiled scanner first, as analyze reads pickles (None: the pure path)
+        dump = dump_from_pickle(data, source, rank, dumped_at_ns, keep_frames, max_entries, recorder)
+        if dump is not None:
+            return dump
     raw = _json(data, source) if fmt == "json" else loads_plain(data, source)
     return normalize(raw, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns, size_bytes=len(data),
                      keep_frames=keep_frames, previous=previous, max_entries=max_entries, recorder=recorder)
@@ -39,9 +46,8 @@ def decode_bytes(data: bytes, source: str, rank: int | None = None, dumped_at_ns
 
 def decode_file(path: str, rank: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                 keep_frames: bool = True, follow_symlinks: bool = True) -> RankDump:
-    raw, fmt, st = read_raw(path, max_bytes, follow_symlinks)
-    return normalize(raw, path, fmt, rank=rank, dumped_at_ns=st.st_mtime_ns, size_bytes=st.st_size,
-                     keep_frames=keep_frames)
+    data, st = read_checked(path, max_bytes, follow_symlinks)
+    return decode_bytes(data, path, rank=rank, dumped_at_ns=st.st_mtime_ns, keep_frames=keep_frames)
 
 
 def read_raw(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks: bool = True) -> tuple:

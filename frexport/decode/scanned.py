@@ -13,16 +13,19 @@ It only ever accepts less: the scanner returns None for anything outside the com
 outside its opcode allow-list (every opcode safe_pickle refuses is outside it), and so does this
 module where a field rule refuses a kind; the caller then takes the pure path (safe_pickle +
 fast_trace), which decodes, refuses or explains exactly as before. Without the extension (no
-compiler at install time) `available()` is False and nothing changes. A property test checks that
-both paths build identical traces.
+compiler at install time, or one built from other field rules than fields.py) `available()` is False,
+`status()` says why (`frexport --version`, and a warning when analyze, serve or jobview starts), and only the
+speed changes. A property test checks that both paths build identical traces.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
+from importlib import import_module
 from itertools import compress
 
+from frexport.decode import fields
 from frexport.decode.fields import (
     BadEntry,
     Caches,
@@ -39,38 +42,85 @@ from frexport.model.outcome import SAMPLE, settled, shows_completion
 from frexport.model.rank_trace import RankTrace, add_columns, add_rows, recorder_times
 from frexport.model.signature import OpSignature
 
-try:
-    from frexport.decode._scan import scan as _compiled_scan
-except ImportError:  # installed without a compiler: the pure path does everything
-    _compiled_scan = None  # type: ignore[assignment]  # (the optional extension's usual fallback)
 
-_scan: Callable[[bytes], tuple | None] | None = _compiled_scan
+def expected_fields() -> dict:
+    """What the extension must have been compiled with (its `FIELDS`, from _scan_fields.h): fields.py's."""
+    return {"MAX_ENTRIES": fields.MAX_ENTRIES, "MAX_FRAMES": fields.MAX_FRAMES,
+            "MAX_SIZE_ELEMENTS": fields.MAX_SIZE_ELEMENTS, "MAX_DTYPES": fields.MAX_DTYPES,
+            "MAX_DTYPE_LEN": fields.MAX_DTYPE_LEN, "MAX_DURATION_MS": fields.MAX_DURATION_MS,
+            "FIELD_NAMES": (*fields.V210_KEYS, *fields.OPTIONAL_KEYS), "N_REQUIRED": len(fields.V210_KEYS),
+            "FRAME_KEYS": fields.FRAME_KEYS, "ENTRIES_KEY": fields.ENTRIES_KEY}
+
+
+def _load() -> tuple[Callable[[bytes], tuple | None] | None, str]:
+    """(the compiled scan, "") or (None, why it is not used)."""
+    try:
+        ext = import_module("frexport.decode._scan")
+    except ImportError as exc:  # installed without a compiler: the pure path does everything
+        return None, f"not built ({exc}; no C compiler at install time?)"
+    if getattr(ext, "FIELDS", None) != expected_fields():
+        return None, "built from other field rules than frexport/decode/fields.py (rebuild it)"
+    return ext.scan, ""
+
+
+_scan, _why_not = _load()
 
 
 def available() -> bool:
     return _scan is not None
 
 
+def status() -> str:
+    """One line for `frexport --version` and the logs: "yes", or "no - <why>"."""
+    return "yes" if _scan is not None else f"no - {_why_not or 'turned off'}"
+
+
+def pure_path_warning() -> str | None:
+    """The line analyze, serve and jobview log when they start without the compiled scanner; None with it."""
+    if _scan is not None:
+        return None
+    return (f"the compiled pickle scanner is not in use: {_why_not or 'turned off'}. Pickle dumps are decoded on "
+            "the pure-Python path (the same results, about 2.5x the CPU); install a manylinux wheel of frexport, "
+            "or build it with a C compiler and Python's headers (`frexport --version` says which is in use)")
+
+
 class _Unusual(Exception):
     pass
 
 
-def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | None,
-                      size_bytes: int) -> RankTrace | None:
-    """The trace of a pickle dump, or None: not the common shape (or no extension), use the pure path."""
+N_INTS = 8  # numbers per entry from the scanner (_scan.c's N_INTS): seq, p2p seq, created, started,
+# completed, record_id, op_id, thread (an index into its threads)
+
+
+def columns(data: bytes) -> tuple[dict, list, array, array, array, list, list, list] | None:
+    """A pickle dump read by the compiled scanner: (top level with "entries": [], kinds, the entries'
+    kind indices array("i"), their N_INTS numbers each array("q"), durations array("d"), stacks,
+    frames, threads); None without the extension or where the dump is not the common shape. The one
+    entry point to the scanner: analyze's traces (trace_from_pickle) and the sidecar's dumps
+    (scanned_dump.dump_from_pickle, through read.decode_bytes) both read pickles through it."""
     if _scan is None:
         return None
     cols = _scan(data)
     if cols is None:
         return None
-    top, kinds, kind_of, ints, durations, stacks, frames = cols
+    top, kinds, kind_of, ints, durations, stacks, frames, threads = cols
     which = array("i")
     which.frombytes(kind_of)
     nums = array("q")
     nums.frombytes(ints)
     dur = array("d")
     dur.frombytes(durations)
-    seqs, p2p_seqs, created, started, completed = (nums[k::5] for k in range(5))
+    return top, kinds, which, nums, dur, stacks, frames, threads
+
+
+def trace_from_pickle(data: bytes, source: str, rank: int, dumped_at_ns: int | None,
+                      size_bytes: int) -> RankTrace | None:
+    """The trace of a pickle dump, or None: not the common shape (or no extension), use the pure path."""
+    cols = columns(data)
+    if cols is None:
+        return None
+    top, kinds, which, nums, dur, stacks, frames, _threads = cols
+    seqs, p2p_seqs, created, started, completed = (nums[k::N_INTS] for k in range(5))
     return trace_from_columns(top, kinds, which, seqs, p2p_seqs, created, started, completed, dur, stacks, frames,
                               source, "pickle", rank, dumped_at_ns, size_bytes)
 

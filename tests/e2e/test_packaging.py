@@ -83,7 +83,7 @@ def test_installed_wheel_runs_away_from_the_checkout(installed, tmp_path):
     assert str(installed.parent) in where.stdout and str(ROOT) not in where.stdout, where.stdout + where.stderr
 
     r = _run([installed / "frexport", "--version"], cwd=tmp_path, env=env)
-    assert (r.returncode, r.stdout) == (0, f"frexport {VERSION}\n"), r.stderr
+    assert (r.returncode, r.stdout) == (0, f"frexport {VERSION} (compiled scanner: yes)\n"), r.stderr
 
     r = _run([installed / "frexport", "analyze", REAL_FIXTURES / "stuck_before_collective"], cwd=tmp_path, env=env)
     assert r.returncode == 1, r.stdout + r.stderr  # 1: findings
@@ -124,6 +124,9 @@ def test_sdist_installs_and_analyzes_without_a_compiler(dists, tmp_path):
     r = _run([bin_ / "python", "-c", "from frexport.decode import scanned; print(scanned.available())"],
              cwd=tmp_path, env=_clean_env())
     assert r.stdout == "False\n", r.stdout + r.stderr
+    r = _run([bin_ / "frexport", "--version"], cwd=tmp_path, env=_clean_env())
+    assert r.stdout.startswith(f"frexport {VERSION} (compiled scanner: no - not built ("), r.stdout + r.stderr
     r = _run([bin_ / "frexport", "analyze", REAL_FIXTURES / "stuck_before_collective"], cwd=tmp_path, env=_clean_env())
     assert r.returncode == 1, r.stdout + r.stderr
+    assert "frexport analyze: warning: the compiled pickle scanner is not in use" in r.stderr  # said, once
     assert "missing_rank [root cause]" in r.stdout and "rank 2 has not issued all_reduce" in r.stdout

@@ -11,6 +11,7 @@ import frexport
 from frexport.cli.main import main
 from frexport.cli.serve import build_sidecar
 from frexport.config import Config, DumpDir
+from frexport.decode import scanned
 from tests.support.paths import ROOT
 
 VERSION = re.search(r'^__version__ = "([^"]+)"$', (ROOT / "frexport" / "__init__.py").read_text(), re.M)[1]
@@ -24,10 +25,17 @@ def test_version_is_semver_and_written_nowhere_else():
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "frexport.__version__"}
 
 
-def test_cli_version_shows_it(capsys):
+def test_cli_version_shows_it_and_whether_the_compiled_scanner_is_in_use(capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
-    assert e.value.code == 0 and capsys.readouterr().out == f"frexport {VERSION}\n"
+    expect = "yes" if scanned.available() else "no - "
+    assert e.value.code == 0 and capsys.readouterr().out.startswith(f"frexport {VERSION} (compiled scanner: {expect}")
+    monkeypatch.setattr(scanned, "_scan", None)
+    monkeypatch.setattr(scanned, "_why_not", "not built (No module named 'frexport.decode._scan')")
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == (
+        f"frexport {VERSION} (compiled scanner: no - not built (No module named 'frexport.decode._scan'))\n")
 
 
 def test_build_info_metric_shows_it(tmp_path):
