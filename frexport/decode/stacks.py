@@ -134,6 +134,14 @@ def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], 
     return threads, args
 
 
+def rank_threads(texts: dict[str, str]) -> list[tuple[Frame, ...]]:
+    """A rank's threads from the stack texts fetched for it, by kind (a bundle's
+    `stacks/rank_<r>.<kind>.txt`: "traceback", "pyspy_dump"): faulthandler's where they hold a Python
+    frame, else py-spy's, as `read_stack_dir` prefers them."""
+    threads = parse_traceback(texts.get("traceback", "")[:_MAX_BYTES])
+    return threads or parse_pyspy(texts.get("pyspy_dump", "")[:_MAX_BYTES])[0]
+
+
 def read_stack_dirs(paths: list[str]) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
     """`read_stack_dir` of every directory among `paths` (files are skipped), later ones winning."""
     threads: dict[int, list[tuple[Frame, ...]]] = {}

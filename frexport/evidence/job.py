@@ -22,7 +22,7 @@ from frexport.analysis.report import render_text
 from frexport.evidence.bundle import Bundle, BundleWriter
 from frexport.evidence.fetch import Raw, Stacks, job_wanted, split
 from frexport.evidence.sink import IncidentSink
-from frexport.evidence.where import hang_line, where_ranks
+from frexport.evidence.where import now_line, where_ranks
 from frexport.live.sink import Pass
 from frexport.model.dump import RankDump
 from frexport.model.peer_rows import collision_text
@@ -75,7 +75,7 @@ class JobEvidenceSink(IncidentSink):
         dumps = {**p.dumps, **framed}
         diagnosis = self._reanalyze(dumps, p) or p.result.diagnosis
         where = where_ranks(dumps, framed, stacks, set(culprits))
-        hangs = {r: line for r in culprits if (line := hang_line(stacks.get(r, {}).get("traceback", "")))}
+        hangs = {r: line for r in culprits if (line := now_line(stacks.get(r, {})))}
         head = ["where the ranks are:"] + [f"  {w}" for w in where]
         head += [f"rank {r} hangs at {line} (from its stack)" for r, line in sorted(hangs.items())]
         # ranks two peers claim (sources/peers.py): the bundle says whose claim it used, so a reader can

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 from frexport.analysis.engine import format_ranks
 from frexport.analysis.whereabouts import now_frame
-from frexport.decode.stacks import parse_traceback
+from frexport.decode.stacks import rank_threads
 from frexport.evidence.fetch import Stacks
 from frexport.model.call_site import frame_text, site_text
 from frexport.model.dump import Entry, RankDump
 
 
+def now_line(texts: dict[str, str]) -> str | None:
+    """The user's line a rank is on, from the stack texts fetched for it (its traceback, else py-spy's)."""
+    frame = now_frame(rank_threads(texts))
+    return frame_text(frame) if frame is not None else None
+
+
 def hang_line(traceback: str) -> str | None:
     """The user's line a rank is on, from its faulthandler traceback (PyTorch's dump_traceback)."""
-    frame = now_frame(parse_traceback(traceback))
-    return frame_text(frame) if frame is not None else None
+    return now_line({"traceback": traceback})
 
 
 def where_ranks(dumps: dict[int, RankDump], framed: dict[int, RankDump], stacks: Stacks,
@@ -40,7 +45,7 @@ def where_ranks(dumps: dict[int, RankDump], framed: dict[int, RankDump], stacks:
             last = d.entries[-1] if d.entries else None
             key = (f"after {last.op} ({_coll(last)} of group {last.pg_name} ({last.pg_desc}))" if last
                    else "before any collective")
-            line = hang_line(stacks.get(rank, {}).get("traceback", ""))
+            line = now_line(stacks.get(rank, {}))
             key += f", now at {line}" if line else ", next (stack not fetched)"
         groups.setdefault(key, []).append(rank)
     out = []

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 from frexport.analysis.whereabouts import now_frame, place
 from frexport.config import Analysis
 from frexport.decode.read import decode_bytes
-from frexport.decode.stacks import parse_traceback
+from frexport.decode.stacks import parse_pyspy, parse_traceback
 from frexport.evidence.job import JobEvidenceSink
 from frexport.evidence.report import bundle_report
 from frexport.evidence.sink import EvidenceSink
-from frexport.evidence.where import hang_line
+from frexport.evidence.where import hang_line, now_line
 from frexport.export.evidence import EvidenceWriter
 from frexport.live.diagnosis import LiveAnalysis
 from frexport.live.sink import Pass
@@ -86,3 +86,14 @@ def test_every_captured_stack_reads_the_same_in_both_bundles():
         where, line = place(parse_traceback(text)), hang_line(text)
         assert (where is None) == (line is None), path
         assert where is None or where.startswith(f"{line}, "), (path, where, line)
+
+
+def test_a_rank_with_only_py_spys_stack_reads_the_same_in_both_bundles():
+    """The pod bundle reads py-spy's dump where a rank has no traceback (decode/stacks.py); so does
+    the job bundle's summary."""
+    texts = sorted(REAL_FIXTURES.glob("**/stacks/rank_*.pyspy_dump.txt"))
+    assert texts
+    for path in texts:
+        text = path.read_text(errors="replace")
+        where, line = place(parse_pyspy(text)[0]), now_line({"pyspy_dump": text})
+        assert line is not None and where is not None and where.startswith(f"{line}, "), (path, where, line)
