@@ -29,8 +29,8 @@ from typing import cast
 
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Finding, format_ranks
-from frexport.analysis.whereabouts import distributed_call, training_thread
-from frexport.model.call_site import Frame, Threads, frame_text, is_library_frame
+from frexport.analysis.whereabouts import distributed_call, user_frame
+from frexport.model.call_site import Frame, Threads, frame_text
 
 P2P = {"send": "dst", "recv": "src", "isend": "dst", "irecv": "src"}  # call -> the argument naming the peer
 
@@ -48,12 +48,11 @@ def blocked_ranks(stacks: dict[int, Threads], calls: dict[int, tuple[str, dict[s
     where py-spy's arguments name it (`dst: 0`; `None` or another object names none)."""
     out = {}
     for rank, threads in stacks.items():
-        frames = training_thread(threads)
-        i = next((k for k, f in enumerate(frames or ()) if not is_library_frame(f)), None)
-        call = distributed_call(frames, i) if frames and i is not None else None
-        if call is None:
+        found = user_frame(threads)  # where the rank is now: the one rule (whereabouts.py)
+        call = distributed_call(*found) if found is not None else None
+        if found is None or call is None:
             continue
-        assert frames and i is not None  # (for mypy) a call was found at frame i of them
+        frames, i = found
         peer = None
         name, args = calls.get(rank, (None, {}))
         if name == call and call in P2P and args.get(P2P[call], "").isdigit():

@@ -3,10 +3,13 @@ that runs the training loop, and whether it is inside a torch.distributed call.
 
 The recorder says which collective a rank last issued; only the stack says what it does instead
 (a data loader, a sleep, a deadlock), which is the first thing an on-call engineer looks for.
+`user_frame` is the one rule for where a rank is now: the analysis' "now:" lines, `frexport
+analyze`'s `ranks_now`, the pod's and the job view's evidence bundles all take it from here.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -14,6 +17,14 @@ from frexport.analysis.findings import Finding, format_ranks
 from frexport.model.call_site import Frame, Threads, frame_text, is_library_frame
 
 MAX_BLOCKED = 3  # blocked ranks described per finding: they mostly share one place
+# frexport's agent runs in the trainer (copied in as <dir>/frexport/agent/ or installed): its threads
+# poll and dump, they are never where training is, even where no thread runs `<module>` (python -m)
+_AGENT = re.compile(r"[/\\]frexport[/\\]agent[/\\]")
+
+
+def is_users(frame: Frame) -> bool:
+    """A frame of the user's code: not a library's (model/call_site.py), not frexport's agent."""
+    return not is_library_frame(frame) and _AGENT.search(frame.filename) is None
 
 
 def training_thread(threads: Threads) -> tuple[Frame, ...] | None:
@@ -21,7 +32,21 @@ def training_thread(threads: Threads) -> tuple[Frame, ...] | None:
     for t in threads:
         if t[-1].name == "<module>":
             return t
-    return next((t for t in threads if any(not is_library_frame(f) for f in t)), None)
+    return next((t for t in threads if any(map(is_users, t))), None)
+
+
+def user_frame(threads: Threads) -> tuple[tuple[Frame, ...], int] | None:
+    """Where a rank is now: its training thread and the index of that thread's innermost user frame
+    (the frames inside it are the library calls it waits in); None without one."""
+    frames = training_thread(threads)
+    i = next((k for k, f in enumerate(frames or ()) if is_users(f)), None)
+    return (frames, i) if frames is not None and i is not None else None
+
+
+def now_frame(threads: Threads) -> Frame | None:
+    """The user's frame a rank is on now (see `user_frame`)."""
+    found = user_frame(threads)
+    return found[0][found[1]] if found is not None else None
 
 
 def distributed_call(frames: tuple[Frame, ...], user_index: int) -> str | None:
@@ -36,12 +61,10 @@ def distributed_call(frames: tuple[Frame, ...], user_index: int) -> str | None:
 
 def place(threads: Threads, callee: Callable[[Frame], str | None] = lambda f: None) -> str | None:
     """'train.py:8 load_batch (time.sleep), outside any collective', or None without a user frame."""
-    frames = training_thread(threads)
-    if frames is None:
+    found = user_frame(threads)
+    if found is None:
         return None
-    i = next((k for k, f in enumerate(frames) if not is_library_frame(f)), None)
-    if i is None:
-        return None
+    frames, i = found
     text = frame_text(frames[i])
     inside = distributed_call(frames, i)
     if inside:

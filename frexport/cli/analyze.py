@@ -9,10 +9,11 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from frexport.analysis.engine import Options, analyze, format_ranks
+from frexport.analysis import report
+from frexport.analysis.engine import Options, format_ranks
 from frexport.analysis.findings import Diagnosis, Finding
 from frexport.analysis.looks import decide, gap_seconds, look_dirs, progress
-from frexport.analysis.whereabouts import places, with_whereabouts
+from frexport.analysis.whereabouts import places
 from frexport.cli.analyze_jobs import load_jobs
 from frexport.decode import scanned
 from frexport.decode.discover import default_locations
@@ -20,8 +21,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.decode.stacks import callee, read_stack_dir
-from frexport.export.report import render_text
+from frexport.decode.stacks import callee, read_stack_dir, read_stack_dirs
 from frexport.model.call_site import site_text
 
 
@@ -67,14 +67,14 @@ def run_analyze(args: argparse.Namespace) -> int:
         return 2
     results = [_one_job(loaded, job_paths, args, limits, looks) for _, job_paths, loaded in jobs]
     if args.format == "json":
-        docs = [_json(d, where) | ({"paths": job_paths} if len(jobs) > 1 else {})
+        docs = [report.report_json(d, where) | ({"paths": job_paths} if len(jobs) > 1 else {})
                 for (d, where), (_, job_paths, _) in zip(results, jobs)]
         print(json.dumps(docs[0] if len(docs) == 1 else {"jobs": docs}, indent=2))
     for i, ((diagnosis, _), (label, _, loaded)) in enumerate(zip(results, jobs)):
         if args.format == "text":
             if len(jobs) > 1:
                 sys.stdout.write(f"{'' if i == 0 else chr(10)}job {i + 1} of {len(jobs)}: {label}\n")
-            sys.stdout.write(render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
+            sys.stdout.write(report.render_text(diagnosis, loaded.discovery.skipped, verbose=args.verbose))
     codes = []
     for (diagnosis, _), (label, _, _) in zip(results, jobs):
         if not diagnosis.ranks:
@@ -112,36 +112,11 @@ def _load(paths: list[str], args: argparse.Namespace, limits: Limits) -> Loaded:
 
 
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
-    """The analysis of what was loaded, with where each rank is now when the directories hold its
-    stack (a bundle, `frexport snapshot --stacks`): the same for `analyze` and evidence bundles."""
-    stacks, calls = {}, {}
-    for p in paths:
-        if os.path.isdir(p):
-            threads, args = read_stack_dir(p)
-            stacks.update(threads)
-            calls.update(args)
-    diagnosis = analyze(loaded.traces, loaded.errors, options=options, stacks=stacks, calls=calls)
-    diagnosis.notes[:0] = loaded.discovery.notes + loaded.notes
-    where = places(stacks, callee)
-    diagnosis.findings = with_whereabouts(diagnosis.findings, where)
-    return diagnosis, where
-
-
-def _json(d: Diagnosis, where: dict[int, str]) -> dict:
-    doc = d.to_json()
-    if where:
-        doc["ranks_now"] = {str(r): p for r, p in sorted(where.items())}  # from the saved stacks
-    return doc
-
-
-def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = None) -> tuple[str, dict]:
-    """The report of an evidence bundle: `frexport analyze` on the bundle itself (its pickles carry
-    stack frames, its stacks say where the ranks are now), run by the evidence sink in its thread
-    while the bundle is written: its files' times are when the ranks answered (a clock), and the
-    threshold is the live one that saw the stall."""
-    loaded = load([directory], workers=1, limits=limits)
-    diagnosis, where = diagnose(loaded, [directory], Options(stall_after_s=stall_after_s, clock=True))
-    return render_text(diagnosis, loaded.discovery.skipped), _json(diagnosis, where)
+    """The analysis of what was loaded, with the stacks the directories hold (analysis/report.py: the
+    same for `analyze` and evidence bundles)."""
+    stacks, calls = read_stack_dirs(paths)
+    return report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes, stacks, calls,
+                           options, callee)
 
 
 def _has_files(prefix: str) -> bool:

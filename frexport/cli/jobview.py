@@ -13,8 +13,8 @@ from frexport.cli.serve import start_web
 from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode import scanned
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
+from frexport.evidence.job import JobEvidenceSink
 from frexport.export.evidence import EvidenceWriter
-from frexport.export.job_evidence import JobEvidenceSink
 from frexport.export.prometheus import BuildInfoCollector, ScrapeCollector, SourcesCollector
 from frexport.export.prometheus.peers import PeersCollector
 from frexport.live.sidecar import Sidecar

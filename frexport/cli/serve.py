@@ -13,7 +13,8 @@ from frexport import logs
 from frexport.config import Config, ConfigError, effective_yaml, load_config, validate
 from frexport.decode import scanned
 from frexport.decode.sandbox import DecoderPool, Limits, SandboxUnavailable
-from frexport.export.evidence import EvidenceSink, EvidenceWriter
+from frexport.evidence.sink import EvidenceSink
+from frexport.export.evidence import EvidenceWriter
 from frexport.export.prometheus import Bounds, sidecar_registry
 from frexport.live.sidecar import Sidecar
 from frexport.live.sink import Sink
@@ -130,13 +131,14 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
-        from frexport.cli.analyze import bundle_report
+        from frexport.evidence.report import bundle_report
 
         limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
         reporter = functools.partial(bundle_report, limits=limits)
         uploader = make_uploader(cfg)
-        sinks.append(EvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes, reporter), poller,
-                                  ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None))
+        sinks.append(EvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes), poller,
+                                  ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None,
+                                  reporter=reporter))
         if uploader is not None:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:
@@ -173,10 +175,12 @@ def peer_api(cfg: Config, sidecar: Sidecar):
     knowingly open), else None: nothing under /api/ is served."""
     if not cfg.peers.serve:
         return None
+    from frexport.evidence.proxy import HandlerProxy
     from frexport.export.peer_api import PeerApi
 
     poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
-    return PeerApi(sidecar.state, cfg.analysis.window, poller, cfg.evidence.deadline, pyspy=cfg.evidence.pyspy).handle
+    proxy = HandlerProxy(poller, cfg.evidence.deadline, pyspy=cfg.evidence.pyspy)
+    return PeerApi(sidecar.state, cfg.analysis.window, proxy).handle
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:

@@ -12,6 +12,7 @@ from frexport.analysis.looks import LOOKS_FILE
 from frexport.cli.serve import parse_urls
 from frexport.config import ConfigError, WorkerServers
 from frexport.files import atomic_write
+from frexport.sources.handlers import TRACEBACK_HANDLER
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
@@ -85,7 +86,7 @@ def _look(source: WorkerServerSource, targets, output: str, stacks: bool,
         if stacks:
             try:
                 atomic_write(os.path.join(output, "stacks", f"rank_{t.rank}.traceback.txt"),
-                             source.fetch(t, "dump_traceback"), make_dirs=True)
+                             source.fetch(t, TRACEBACK_HANDLER), make_dirs=True)
             except PeerError as exc:
                 failed.append(f"rank {t.rank} stacks: {exc.detail}")
     return saved, failed, when

@@ -11,6 +11,8 @@ by hand), whose frames are `    recv (torch/distributed/distributed_c10d.py:2799
 record holds (gloo records no point-to-point op).
 
 The text comes from the ranks, so it is parsed, never evaluated; files and lines are bounded.
+This is the one parser of stacks: `frexport analyze`, the sidecar's bundles and the job view's
+(frexport/evidence/) all read a rank's text here, so they see the same threads.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from frexport.model.call_site import Frame
 
 _MAX_BYTES = 4 << 20
 _MAX_FRAMES = 512  # per thread
-_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
+# faulthandler's headers: one per thread with all_threads (PyTorch's handler), `Stack` without
+_HEADER = re.compile(r"^((Current thread|Thread) 0x[0-9a-fA-F]+|Stack \(most recent call first\))")
 # faulthandler writes `line 8 in f`; traceback-style text has `line 8, in f`
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]{1,1024})", line (?P<line>\d{1,9}),? in (?P<name>\S{1,256})')
 _NAME = re.compile(r"^rank_(\d{1,7})(\.traceback)?\.txt$")  # bundles, snapshot --stacks; captured fixtures
@@ -129,6 +132,26 @@ def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], 
     for rank, frames in spied.items():
         threads.setdefault(rank, frames)
     return threads, args
+
+
+def rank_threads(texts: dict[str, str]) -> list[tuple[Frame, ...]]:
+    """A rank's threads from the stack texts fetched for it, by kind (a bundle's
+    `stacks/rank_<r>.<kind>.txt`: "traceback", "pyspy_dump"): faulthandler's where they hold a Python
+    frame, else py-spy's, as `read_stack_dir` prefers them."""
+    threads = parse_traceback(texts.get("traceback", "")[:_MAX_BYTES])
+    return threads or parse_pyspy(texts.get("pyspy_dump", "")[:_MAX_BYTES])[0]
+
+
+def read_stack_dirs(paths: list[str]) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
+    """`read_stack_dir` of every directory among `paths` (files are skipped), later ones winning."""
+    threads: dict[int, list[tuple[Frame, ...]]] = {}
+    calls: dict[int, tuple[str, Args]] = {}
+    for p in paths:
+        if os.path.isdir(p):
+            more, args = read_stack_dir(p)
+            threads.update(more)
+            calls.update(args)
+    return threads, calls
 
 
 def read_stacks(directory: str) -> dict[int, list[tuple[Frame, ...]]]:

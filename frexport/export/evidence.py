@@ -1,19 +1,19 @@
 """Evidence bundles: what an on-call engineer needs, saved the moment a stall is seen.
 
-A bundle is a directory `<evidence dir>/<UTC time>-<reason>/` with every rank's
-Flight Recorder snapshot as `trace_<rank>` (PyTorch's pickle format: the raw
-bytes of the agent's pickle handler when it answered, with stack frames, else
-re-encoded from the last snapshot), the stuck ranks' Python stacks
-(`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the worker
-server lists are asked for), the analysis (`report.txt`,
-`report.json`: `frexport analyze` on the bundle itself, so call sites come from the pickles' frames
-and each culprit's place now from its stack) and `manifest.json`. It is written to a hidden temp directory and
-renamed, so a half-written bundle is never seen; its name is unpredictable (mkdtemp) and files
-are created exclusively, so nothing planted in the evidence directory redirects a write. A bundle
-holds each rank's raw data only while it stays within `max_bytes` (the manifest lists the ranks
-left out). Retention keeps at most `max_bundles` bundles and `max_bytes` bytes, oldest removed
-first, counting only bundles this sidecar signed (the manifest's HMAC and file hashes,
-export/bundle_files.py), never the one just written.
+A bundle is a directory `<evidence dir>/<UTC time>-<reason>/` with every rank's Flight Recorder
+snapshot as `trace_<rank>` (PyTorch's pickle format: the raw bytes of the agent's pickle handler
+when it answered, with stack frames, else re-encoded from the last snapshot), the stuck ranks'
+Python stacks (`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the
+worker server lists are asked for), the analysis (`report.txt`, `report.json`: made by the evidence
+stage, frexport/evidence/, from the bundle's own files, so call sites come from the pickles' frames
+and each culprit's place now from its stack) and `manifest.json`. This writer only writes what the
+stage hands it: `begin` the data, `finish` the report and the manifest. A bundle is written to a
+hidden temp directory and renamed, so a half-written bundle is never seen; its name is
+unpredictable (mkdtemp) and files are created exclusively, so nothing planted in the evidence
+directory redirects a write. A bundle holds each rank's raw data only while it stays within
+`max_bytes` (the manifest lists the ranks left out). Retention keeps at most `max_bundles` bundles
+and `max_bytes` bytes, oldest removed first, counting only bundles this sidecar signed (the
+manifest's HMAC and file hashes, export/bundle_files.py), never the one just written.
 """
 
 from __future__ import annotations
@@ -24,45 +24,23 @@ import shutil
 import stat
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Protocol
-
-from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
+from frexport.evidence.bundle import Bundle, Draft
 from frexport.export.bundle_files import NotOurs, bundle_key, digest, open_bundle, sign, tree_size
 from frexport.export.encode import to_pickle
-from frexport.export.report import render_text
-from frexport.live.sink import Pass
-from frexport.model.dump import DEFAULT_RECORDER, RankDump
+from frexport.model.dump import RankDump
 
-# (bundle directory, the live stall threshold) -> its report (text, JSON): `frexport analyze` on the
-# bundle (cli wires it in). The bundle's files were written moments after the ranks answered, so
-# their times are a clock, and the threshold is the one that saw the stall.
-Reporter = Callable[[str, float], tuple[str, dict]]
 _REPORT_RESERVE = 16 << 10  # room kept at least for the bundle's own report
 PARTIAL_MAX_AGE_S = 3600.0  # a half-written bundle (.bundle-*) older than this was abandoned
 
 
-@dataclass
-class Bundle:
-    reason: str
-    report_text: str  # the live diagnosis: the report when no reporter is given, or it fails
-    report_json: dict
-    dumps: dict[int, RankDump]
-    raw_pickles: dict[int, bytes]  # rank -> PyTorch's own pickle (with frames), when fetched
-    stacks: dict[int, dict[str, str]]  # rank -> {"traceback": text, "pyspy": text}
-    stall_after_s: float = 30.0  # the live analysis' threshold when the incident was seen
-
-
 class EvidenceWriter:
-    def __init__(self, directory: str, max_bundles: int = 20, max_bytes: int = 1 << 30,
-                 reporter: Reporter | None = None) -> None:
+    """Writes the bundles the evidence stage hands it (frexport/evidence/bundle.py's BundleWriter)."""
+
+    def __init__(self, directory: str, max_bundles: int = 20, max_bytes: int = 1 << 30) -> None:
         self.directory = directory
-        self.reporter = reporter
         self.max_bundles = max_bundles
         self.max_bytes = max_bytes
         self.written = 0
@@ -70,9 +48,14 @@ class EvidenceWriter:
         self._not_ours: set[str] = set()  # directories retention left alone, said once each
 
     def write(self, bundle: Bundle) -> str | None:
+        draft = self.begin(bundle)
+        return self.finish(draft, bundle.report_text, bundle.report_json) if draft is not None else None
+
+    def begin(self, bundle: Bundle) -> Draft | None:
+        """The bundle's data, in a hidden directory of its own; its report and manifest come in `finish`."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         name = f"{stamp}-{_slug(bundle.reason)}"
-        tmp = final = ""
+        tmp = ""
         try:
             os.makedirs(self.directory, exist_ok=True)
             # an unpredictable name made fresh (mkdtemp: O_EXCL, mode 0700): nothing planted in the
@@ -81,17 +64,24 @@ class EvidenceWriter:
             tmp = tempfile.mkdtemp(prefix=".bundle-", dir=self.directory)
             os.chmod(tmp, 0o755)  # readable like bundles always were; created 0700 until it is ours
             os.mkdir(os.path.join(tmp, "stacks"))
-            manifest = self._fill(tmp, bundle, stamp)
-            n, final = 1, os.path.join(self.directory, name)
+            return self._data(tmp, bundle, stamp, name)
+        except OSError as exc:
+            self._failed(tmp, name, exc)
+            return None
+
+    def finish(self, draft: Draft, text: str, report: dict) -> str | None:
+        """The report (the live one if the given one is over its room), the signed manifest, and the
+        rename that makes the bundle seen whole; then retention."""
+        final = ""
+        try:
+            manifest = self._report_and_manifest(draft, text, report)
+            n, final = 1, os.path.join(self.directory, draft.name)
             while os.path.lexists(final):
                 n += 1
-                final = os.path.join(self.directory, f"{name}-{n}")
-            os.rename(tmp, final)
+                final = os.path.join(self.directory, f"{draft.name}-{n}")
+            os.rename(draft.path, final)
         except OSError as exc:
-            self.failed += 1
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-            logs.get().error("could not write evidence bundle %s: %s", final or name, exc, extra={"error": str(exc)})
+            self._failed(draft.path, final or draft.name, exc)
             return None
         self.written += 1
         removed = self._retain(os.path.basename(final))
@@ -103,13 +93,19 @@ class EvidenceWriter:
                            extra={"path": final})
         return final
 
-    def _fill(self, tmp: str, bundle: Bundle, stamp: str) -> dict:
-        """Write the bundle's files; each rank's raw data only while the bundle stays within max_bytes."""
+    def _failed(self, tmp: str, name: str, exc: OSError) -> None:
+        self.failed += 1
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        logs.get().error("could not write evidence bundle %s: %s", name, exc, extra={"error": str(exc)})
+
+    def _data(self, tmp: str, bundle: Bundle, stamp: str, name: str) -> Draft:
+        """Write the bundle's data files; each rank's raw data only while the bundle stays within max_bytes."""
         live_size = len(bundle.report_text) + len(json.dumps(bundle.report_json))
         # the bundle's own report is written after the data; the live one is its size's measure
-        reserve = max(2 * live_size, _REPORT_RESERVE)
-        budget = self.max_bytes - reserve - 64 * 1024  # and the manifest
-        files, omitted, used, hashes = [], [], 0, {}
+        draft = Draft(bundle, tmp, stamp, name, reserve=max(2 * live_size, _REPORT_RESERVE))
+        budget = self.max_bytes - draft.reserve - 64 * 1024  # and the manifest
+        used = 0
         for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
             for kind, text in sorted(kinds.items()):
                 data = text.encode(errors="replace")
@@ -117,31 +113,35 @@ class EvidenceWriter:
                     continue
                 rel = f"stacks/rank_{rank}.{kind}.txt"
                 used += _write(os.path.join(tmp, rel), data)
-                files.append(rel)
-                hashes[rel] = digest(data)
+                draft.files.append(rel)
+                draft.hashes[rel] = digest(data)
         for rank, dump in sorted(bundle.dumps.items()):
             data = bundle.raw_pickles.get(rank) or to_pickle(dump)
             if used + len(data) > budget:
-                omitted.append(rank)
+                draft.omitted.append(rank)
                 continue
             used += _write(os.path.join(tmp, f"trace_{rank}"), data)
-            files.append(f"trace_{rank}")
-            hashes[f"trace_{rank}"] = digest(data)
-        text, report = self._report(tmp, bundle)
+            draft.files.append(f"trace_{rank}")
+            draft.hashes[f"trace_{rank}"] = digest(data)
+        return draft
+
+    def _report_and_manifest(self, draft: Draft, text: str, report: dict) -> dict:
+        bundle, tmp, hashes = draft.bundle, draft.path, dict(draft.hashes)
         health = _c10d_health(bundle.dumps)
         if health:  # torch 2.15's health check: the backends that aborted, said before the analysis
             text = "".join(f"c10d health check: backend {b} aborted on ranks {_ranks(rs)}\n"
                            for b, rs in sorted(health.items())) + text
         text_b, json_b = text.encode(errors="replace"), json.dumps(report, indent=2).encode()
-        if len(text_b) + len(json_b) > reserve:  # max_bytes holds: the live report fits by construction
+        if len(text_b) + len(json_b) > draft.reserve:  # max_bytes holds: the live report fits by construction
             text_b = bundle.report_text.encode(errors="replace")
             json_b = json.dumps(bundle.report_json, indent=2).encode()
         _write(os.path.join(tmp, "report.txt"), text_b)
         _write(os.path.join(tmp, "report.json"), json_b)
         hashes.update({"report.txt": digest(text_b), "report.json": digest(json_b)})
-        manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": stamp, "ranks": sorted(bundle.dumps),
+        omitted = draft.omitted
+        manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": draft.stamp, "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
-                    "omitted_over_max_bytes": omitted, "files": files + ["report.txt", "report.json"],
+                    "omitted_over_max_bytes": omitted, "files": draft.files + ["report.txt", "report.json"],
                     "recorders": {str(r): list(d.recorders) for r, d in sorted(bundle.dumps.items()) if d.recorders},
                     "c10d_unhealthy_backends": {b: rs for b, rs in sorted(health.items())},
                     "sha256": hashes}
@@ -149,20 +149,6 @@ class EvidenceWriter:
         manifest = sign(manifest, bundle_key(self.directory))
         _write(os.path.join(tmp, "manifest.json"), json.dumps(manifest, indent=2).encode())
         return manifest
-
-    def _report(self, tmp: str, bundle: Bundle) -> tuple[str, dict]:
-        """The diagnosis of what the bundle holds (pickles with frames, stacks), as `frexport analyze`
-        makes it; the live diagnosis (from JSON polls, without call sites) only if that fails."""
-        if self.reporter is not None:
-            try:
-                text, report = self.reporter(tmp, bundle.stall_after_s)
-                # paths relative to the bundle: the temp directory's name means nothing once renamed
-                inside = tmp.rstrip("/") + "/"
-                return (text.replace(inside, ""),
-                        json.loads(json.dumps(report).replace(json.dumps(inside)[1:-1], "")))
-            except Exception:  # noqa: BLE001 - the bundle still matters without its own analysis
-                logs.get().exception("analysing the evidence bundle failed: its report is the live diagnosis")
-        return bundle.report_text, bundle.report_json
 
     def _sweep_partials(self) -> None:
         """Remove bundles left half-written by a writer that was killed (a sidecar stopped mid-bundle):
@@ -257,154 +243,6 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)[:60].strip("-") or "bundle"
 
 
-class Fetcher(Protocol):
-    """What the evidence sink needs of the worker-server source (satisfied by WorkerServerSource)."""
-
-    def targets(self) -> list: ...
-
-    def handlers(self, rank: int) -> frozenset[str]: ...
-
-    def fetch_all(self, wanted: list, deadline_s: float) -> dict: ...
-
-
-PICKLE_HANDLER = "frexport_fr_pickle"
-STACK_HANDLERS = {"dump_traceback": "traceback", "pyspy_dump": "pyspy_dump"}
-
-
-class IncidentSink:
-    """What every evidence sink shares: it takes passes on the loop's thread and only keeps the
-    newest incident there; its own thread collects and writes one incident at a time, so a newer
-    incident that arrives meanwhile is collected next (older unstarted ones are superseded), and a
-    slow rank or store never costs the loop's time. Subclasses say which passes are incidents
-    (`wants`) and how one becomes a bundle (`write_incident`)."""
-
-    name = "evidence"
-    thread_name = "frexport-evidence"
-
-    def __init__(self, writer: EvidenceWriter, after_write: Callable[[str], object] | None = None) -> None:
-        self.writer = writer
-        self.after_write = after_write  # e.g. the upload (export/upload.py), on this sink's thread
-        self._next: Pass | None = None
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def wants(self, p: Pass) -> bool:
-        raise NotImplementedError
-
-    def write_incident(self, p: Pass) -> str | None:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-        self._thread.start()
-
-    def consume(self, p: Pass) -> None:
-        if not self.wants(p):
-            return
-        with self._lock:
-            self._next = p
-        self._wake.set()
-
-    def stop(self, timeout_s: float) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def describe(self) -> Iterator[Metric]:
-        yield _bundles_family()
-
-    def collect(self) -> Iterator[Metric]:
-        c = _bundles_family()
-        c.add_metric(["written"], self.writer.written)
-        c.add_metric(["failed"], self.writer.failed)
-        yield c
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            with self._lock:
-                p, self._next = self._next, None
-            if p is not None and not self._stop.is_set():
-                try:
-                    path = self.write_incident(p)
-                    if path is not None and self.after_write is not None:
-                        self.after_write(path)
-                except Exception:  # noqa: BLE001 - one bad incident must not end evidence collection
-                    logs.get().exception("%s bundle failed", type(self).__name__)
-
-
-class EvidenceSink(IncidentSink):
-    """Writes a bundle when a new root cause appears or ranks go down.
-
-    Everything the bundle needs from the ranks (pickles with frames, the stuck ranks' stacks) is
-    fetched concurrently within one total deadline, so an unresponsive handler costs at most that
-    deadline."""
-
-    def __init__(self, writer: EvidenceWriter, fetcher: Fetcher | None = None, pyspy: bool = True,
-                 deadline_s: float = 20.0, max_stacks: int = 8,
-                 after_write: Callable[[str], object] | None = None) -> None:
-        super().__init__(writer, after_write)
-        self.fetcher = fetcher
-        self.pyspy = pyspy
-        self.deadline_s = deadline_s
-        self.max_stacks = max_stacks
-
-    def wants(self, p: Pass) -> bool:
-        # ranks going down is an incident when we hold what they were doing (not for sockets a job left
-        # behind before frexport started)
-        return (p.result is not None and bool(p.result.new_root_causes)) or bool(p.gone_down & set(p.dumps))
-
-    def write_incident(self, p: Pass) -> str | None:
-        roots = p.result.new_root_causes if p.result is not None else []
-        reason = roots[0].kind if roots else "ranks-down"
-        focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
-        raw, stacks = self._fetch(p.dumps, focus)
-        diagnosis = r.diagnosis if (r := p.result or p.latest) else None
-        text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
-        report = diagnosis.to_json() if diagnosis else {}
-        live = p.result or p.latest
-        return self.writer.write(Bundle(reason, text, report, p.dumps, raw, stacks,
-                                        live.stall_after_s if live else 30.0))
-
-    def _fetch(self, dumps: dict[int, RankDump],
-               focus: set[int]) -> tuple[dict[int, bytes], dict[int, dict[str, str]]]:
-        if self.fetcher is None:
-            return {}, {}
-        targets = {t.rank: t for t in self.fetcher.targets()}
-        # A rank read from one recorder: that recorder's pickle (its stack frames). One read from several
-        # (model/recorders.py) is written from its merged dump instead, without frames: one file per rank.
-        recorders = {r: d.recorders or (DEFAULT_RECORDER,) for r, d in dumps.items()}
-        wanted = [(targets[r], f"{PICKLE_HANDLER}?backend={recorders[r][0]}") for r in sorted(dumps)
-                  if r in targets and len(recorders[r]) == 1]
-        # culprits first: their stacks matter most when only a few are fetched
-        for r in sorted(focus & set(targets))[: self.max_stacks]:
-            listed = self.fetcher.handlers(r)
-            for handler in STACK_HANDLERS:
-                if handler == "pyspy_dump" and not self.pyspy:
-                    continue
-                if handler in listed or (not listed and handler == "dump_traceback"):
-                    wanted.append((targets[r], handler))
-        # torch 2.15 writes a rank's pickle where it dumps on a timeout (the dump directory frexport
-        # watches): asked for the culprits and blocked ranks, for what the recorder holds on its side
-        wanted += [(targets[r], f"fr_dump_file?backend={rec}") for r in sorted(focus & set(targets))
-                   if "fr_dump_file" in self.fetcher.handlers(r) for rec in recorders.get(r, ())]
-        got = self.fetcher.fetch_all(wanted, self.deadline_s)
-        raw: dict[int, bytes] = {}
-        stacks: dict[int, dict[str, str]] = {}
-        for (rank, handler), body in got.items():
-            if not isinstance(body, bytes):
-                continue  # failed: the manifest lists what is missing; no files of errors
-            if handler.startswith(PICKLE_HANDLER):
-                raw[rank] = body
-            elif handler in STACK_HANDLERS:  # (fr_dump_file's answer is the file it wrote on its side)
-                stacks.setdefault(rank, {})[STACK_HANDLERS[handler]] = body.decode(errors="replace")
-        return raw, stacks
-
-
 def _c10d_health(dumps: dict[int, RankDump]) -> dict[str, list[int]]:
     """backend -> the ranks whose c10d health check says it aborted (torch >= 2.15)."""
     out: dict[str, list[int]] = {}
@@ -416,7 +254,3 @@ def _c10d_health(dumps: dict[int, RankDump]) -> dict[str, list[int]]:
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks))
-
-
-def _bundles_family() -> CounterMetricFamily:
-    return CounterMetricFamily("frexport_evidence_bundles", "Evidence bundles written or failed", labels=["result"])

@@ -9,43 +9,32 @@ Served by the web server beside /metrics, behind the same web config (TLS, basic
 back the oldest record it still holds unfinished (else its newest + 1) with the epoch it got moves
 only what is new or may have changed since its last pass. A rank whose epoch changed (restarted) is
 sent whole; the process groups only when the client holds another number of them (NPG: groups are
-only ever added, and a 4096-rank group's member list is large). The handler proxy asks the rank's
-worker server for its pickle (call sites) or stacks, the evidence the view needs from ranks in
-other pods; nothing else is proxied. py-spy (which stops the rank's process while it reads it) is
-proxied only when this sidecar's `evidence.pyspy` allows it, and at most once per rank every
-PYSPY_INTERVAL_S (a second ask within it is 429 with Retry-After): a peer cannot make a rank be
-paused again and again.
+only ever added, and a 4096-rank group's member list is large). The handler path is answered by
+the evidence stage's proxy (frexport/evidence/proxy.py: which handlers, py-spy's rate limit): this
+module only serves what the state and the proxy hand it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 
+from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
 from frexport.model.dump import Entry, RankDump
 from frexport.model.peer_rows import COLUMNS, FORMAT
 
-PROXIED = ("frexport_fr_pickle", "dump_traceback", "pyspy_dump")
-PYSPY_INTERVAL_S = 30.0
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
 _COLUMN_INDEX = [Entry._fields.index(c) for c in COLUMNS]
 
 
 class PeerApi:
-    def __init__(self, state: LiveState, window: int, fetcher=None, deadline_s: float = 20.0,
-                 pyspy: bool = True) -> None:
+    def __init__(self, state: LiveState, window: int, proxy: HandlerProxy | None = None) -> None:
         self.state = state
         self.window = window
-        self.fetcher = fetcher  # the worker-server source (targets, handlers, fetch_all), when there is one
-        self.deadline_s = deadline_s
+        self.proxy = proxy or HandlerProxy(None)  # without one: no handler served, every rank "not here"
         self.requests = 0
-        self.pyspy = pyspy
-        self._proxied = PROXIED if pyspy else tuple(h for h in PROXIED if h != "pyspy_dump")
-        self._pyspy_at: dict[int, float] = {}  # rank -> when py-spy last ran for a peer
-        self._lock = threading.Lock()
 
     def handle(self, path: str, query: str) -> tuple[int, bytes, str]:
         self.requests += 1
@@ -56,7 +45,7 @@ class PeerApi:
             return 200, self.ranks_body(cursors), "application/json"
         m = _HANDLER_PATH.match(path)
         if m:
-            return self.proxy(int(m.group(1)), m.group(2))
+            return self.proxy.fetch(int(m.group(1)), m.group(2))
         return 404, b"not found\n", "text/plain"
 
     def ranks_body(self, cursors: dict[int, tuple[int, int, int]]) -> bytes:
@@ -74,42 +63,17 @@ class PeerApi:
         cut = max(0, len(entries) - self.window)
         window = [e for e in entries[:cut] if not e.finished] + list(entries[cut:])
         sent = window if since is None else [e for e in window if e.record_id >= since]
-        handlers = sorted(self.fetcher.handlers(rank) & set(self._proxied)) if self.fetcher is not None else []
-        out = {"rank": rank, "epoch": epoch, "dumped_at_ns": dump.dumped_at_ns, "world_size": dump.world_size,
-               "first": window[0].record_id if window else None, "full": since is None,
-               "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
-               "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
-               "entries": [[e[i] for i in _COLUMN_INDEX] for e in sent]}
+        handlers = self.proxy.served(rank)
+        out: dict[str, object] = {
+            "rank": rank, "epoch": epoch, "dumped_at_ns": dump.dumped_at_ns, "world_size": dump.world_size,
+            "first": window[0].record_id if window else None, "full": since is None,
+            "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
+            "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
+            "entries": [[e[i] for i in _COLUMN_INDEX] for e in sent]}
         if groups:
             out["pg_config"] = [[c.name, c.desc, list(c.ranks) if c.ranks is not None else None]
                                 for c in dump.pg_config]
         return out
-
-    def proxy(self, rank: int, handler: str) -> tuple[int, bytes, str]:
-        if handler not in self._proxied:
-            off = " (evidence.pyspy is off on this sidecar)" if handler in PROXIED else ""
-            return 404, f"handler {handler} is not served to peers{off}\n".encode(), "text/plain"
-        targets = {t.rank: t for t in self.fetcher.targets()} if self.fetcher is not None else {}
-        if rank not in targets:
-            return 404, f"rank {rank} has no worker server here\n".encode(), "text/plain"
-        if handler == "pyspy_dump" and not self._pyspy_due(rank):
-            return (429, f"py-spy ran for rank {rank} less than {PYSPY_INTERVAL_S:.0f} s ago: it pauses the "
-                    "rank each time\n".encode(), "text/plain")
-        got = self.fetcher.fetch_all([(targets[rank], handler)], self.deadline_s).get((rank, handler))
-        if not isinstance(got, bytes):
-            return 502, f"rank {rank}: {getattr(got, 'detail', 'no answer')}\n".encode(), "text/plain"
-        ctype = "application/octet-stream" if handler == "frexport_fr_pickle" else "text/plain"
-        return 200, got, ctype
-
-    def _pyspy_due(self, rank: int) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._pyspy_at.get(rank, -PYSPY_INTERVAL_S) < PYSPY_INTERVAL_S:
-                return False
-            if len(self._pyspy_at) > 65536:  # bounded: rank ids come from the URL
-                self._pyspy_at.clear()
-            self._pyspy_at[rank] = now
-            return True
 
 
 def parse_cursors(query: str) -> dict[int, tuple[int, int, int]] | None:

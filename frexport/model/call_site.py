@@ -37,7 +37,6 @@ def site_text(frame: Frame | None) -> str | None:
 # ~/.pyenv/versions/3.11.7/lib/python3.11/functools.py, C:\\Python311\\Lib\\contextlib.py), but not the
 # packages installed under it (site-packages, dist-packages): those are third-party code.
 _STDLIB = re.compile(r"[/\\](?:lib[/\\]python3\.\d+|Lib)[/\\](?!(?:site|dist)-packages[/\\])")
-_THIRD_PARTY = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
 
 
 def is_library_frame(frame: Frame) -> bool:
@@ -50,9 +49,3 @@ def is_library_frame(frame: Frame) -> bool:
     # (py-spy names files relative to their sys.path entry: torch/distributed/distributed_c10d.py)
     return (not f.endswith(".py") or "/torch/" in f or "\\torch\\" in f or f.startswith("torch/")
             or _STDLIB.search(f) is not None)
-
-
-def is_third_party(frame: Frame) -> bool:
-    """An installed package's frame (site-packages, dist-packages): the user's code for the call site
-    when nothing else is (a framework's own collectives), but not where a person starts reading."""
-    return is_library_frame(frame) or _THIRD_PARTY.search(frame.filename) is not None

@@ -42,6 +42,7 @@ from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.sources.base import Snapshot
+from frexport.sources.handlers import PICKLE_HANDLER, Fetched
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 from frexport.sources.peer_owners import Owners, fair_shares
@@ -339,7 +340,7 @@ class PeersSource:
                             f"{resp.body[:200].decode(errors='replace').strip()}")
         return resp.body
 
-    # --- evidence (the Fetcher protocol) -------------------------------------------------------
+    # --- evidence (sources/handlers.PickleFetcher) ----------------------------------------------------
 
     def targets(self) -> list[PeerTarget]:
         return [PeerTarget(r, p) for r, p in sorted(self.owners.owner.items())]
@@ -348,15 +349,14 @@ class PeersSource:
         held = self._held.get((self.owners.owner.get(rank, ""), rank))
         return held.handlers if held is not None else frozenset()
 
-    def fetch_all(self, wanted: list[tuple[PeerTarget, str]],
-                  deadline_s: float) -> dict[tuple[int, str], bytes | PeerError]:
+    def fetch_all(self, wanted: list[tuple[PeerTarget, str]], deadline_s: float) -> Fetched:
         """Handlers of ranks in other pods, through their sidecars, all within one deadline."""
         return fetch_within(wanted, deadline_s, self.cfg.concurrency, self._fetch_one, "frexport-peer-fetch")
 
     def _fetch_one(self, t: PeerTarget, handler: str, timeout_s: float) -> bytes:
         # evidence bodies are capped by kind, not by the 256 MiB of a ranks body: a peer calling its own
         # rank a culprit cannot push hundreds of MB into the view's memory or the job's bundle
-        cap = FETCH_MAX_PICKLE if handler == "frexport_fr_pickle" else FETCH_MAX_STACKS
+        cap = FETCH_MAX_PICKLE if handler == PICKLE_HANDLER else FETCH_MAX_STACKS
         return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s, max_body=cap)
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:

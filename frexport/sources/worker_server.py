@@ -42,6 +42,7 @@ from frexport.model.outcome import first_unsettled
 from frexport.model.recorders import Shifter, group_statuses, merge_recorders
 from frexport.sources.base import Snapshot
 from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
+from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
@@ -53,7 +54,6 @@ _record_id = attrgetter("record_id")
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
 RECORDERS_HANDLER = "frexport_recorders"
-PICKLE_HANDLER = "frexport_fr_pickle"  # the agent's pickle dump of one recorder, with stack frames
 LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
 
 # A rank is every recorder its process holds (model/recorders.py). PyTorch's handlers: gloo's (the
@@ -62,7 +62,7 @@ LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler
 DEFAULT_RECORDER = "gloo"
 LEGACY_NCCL = "nccl"
 LEGACY_NCCL_HANDLER = "dump_nccl_trace_json"
-PER_BACKEND_MARKER = "fr_dump_file"
+PER_BACKEND_MARKER = DUMP_FILE_HANDLER
 # Without the agent, the hooked recorders a 2.15 rank may hold are found by asking for these (an
 # unknown name answers an empty recorder): the backends PyTorch itself ships. An out-of-tree backend
 # is found by the agent only (it reads the names from the process groups).
@@ -511,8 +511,7 @@ class WorkerServerSource:
                 return self._backoff[t.name].names
         return frozenset()
 
-    def fetch_all(self, wanted: list[tuple[RankTarget, str]],
-                  deadline_s: float) -> dict[tuple[int, str], bytes | PeerError]:
+    def fetch_all(self, wanted: list[tuple[RankTarget, str]], deadline_s: float) -> Fetched:
         """POST many handlers at once (evidence: pickles and stacks of many ranks) within one deadline."""
         return fetch_within(wanted, deadline_s, self.cfg.concurrency, self.fetch, "frexport-fetch")
 

@@ -17,7 +17,9 @@ import pytest
 from frexport.analysis.findings import Diagnosis
 from frexport.cli.serve import build_sidecar
 from frexport.config import load_config
-from frexport.export.evidence import Bundle, EvidenceSink, EvidenceWriter
+from frexport.evidence.bundle import Bundle
+from frexport.evidence.sink import EvidenceSink
+from frexport.export.evidence import EvidenceWriter
 from frexport.export.upload import BundleUploader, Target
 from frexport.live.diagnosis import BLOCKED, STALLED, LiveResult
 from frexport.live.sink import Pass

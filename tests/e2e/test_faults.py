@@ -10,7 +10,8 @@ import pytest
 
 from frexport.config import DumpDir, WorkerServers
 from frexport.decode.read import decode_bytes
-from frexport.export.evidence import Bundle, EvidenceWriter
+from frexport.evidence.bundle import Bundle
+from frexport.export.evidence import EvidenceWriter
 from frexport.live.state import LiveState
 from frexport.sources.dump_dir import DumpDirSource
 from frexport.sources.health import HealthRegistry

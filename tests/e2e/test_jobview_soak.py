@@ -71,8 +71,8 @@ def test_jobview_hostile_peer_soak(tmp_path):
     sc, registry = _view([p.url for p in pods], max_ranks=256)
     sc.cfg.interval = 0.0
     evidence = tmp_path / "evidence"
+    from frexport.evidence.job import JobEvidenceSink
     from frexport.export.evidence import EvidenceWriter
-    from frexport.export.job_evidence import JobEvidenceSink
 
     sink = JobEvidenceSink(EvidenceWriter(str(evidence)), sc.sources[0], 256, pyspy=False, deadline_s=5.0)
     sc.sinks.append(sink)

@@ -1,5 +1,6 @@
 """The dependency rule of docs/architecture.md, read from every import in the package (also the
-ones inside functions): data flows one way, source -> decode -> state -> analysis -> exporters."""
+ones inside functions): data flows one way, source -> decode -> state -> analysis -> evidence ->
+exporters."""
 
 import ast
 from pathlib import Path
@@ -15,8 +16,12 @@ ALLOWED = {
     "sources": {"model", "decode", "config", "logs"},
     "analysis": {"model"},
     "live": {"model", "decode", "sources", "analysis", "config", "logs"},
-    # exporters only read; a source's health is its self-metrics, read like the state
-    "export": {"model", "analysis", "live", "sources.health", "files", "logs", "config"},
+    # the evidence stage: fed by the live passes and the sources' answers (sources/handlers.py), it
+    # hands the exporters what to write, and imports none of them
+    "evidence": {"model", "decode", "sources", "analysis", "live", "logs"},
+    # exporters only read and write what they are handed; of the sources only a source's health,
+    # its self-metrics, read like the state
+    "export": {"model", "analysis", "live", "evidence", "sources.health", "files", "logs", "config"},
     "web": {"config"},
     "agent": {"files"},  # the trainer side: nothing of the sidecar
     "inject": set(),  # pod-template patching for frexport inject (and a webhook): plain dicts, no sidecar code
@@ -61,3 +66,15 @@ def test_the_rule_catches_a_backward_import(tmp_path):
     bad.write_text("def f():\n    from frexport.live.state import LiveState\n")
     assert _imports(bad) == {"frexport.live.state"}
     assert "live" not in ALLOWED["sources"] and "export" not in ALLOWED["live"]
+
+
+def test_the_evidence_stage_sits_between_the_sources_and_the_exporters():
+    """Exporters never fetch (no source but its health), the stage never writes (no exporter), and
+    nothing upstream (sources, live, analysis) reaches into the stage."""
+    assert not any(a.startswith("sources") and a != "sources.health" for a in ALLOWED["export"])
+    assert "export" not in ALLOWED["evidence"] and "cli" not in ALLOWED["evidence"]
+    assert all("evidence" not in ALLOWED[part] for part in ("model", "decode", "sources", "analysis", "live"))
+    for path in sorted((PACKAGE / "export").rglob("*.py")):
+        assert not {m for m in _imports(path) if m.startswith("frexport.sources.")} - {"frexport.sources.health"}, path
+    for path in sorted((PACKAGE / "evidence").rglob("*.py")):
+        assert not {m for m in _imports(path) if m.startswith(("frexport.export", "frexport.cli"))}, path

@@ -93,7 +93,8 @@ def test_the_sidecar_asks_for_the_agents_handler_by_its_name():
     assert (worker_server.STATUS_HANDLER, worker_server.BUFFER_SIZE_KEY, worker_server.EXITING_KEY) == \
         (live.STATUS_HANDLER, live.BUFFER_SIZE_KEY, live.EXITING_KEY)
     from frexport import agent
-    assert worker_server.PICKLE_HANDLER == agent.PICKLE_HANDLER
+    from frexport.sources import handlers
+    assert handlers.PICKLE_HANDLER == agent.PICKLE_HANDLER
 
 
 def test_at_exit_the_last_read_is_waited_for_only_where_a_sidecar_reads_status_first():

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from frexport.export.report import render_text
+from frexport.analysis.report import render_text
 from tests.support import paths
 from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, write
 

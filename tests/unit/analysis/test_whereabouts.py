@@ -34,3 +34,26 @@ Current thread 0x0000000000000002 (most recent call first):
     assert len(threads) == 2
     assert place(threads) == "/job/train.py:8 load_batch, outside any collective"
     assert place(parse_traceback("Current thread 0x1 (most recent call first):\n  <no Python frame>\n")) is None
+
+
+def test_frexports_agent_thread_is_never_where_training_is():
+    """`python -m pkg.train`: no thread runs `<module>` outermost (runpy does), and faulthandler lists
+    the agent's thread, started later, first. The agent is copied in as <dir>/frexport/agent/."""
+    text = """Thread 0x0000000000000003 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/shared/frexport/agent/frexport/agent/__init__.py", line 230 in _snapshots
+  File "/usr/lib/python3.11/threading.py", line 1012 in run
+
+Thread 0x0000000000000001 (most recent call first):
+  File "/job/pkg/train.py", line 8 in load_batch
+  File "/job/pkg/train.py", line 30 in main
+  File "<frozen runpy>", line 88 in _run_code
+  File "<frozen runpy>", line 198 in _run_module_as_main
+"""
+    assert place(parse_traceback(text)) == "/job/pkg/train.py:8 load_batch, outside any collective"
+
+
+def test_a_single_threads_traceback_is_read_too():
+    """faulthandler without all_threads heads its one thread `Stack (most recent call first):`."""
+    text = 'Stack (most recent call first):\n  File "/job/train.py", line 8 in load_batch\n'
+    assert place(parse_traceback(text)) == "/job/train.py:8 load_batch, outside any collective"

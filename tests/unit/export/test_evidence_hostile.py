@@ -7,8 +7,9 @@ import shutil
 import time
 
 from frexport.decode.read import decode_bytes
+from frexport.evidence.bundle import Bundle
 from frexport.export import evidence
-from frexport.export.evidence import Bundle, EvidenceWriter
+from frexport.export.evidence import EvidenceWriter
 from tests.support.synth import dump, entry
 
 

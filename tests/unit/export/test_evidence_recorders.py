@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from frexport.decode.read import decode_bytes
-from frexport.export.evidence import Bundle, EvidenceWriter
+from frexport.evidence.bundle import Bundle
+from frexport.export.evidence import EvidenceWriter
 from tests.support.synth import dump, entry
 
 

@@ -1,7 +1,7 @@
 """One call-site text: the report, the timeline, the raw view and a frame all write `file:line function`."""
 
 from frexport.analysis.engine import Options, analyze
-from frexport.export.report import render_text
+from frexport.analysis.report import render_text
 from frexport.export.timeline import build_timeline
 from frexport.model.call_site import Frame, is_library_frame, site_text
 from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, traces

@@ -255,8 +255,8 @@ def test_a_peer_cannot_push_junk_into_the_job_bundle(job, tmp_path, junk_mb, cap
     """Issue 28 (medium): a peer declaring its own rank the culprit answered its pickle with hundreds of
     MB of junk, held in memory and written into the job's bundle. Here the pod of ranks 2-3 is hostile:
     its rank 3 is the culprit and its pickle handler answers junk."""
+    from frexport.evidence.job import JobEvidenceSink
     from frexport.export.evidence import EvidenceWriter
-    from frexport.export.job_evidence import JobEvidenceSink
 
     stuck, pods, hostile = job
     body = _body({2: stuck[2], 3: stuck[3]})

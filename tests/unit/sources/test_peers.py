@@ -1,5 +1,6 @@
-"""The peers endpoint (export/peer_api.py) and the job-level view's source (sources/peers.py), over a real
-web server: the same TLS and basic auth as /metrics, cursors that move only what changed, discovery."""
+"""The peers endpoint (export/peer_api.py; its handler proxy: evidence/proxy.py) and the job-level
+view's source (sources/peers.py), over a real web server: the same TLS and basic auth as /metrics,
+cursors that move only what changed, discovery."""
 
 import json
 import socket
@@ -153,6 +154,7 @@ def test_proxied_pyspy_is_rate_limited_and_honours_evidence_pyspy(tmp_path, pysp
     `evidence.pyspy: false` did not stop a peer from asking. The rank is a fake worker server
     (tests/support/fake_rank.py) listing pyspy_dump; the source and the endpoint are real."""
     from frexport.config import WorkerServers
+    from frexport.evidence.proxy import HandlerProxy
     from frexport.sources.worker_server import WorkerServerSource
     from tests.support.fake_rank import FakeRank
 
@@ -164,7 +166,7 @@ def test_proxied_pyspy_is_rate_limited_and_honours_evidence_pyspy(tmp_path, pysp
         state = LiveState()
         for s in src.collect():
             state.ingest(s.dump, s.source, s.taken_ns)
-        api = PeerApi(state, 8, src, 5.0, pyspy=pyspy)
+        api = PeerApi(state, 8, HandlerProxy(src, 5.0, pyspy=pyspy))
         listed = json.loads(api.ranks_body({}))["ranks"][0]["handlers"]
         first = api.handle("/api/v1/ranks/0/handler/pyspy_dump", "")
         second = api.handle("/api/v1/ranks/0/handler/pyspy_dump", "")

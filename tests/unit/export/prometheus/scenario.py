@@ -20,7 +20,8 @@ from frexport.analysis import findings as F
 from frexport.analysis.findings import Diagnosis, Finding
 from frexport.config import Analysis
 from frexport.decode.read import decode_bytes
-from frexport.export.evidence import EvidenceSink, EvidenceWriter
+from frexport.evidence.sink import EvidenceSink
+from frexport.export.evidence import EvidenceWriter
 from frexport.export.prometheus import sidecar_registry
 from frexport.live.diagnosis import BLOCKED, STALLED, LiveAnalysis, LiveResult
 from frexport.live.sink import Sink

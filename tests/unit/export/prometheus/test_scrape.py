@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from frexport import logs
-from frexport.export.evidence import EvidenceSink
+from frexport.evidence.sink import EvidenceSink
 from frexport.export.prometheus import BuildInfoCollector, FindingsCollector, ScrapeCollector, scrape_collector
 
 

@@ -4,8 +4,8 @@ import time
 
 from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
-from frexport.export.evidence import PICKLE_HANDLER
-from frexport.export.job_evidence import hang_line, where_ranks
+from frexport.evidence.where import hang_line, where_ranks
+from frexport.sources.handlers import PICKLE_HANDLER
 from tests.support import paths
 from tests.support.synth import dump, entry
 
@@ -48,6 +48,8 @@ class _Pods:
     """The peers source as the sink sees it, over the captured pickles of a real hang (a fake: the
     real one needs pods' sidecars, tests/e2e/test_jobview.py runs it)."""
 
+    collisions: dict = {}  # no rank two peers claim
+
     def __init__(self, ranks):
         self.ranks = ranks
 
@@ -73,8 +75,8 @@ def test_a_culprit_the_pass_had_no_snapshot_of_is_diagnosed_from_what_its_pod_se
     import json
 
     from frexport.config import Analysis
+    from frexport.evidence.job import JobEvidenceSink
     from frexport.export.evidence import EvidenceWriter
-    from frexport.export.job_evidence import JobEvidenceSink
     from frexport.live.diagnosis import LiveAnalysis
     from frexport.live.sink import Pass
 
@@ -101,8 +103,8 @@ def test_one_rank_whose_trace_cannot_be_built_costs_only_that_rank(tmp_path, cap
     import json
 
     from frexport.config import Analysis
+    from frexport.evidence.job import JobEvidenceSink
     from frexport.export.evidence import EvidenceWriter
-    from frexport.export.job_evidence import JobEvidenceSink
     from frexport.live.diagnosis import LiveAnalysis
     from frexport.live.sink import Pass
 
@@ -124,8 +126,8 @@ def test_one_rank_whose_trace_cannot_be_built_costs_only_that_rank(tmp_path, cap
 def test_a_bundle_fetches_the_recorders_of_at_most_8_culprits(tmp_path, caplog):
     """Issue 28 (medium): a bundle fetch held every focus rank's bodies in memory at once."""
     from frexport.config import Analysis
+    from frexport.evidence.job import JobEvidenceSink
     from frexport.export.evidence import EvidenceWriter
-    from frexport.export.job_evidence import JobEvidenceSink
     from frexport.live.diagnosis import LiveAnalysis
     from frexport.live.sink import Pass
 

@@ -1,12 +1,43 @@
-"""Render a Diagnosis for people (text) or programs (JSON)."""
+"""The report: a job's diagnosis, with where its ranks are now, for people (text) or programs (JSON).
+
+One report for `frexport analyze`, the sidecar's evidence bundles and the job view's: they all call
+`diagnose` on what they hold (traces, and the stacks beside them) and render it here. Pure: the
+callers read files and stacks (decode/), this module only analyses and writes text.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from frexport.analysis.engine import format_ranks
+from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import HEALTHY, Diagnosis, Finding
+from frexport.analysis.whereabouts import places, with_whereabouts
+from frexport.model.call_site import Frame, Threads
+from frexport.model.dump import InputError
+from frexport.model.rank_trace import RankTrace
+
+Calls = dict[int, tuple[str, dict[str, str]]]  # rank -> the torch.distributed call py-spy saw, its arguments
+
+
+def diagnose(traces: Sequence[RankTrace], errors: Sequence[InputError], notes: Sequence[str],
+             stacks: dict[int, Threads], calls: Calls, options: Options,
+             callee: Callable[[Frame], str | None] = lambda f: None) -> tuple[Diagnosis, dict[int, str]]:
+    """The diagnosis of the traces, with where each rank is now where its stack is known (a bundle,
+    `frexport snapshot --stacks`), and that place per rank: the same for `analyze` and bundles."""
+    diagnosis = analyze(list(traces), list(errors), options=options, stacks=stacks, calls=calls)
+    diagnosis.notes[:0] = notes
+    where = places(stacks, callee)
+    diagnosis.findings = with_whereabouts(diagnosis.findings, where)
+    return diagnosis, where
+
+
+def report_json(d: Diagnosis, where: dict[int, str]) -> dict:
+    """The JSON report: the diagnosis, and where each rank is now when its stack was read."""
+    doc = d.to_json()
+    if where:
+        doc["ranks_now"] = {str(r): p for r, p in sorted(where.items())}  # from the saved stacks
+    return doc
 
 
 def render_json(d: Diagnosis) -> str:

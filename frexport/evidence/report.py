@@ -1,0 +1,44 @@
+"""A bundle's report: `frexport analyze` on the bundle's own files, made by the analysis.
+
+Run on the evidence stage's thread between the writer's `begin` (the data is on disk, hidden) and
+`finish`: the files' times are when the ranks answered (a clock), their pickles carry the call
+sites, their stacks say where each rank is now, and the threshold is the live one that saw the stall.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from frexport import logs
+from frexport.analysis import report
+from frexport.analysis.engine import Options
+from frexport.decode.load import load
+from frexport.decode.sandbox import Limits
+from frexport.decode.stacks import callee, read_stack_dirs
+from frexport.evidence.bundle import Bundle
+
+# (bundle directory, the live stall threshold) -> its report (text, JSON)
+Reporter = Callable[[str, float], tuple[str, dict]]
+
+
+def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = None) -> tuple[str, dict]:
+    """The report of the bundle in `directory`, as `frexport analyze DIR` makes it."""
+    loaded = load([directory], workers=1, limits=limits)
+    stacks, calls = read_stack_dirs([directory])
+    diagnosis, where = report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes,
+                                       stacks, calls, Options(stall_after_s=stall_after_s, clock=True), callee)
+    return report.render_text(diagnosis, loaded.discovery.skipped), report.report_json(diagnosis, where)
+
+
+def report_of(reporter: Reporter | None, directory: str, bundle: Bundle) -> tuple[str, dict]:
+    """The reporter's report of the bundle's files, its paths relative to the bundle (the temp
+    directory's name means nothing once renamed); the live diagnosis if there is none or it fails."""
+    if reporter is not None:
+        try:
+            text, doc = reporter(directory, bundle.stall_after_s)
+            inside = directory.rstrip("/") + "/"
+            return text.replace(inside, ""), json.loads(json.dumps(doc).replace(json.dumps(inside)[1:-1], ""))
+        except Exception:  # noqa: BLE001 - the bundle still matters without its own analysis
+            logs.get().exception("analysing the evidence bundle failed: its report is the live diagnosis")
+    return bundle.report_text, bundle.report_json
