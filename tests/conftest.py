@@ -2,6 +2,7 @@
 fast in-process unit tests only."""
 
 import os
+import socketserver
 from pathlib import Path
 
 import pytest
@@ -10,15 +11,29 @@ from hypothesis import settings
 from frexport.analysis.engine import Options, analyze
 from frexport.decode.load import load
 from frexport.decode.stacks import read_stack_dir
+from tests.support import examples
 
 _E2E = Path(__file__).parent / "e2e"
 
-# Property tests: 50 examples while developing (`pytest -m "not e2e"` stays under a minute),
-# 300 in the full run that CI makes (scripts/test.sh sets HYPOTHESIS_PROFILE=thorough).
-# No per-example deadline: speed is measured in benchmarks, not asserted on a loaded 2-core machine.
-settings.register_profile("default", max_examples=50, deadline=None)
-settings.register_profile("thorough", max_examples=300, deadline=None)
+# Property tests: 50 examples while developing, 300 in the full run that CI makes (scripts/test.sh
+# sets HYPOTHESIS_PROFILE=thorough); a test that names its own count names the thorough one through
+# tests/support/examples.py, which scales it to the profile. No per-example deadline: speed is
+# measured in benchmarks, not asserted on a loaded 2-core machine.
+settings.register_profile("default", max_examples=examples.DEFAULT, deadline=None)
+settings.register_profile("thorough", max_examples=examples.THOROUGH, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Servers started in this process (the web server, test peers) stop within 20 ms of shutdown():
+# socketserver looks for it every poll_interval, 0.5 s unless given, and each test that stopped a
+# server waited that long (a third of the unit tier's time). What a server answers is not changed.
+_serve_forever = socketserver.BaseServer.serve_forever
+
+
+def _serve_forever_stopping_promptly(self, poll_interval: float = 0.02) -> None:
+    _serve_forever(self, poll_interval)
+
+
+socketserver.BaseServer.serve_forever = _serve_forever_stopping_promptly  # type: ignore[method-assign]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
