@@ -44,10 +44,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def diagnose():
-    """Load and diagnose paths the way `frexport analyze` does."""
+    """Load and diagnose paths the way `frexport analyze` does: decoded in a sandboxed worker (one: each
+    is a fork of the test process; several decode the same, tests/unit/decode/test_load_workers.py)."""
 
     def run(*paths, prefix=None, **options):
-        loaded = load([str(p) for p in paths], prefix=prefix, workers=2)
+        loaded = load([str(p) for p in paths], prefix=prefix, workers=1)
         stacks, calls = {}, {}  # the stacks lying beside the dumps, read as `frexport analyze` reads them
         for p in paths:
             if Path(p).is_dir():
