@@ -56,6 +56,8 @@ class HostileSidecar:
             def do_GET(self):  # noqa: N802 - the stdlib's name
                 owner.requests += 1
                 time.sleep(owner.delay_s)
+                if owner.hold is not None:  # a slow peer that answers once the test lets it
+                    owner.hold.wait(30)
                 body = owner.handler_body if "/handler/" in self.path and owner.handler_body is not None \
                     else owner.body
                 self.send_response(200)
@@ -68,11 +70,14 @@ class HostileSidecar:
                 pass
 
         self.body, self.requests, self.delay_s = body, 0, 0.0
+        self.hold: threading.Event | None = None
         self.handler_body: bytes | None = None  # the answer to /api/v1/ranks/<r>/handler/<name>
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
         self.server.shutdown()
         self.server.server_close()

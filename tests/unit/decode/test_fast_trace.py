@@ -14,6 +14,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.safe_pickle import loads_plain
 from frexport.model.rank_trace import build_rank_trace
 from tests.support import paths
+from tests.support.examples import examples
 from tests.support.synth import dump, entry
 
 
@@ -71,7 +72,7 @@ def _ops(rng):
     return out
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9))
 def test_random_jobs(seed):
     rng = random.Random(seed)

@@ -14,6 +14,7 @@ from frexport.decode.load import load
 from frexport.decode.read import decode_bytes
 from frexport.model.dump import RankDump
 from tests.support import paths
+from tests.support.examples import examples
 
 REAL = (paths.REAL_FIXTURES / "healthy" / "trace_0").read_bytes()
 
@@ -68,7 +69,7 @@ class _Call:
         return (self.fn, self.args)
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CALLABLES), st.integers(0, 5), st.booleans())
 def test_object_pickles_are_refused(tmp_path_factory, fn, protocol, nested):
     marker = tmp_path_factory.mktemp("m") / "pwned"
@@ -82,8 +83,8 @@ def test_object_pickles_are_refused(tmp_path_factory, fn, protocol, nested):
     assert not marker.exists()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(REAL) - 1), st.integers(0, 255)), min_size=1, max_size=8),
        st.integers(1, len(REAL)))
 def test_mutated_real_dumps_in_the_sandbox(tmp_path, flips, cut):

@@ -19,6 +19,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_raw
 from frexport.model.rank_trace import build_rank_trace
 from tests.support import paths
+from tests.support.examples import examples
 from tests.support.synth import dump, entry, exact_cut
 from tests.unit.decode.test_fast_trace import _ops
 
@@ -116,7 +117,7 @@ def _json_shapes(rng: random.Random, raw: dict, hostile: list[str]) -> dict:
     return raw
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9), st.lists(_hostile, min_size=1, max_size=5), st.sampled_from(range(len(_WRITERS))))
 def test_random_jobs_same_trace(seed, hostile, writer):
     rng = random.Random(seed)
@@ -129,7 +130,7 @@ def test_random_jobs_same_trace(seed, hostile, writer):
         _check(text.encode("utf-16"))  # json.loads reads UTF-16 and UTF-32 too; so does the scanner
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9), st.sampled_from([0, 1]))
 def test_common_jobs_take_the_scanner(seed, writer):
     """What the JSON handlers write always takes the scanner (json.dumps' spacing, or PyTorch's)."""
@@ -243,7 +244,7 @@ _PIECES = ['"pg_id":', '"pg_id": ', '"timeout_ms":', '"timeout_ms": ', "}, {", "
 
 
 @pytest.mark.skipif(json_scan._compiled_cut is None, reason="the compiled scanner is not built")
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(st.lists(st.sampled_from(_PIECES), max_size=40), st.booleans(), st.integers(0, 3), st.integers(0, 3))
 def test_compiled_cut_equals_the_pure_cut(pieces, spaced, lead, trail):
     """Property (issue 17's condition for compiled code): cut_json answers exactly what _cut_py does,

@@ -13,6 +13,7 @@ from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
+from tests.support.examples import examples
 
 
 def _body(entries, compact: bool, desc: str = "default_pg") -> bytes:
@@ -52,7 +53,7 @@ class _Fake(WorkerServerSource):
         return state.ingest(dump, "x", now)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_incremental_state_equals_full_parse(data):
     rng = random.Random(data.draw(st.integers(0, 10**6)))
@@ -90,7 +91,7 @@ def test_incremental_state_equals_full_parse(data):
 _PIECES = ['"record_id"', ":", " ", "\t", "\x1c", "\xa0", "5", "15", "55", "0", ",", "{", '"x"', "\u0665", "5\u0665"]
 
 
-@settings(max_examples=1000)  # a small space of pieces: 1000 covers it; deadline: see conftest
+@settings(max_examples=examples(1000))  # a small space of pieces: the full run's 1000 cover it; deadline: see conftest
 @given(st.lists(st.sampled_from(_PIECES), max_size=14), st.sampled_from([0, 5, 15, 55]), st.integers(0, 3),
        st.integers(1, 4))
 def test_record_search_finds_what_the_regex_finds(pieces, since, lo, tries):

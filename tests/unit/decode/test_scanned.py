@@ -16,6 +16,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.safe_pickle import loads_plain
 from tests.support import paths
+from tests.support.examples import examples
 from tests.support.synth import dump, entry, frame
 from tests.unit.decode.test_fast_trace import _ops
 
@@ -89,7 +90,7 @@ def _shapes(rng: random.Random, raw: dict) -> dict:
 
 
 @needs_scanner
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9), st.sampled_from([2, 3, 4, 5]))
 def test_random_jobs_same_trace(seed, protocol):
     rng = random.Random(seed)
@@ -98,7 +99,7 @@ def test_random_jobs_same_trace(seed, protocol):
 
 
 @needs_scanner
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**9))
 def test_random_jobs_same_trace_by_columns(columns_spy, seed):
     """Without coalesced collectives (whose merged ops take add_rows), every trace is built by

@@ -34,7 +34,8 @@ def source(request, tmp_path):
     d = tmp_path / "dumps"
     d.mkdir()
     state, health = LiveState(), HealthRegistry()
-    src = DumpDirSource(health, DumpDir(str(d), polling=request.param, poll_interval=0.2, settle=0.5))
+    # polling: a file is seen within 0.1 s and read once unchanged for 0.25 s (what each test waits for)
+    src = DumpDirSource(health, DumpDir(str(d), polling=request.param, poll_interval=0.1, settle=0.25))
     src.state = state  # the loop's part in these tests: tests.support.live.pump ingests into it
     src.start()
     yield src, state, d
@@ -48,6 +49,7 @@ def _entries(state, rank):
 
 def test_partial_write_is_read_only_when_complete(source):
     src, state, d = source
+    src.cfg.settle = 0.5  # polling: half a file stays unchanged longer than the pumps below take
     data = _bytes(50)
     with open(d / "trace_0", "wb") as f:  # PyTorch writes in place: open, write in pieces, close
         f.write(data[: len(data) // 2])

@@ -38,7 +38,7 @@ def test_round_trip_behind_tls_and_basic_auth(tmp_path, tls_files):  # noqa: F81
                   f"basic_auth_users:\n  jobview: '{hashed}'\n")
     d = write(tmp_path / "dumps", {r: dump(es, world=2) for r, es in healthy_job(world=2).items()})
     cfg = Config()
-    cfg.sources.dump_dirs = [DumpDir(path=str(d))]
+    cfg.sources.dump_dirs = [DumpDir(path=str(d), settle=0.1)]  # the dumps written before it looked: read once settled
     cfg.web.listen, cfg.web.config_file, cfg.peers.serve = "127.0.0.1:0", str(wc), True
     assert validate(cfg) == []
     sc, registry = build_sidecar(cfg)

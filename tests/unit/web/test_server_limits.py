@@ -3,6 +3,7 @@ Real sockets against the real server."""
 
 import base64
 import socket
+import threading
 import time
 import urllib.request
 
@@ -46,12 +47,12 @@ def _dropped(web, reason):
 
 
 def test_a_trickling_client_is_cut_off_at_the_head_deadline():
-    web = _web(head_deadline_s=1.0)
+    web = _web(head_deadline_s=0.5)
     try:
         s = socket.create_connection(("127.0.0.1", web.port))
         start = time.monotonic()
         assert _closed_within(s, 6.0)  # each byte arrives well within any per-read timeout
-        assert time.monotonic() - start < 2.5
+        assert time.monotonic() - start < 2.0
         s.close()
         assert _dropped(web, "head_deadline") == 1
     finally:
@@ -78,8 +79,11 @@ def test_idle_connections_over_the_cap_give_way_and_scrapes_go_on():
 
 
 def test_connections_over_the_cap_busy_with_requests_are_closed_at_once():
+    answering, answer = threading.Semaphore(0), threading.Event()
+
     def slow(path, query):  # a request being answered: its connection is busy, not idle
-        time.sleep(2.0)
+        answering.release()
+        answer.wait(10)  # until the test has seen the extra connection closed
         return 200, b"{}", "application/json"
 
     web = _web(max_connections=2, api=slow)
@@ -87,18 +91,20 @@ def test_connections_over_the_cap_busy_with_requests_are_closed_at_once():
     try:
         for s in busy:
             s.sendall(b"GET /api/v1/ranks HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.5)
+        assert answering.acquire(timeout=10) and answering.acquire(timeout=10)  # both are being answered
         extra = socket.create_connection(("127.0.0.1", web.port))
         extra.settimeout(3)
         start = time.monotonic()
         assert extra.recv(10) == b""  # closed at once, not queued: nothing idle to give way
         assert time.monotonic() - start < 1.5
         extra.close()
+        answer.set()
         for s in busy:
             s.settimeout(5)
             assert s.recv(12).startswith(b"HTTP/1.0 200")  # the busy ones were served
         assert _dropped(web, "max_connections") == 1
     finally:
+        answer.set()
         for s in busy:
             s.close()
         web.stop()

@@ -1,11 +1,10 @@
 """Issue 28, deliverable 5: every exporter-toolkit web-config option is honoured or refused at start-up,
-and basic auth goes to peers only over TLS. Real certificates (openssl), the real server, real clients."""
+and basic auth goes to peers only over TLS. Real certificates (openssl), the real server, real clients.
+The start-up checks of `serve` and `jobview`, a process each, are in tests/e2e/test_check_config.py."""
 
-import os
 import socket
 import ssl
 import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -93,7 +92,8 @@ def test_max_version_cipher_suites_and_headers_are_honoured(pki, tmp_path):
         web.stop()
 
 
-@pytest.mark.parametrize("extra, says", [
+# web configs frexport refuses, and what it says
+REFUSED = [
     ("  curve_preferences: [X25519]\n", "curve_preferences cannot be honoured"),
     ("  min_version: TLS10\n", "TLS 1.0 and 1.1 are not offered"),
     ("  max_version: TLS14\n", "max_version 'TLS14' is not one of"),
@@ -106,38 +106,20 @@ def test_max_version_cipher_suites_and_headers_are_honoured(pki, tmp_path):
     ("http_server_config:\n  http2: true\n", "http2: true is not served"),
     ("http_server_config:\n  headers:\n    Content-Length: '0'\n", "'Content-Length' cannot be set"),
     ("http_server_config:\n  tls: x\n", "http_server_config.tls is not an option"),
-])
-def test_an_option_frexport_cannot_honour_is_refused_at_start(pki, tmp_path, extra, says):
+]
+
+
+def refused_config(pki, tmp_path, extra):
     wc = tmp_path / "web.yml"
     extra = extra.replace("@CA@", str(pki / "ca.crt"))
     wc.write_text(f"tls_server_config:\n  cert_file: {pki / 'server.crt'}\n  key_file: {pki / 'server.key'}\n" + extra)
+    return wc
+
+
+@pytest.mark.parametrize("extra, says", REFUSED)
+def test_an_option_frexport_cannot_honour_is_refused_at_start(pki, tmp_path, extra, says):
     with pytest.raises(ConfigError) as exc:
-        load_web_config(str(wc))
+        load_web_config(str(refused_config(pki, tmp_path, extra)))
     assert says in str(exc.value)
-    # and `serve` stops at start-up saying so
-    out = subprocess.run([sys.executable, "-m", "frexport", "serve", "--check-config", "--dump-dir", str(tmp_path),
-                          "--web-config-file", str(wc)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and says in out.stderr
-
-
-def test_peer_tls_settings_with_only_plain_http_peers_are_refused(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "frexport", "jobview", "--peer", "http://10.0.0.7:9464",
-                          "--check-config"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "FREXPORT_PEERS__CA_FILE": "/etc/hosts"})
-    assert out.returncode == 2 and "peers.ca_file: set, but every peer is plain http" in out.stderr
-
-
-@pytest.mark.parametrize("peer, flag, ok", [
-    ("http://10.0.0.7:9464", [], False),
-    ("http://10.0.0.7:9464", ["--peers-basic-auth-over-http"], True),
-    ("https://10.0.0.7:9464", [], True),
-])
-def test_basic_auth_to_peers_only_over_tls(tmp_path, peer, flag, ok):
-    (tmp_path / "pw").write_text("s3cret\n")
-    env = {"FREXPORT_PEERS__USERNAME": "jobview", "FREXPORT_PEERS__PASSWORD_FILE": str(tmp_path / "pw"),
-           }
-    out = subprocess.run([sys.executable, "-m", "frexport", "jobview", "--peer", peer, "--check-config", *flag],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, **env})
-    assert (out.returncode == 0) == ok, out.stderr
-    if not ok:
-        assert "password in clear text to http://10.0.0.7:9464" in out.stderr
+    # that `serve` stops at start-up saying so, and the peers' settings `jobview` refuses: a process each,
+    # in the e2e tier (tests/e2e/test_check_config.py)

@@ -1,0 +1,42 @@
+"""Issue 28, deliverable 5, at start-up: `serve --check-config` stops on a web-config option frexport
+cannot honour, and `jobview` sends basic auth to peers only over TLS. A real `python -m frexport`
+process each; the options themselves are tested in process in tests/unit/web/test_web_config_options.py."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.unit.web.test_web_config_options import REFUSED, pki, refused_config  # noqa: F401 - pki: a fixture
+
+
+@pytest.mark.parametrize("extra, says", REFUSED)
+def test_an_option_frexport_cannot_honour_stops_serve_at_start(pki, tmp_path, extra, says):  # noqa: F811
+    wc = refused_config(pki, tmp_path, extra)
+    out = subprocess.run([sys.executable, "-m", "frexport", "serve", "--check-config", "--dump-dir", str(tmp_path),
+                          "--web-config-file", str(wc)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and says in out.stderr
+
+
+def test_peer_tls_settings_with_only_plain_http_peers_are_refused(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "frexport", "jobview", "--peer", "http://10.0.0.7:9464",
+                          "--check-config"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FREXPORT_PEERS__CA_FILE": "/etc/hosts"})
+    assert out.returncode == 2 and "peers.ca_file: set, but every peer is plain http" in out.stderr
+
+
+@pytest.mark.parametrize("peer, flag, ok", [
+    ("http://10.0.0.7:9464", [], False),
+    ("http://10.0.0.7:9464", ["--peers-basic-auth-over-http"], True),
+    ("https://10.0.0.7:9464", [], True),
+])
+def test_basic_auth_to_peers_only_over_tls(tmp_path, peer, flag, ok):
+    (tmp_path / "pw").write_text("s3cret\n")
+    env = {"FREXPORT_PEERS__USERNAME": "jobview", "FREXPORT_PEERS__PASSWORD_FILE": str(tmp_path / "pw"),
+           }
+    out = subprocess.run([sys.executable, "-m", "frexport", "jobview", "--peer", peer, "--check-config", *flag],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert (out.returncode == 0) == ok, out.stderr
+    if not ok:
+        assert "password in clear text to http://10.0.0.7:9464" in out.stderr

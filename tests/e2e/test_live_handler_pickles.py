@@ -1,0 +1,79 @@
+"""The agent's live-poll handler (frexport/agent/live.py) on real PyTorch Flight Recorder pickles: a real
+gloo job (torch in a subprocess) records them, so these run in the e2e tier. The handler's parts that
+need no recorder are tested in tests/unit/agent/test_live.py."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from frexport.agent import live
+from tests.support.ports import free_port
+
+# Two groups, a dtype first seen in the middle of the buffer (a string the pickle writes once, there),
+# 300 entries of which the buffer keeps the newest 250.
+_RECORDER = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+side = dist.new_group([0])
+t = torch.ones(8)
+for i in range(300):
+    dist.all_reduce(t)
+    if i % 7 == 0:
+        dist.broadcast(t, 0, group=side)
+    if i == 200:
+        dist.all_reduce(t.to(torch.bfloat16))
+open(sys.argv[1], "wb").write(torch._C._distributed_c10d._dump_fr_trace(True, False, False))
+"""
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory) -> bytes:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("fr") / "dump.pkl"
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
+               TORCH_FR_BUFFER_SIZE="250", OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-c", _RECORDER, str(out)], env=env, check=True, timeout=120,
+                   capture_output=True)
+    return out.read_bytes()
+
+
+def _answer(dump: bytes, after: int | None) -> dict:
+    return json.loads(live.live_dump(lambda *flags: dump, after))
+
+
+@pytest.mark.torchjob
+def test_the_answer_is_the_dump_from_the_cursor_on(dump):
+    full = pickle.loads(dump)
+    rids = [e["record_id"] for e in full["entries"]]
+    first, last = rids[0], rids[-1]
+    bf16 = next(e["record_id"] for e in full["entries"] if "BFloat16" in e["input_dtypes"])
+    for after in (None, first, first + 1, first + 2, bf16 - 1, bf16, bf16 + 1, last - 99, last - 1, last, last + 1):
+        got = _answer(dump, after)
+        want = [e for e in full["entries"] if after is None or e["record_id"] >= after]
+        assert got["entries"] == json.loads(json.dumps(want)), after  # every field, as JSON has it
+        assert got[live.FIRST_RECORD_KEY] == first  # the sidecar keeps its older entries from here on
+        assert (got["version"], got["pg_status"]) == (full["version"], json.loads(json.dumps(full["pg_status"])))
+        assert "frames" not in json.dumps(got["entries"])
+
+
+@pytest.mark.torchjob
+def test_entries_before_the_cursor_are_not_loaded(dump):
+    # what makes the poll cheap: the 150 entries before the cursor are cut from the pickle before it
+    # is loaded, except the first and the ones that write a string for the first time
+    last = pickle.loads(dump)["entries"][-1]["record_id"]
+    loaded = live._load_from(dump, last - 99)
+    assert loaded is not None and 100 < len(loaded["entries"]) < 110
+
+
+@pytest.mark.torchjob
+def test_a_pickle_it_cannot_cut_is_loaded_whole(dump):
+    last = pickle.loads(dump)["entries"][-1]["record_id"]
+    # the layout it relies on is not there (here: the first entry's key written differently)
+    renamed = dump.replace(b"X\x09\x00\x00\x00record_id", b"X\x09\x00\x00\x00record_ix")
+    assert live._load_from(renamed, last) is None
+    # a cut whose result does not hold the cursor's entry where it should: refused too
+    assert live._load_from(dump, last + 1) is None
