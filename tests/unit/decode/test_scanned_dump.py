@@ -17,6 +17,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.safe_pickle import loads_plain
 from frexport.sources import dump_dir, peers
 from tests.support import paths
+from tests.support.examples import examples
 from tests.support.synth import dump, entry
 from tests.unit.decode.test_fast_trace import _ops
 from tests.unit.decode.test_scanned import _UNUSUAL, _Evil, _shapes
@@ -53,7 +54,7 @@ def test_real_dumps_take_the_scanner(keep_frames):
 
 
 @needs_scanner
-@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**9), st.sampled_from([2, 4, 5]), st.booleans(), st.sampled_from([3, 50, 10**6]))
 def test_random_jobs_same_dump(seed, protocol, keep_frames, max_entries):
     rng = random.Random(seed)
