@@ -86,31 +86,32 @@ def _utf8(data: bytes) -> bool:
 _I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]  # fast_trace's bounds: else the general path
 
 
-class _Entry(msgspec.Struct, gc=False):
+class _Entry(msgspec.Struct, gc=False, kw_only=True):
     """A 2.10 entry in the common shape (what fast_trace._rows accepts); other keys are ignored, as there,
     and so are thread_id and thread_name: no trace reads them, and no value of theirs makes normalize
-    skip an entry (a decode that does not build them costs 15 % less)."""
+    skip an entry (a decode that does not build them costs 15 % less). The fields in PyTorch's order
+    (nlohmann::json sorts the keys): msgspec matches keys in its fields' order first, 11 % faster."""
 
-    record_id: _I64
-    pg_id: _I64
-    process_group: tuple[str, str]
     collective_seq_id: _I64
-    p2p_seq_id: _I64
-    op_id: _I64
-    profiling_name: str
-    time_created_ns: _I64
-    state: str
-    is_p2p: bool
-    input_sizes: tuple[tuple[int, ...], ...]
-    output_sizes: tuple[tuple[int, ...], ...]
-    input_dtypes: tuple[str, ...]
-    output_dtypes: tuple[str, ...]
-    retired: bool
-    timeout_ms: _I64 | None
-    time_discovered_started_ns: int | None
-    time_discovered_completed_ns: int | None
     duration_ms: float | None = None  # (an int is read as a float, as fields.duration_ms does)
     frames: Any = None  # the JSON handlers write none: an entry with frames takes the general path
+    input_dtypes: tuple[str, ...]
+    input_sizes: tuple[tuple[int, ...], ...]
+    is_p2p: bool
+    op_id: _I64
+    output_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    p2p_seq_id: _I64
+    pg_id: _I64
+    process_group: tuple[str, str]
+    profiling_name: str
+    record_id: _I64
+    retired: bool
+    state: str
+    time_created_ns: _I64
+    time_discovered_completed_ns: int | None
+    time_discovered_started_ns: int | None
+    timeout_ms: _I64 | None
 
 
 class _Dump(msgspec.Struct):
