@@ -1,19 +1,20 @@
 """The JSON decoder: every JSON dump, whole body or new tail, is decoded here, with msgspec.
 
 One parser for the format, used by `analyze` (load.py), the live sidecar (worker_server.py: a whole
-body, or only its new tail) and the job view (dump_dir.py and peers.py, through read.decode_bytes).
+body, or only its new tail) and the job view (dump_dir.py and peers.py through read.decode_bytes, the
+peers' rank rows through peer_rows.py).
 What it decodes goes through the field rules of fields.py only, on one of the two ways every format
 shares: the columns (scanned.trace_from_columns, which the compiled pickle scanner feeds too) or the
 entries (normalize, fast_trace). Three schemas of the same decoder:
 
 - `loads`: plain data (dicts and lists), for normalize and fast_trace: msgspec's untyped decode,
-  about 2.5x faster than `json.loads` on a dump. What msgspec refuses as not strict JSON is read by
+  about 2x faster than `json.loads` on a dump. What msgspec refuses as not strict JSON is read by
   the standard library as before (`_stdlib`), so that every document keeps its outcome: NaN and
   Infinity (Python's json.dumps writes them), a UTF-8 BOM or UTF-16/32 text, a lone surrogate, a
   number over a float's range; and every refusal keeps its reason (truncated, corrupt, too_deep).
 - `trace`: the bulk analyzer's columns, straight from typed structs (`_Entry`: the 2.10 entry with
-  the types the common shape has, 64-bit integers bounded by msgspec): about 3x faster than
-  `json.loads` and no dict per entry. The categorical fields of an entry are its kind (one tuple,
+  the types the common shape has, 64-bit integers bounded by msgspec): its decode about 3x faster
+  than `json.loads`, and no dict per entry. The categorical fields of an entry are its kind (one tuple,
   hashed in C), the numbers its columns; the field rules run once per kind in scanned.py. Anything
   else (an older layout, one entry of another type, frames, a number out of 64 bits) returns None and
   the caller takes `loads` + fast_trace / normalize, which skip and count a bad entry: only ever
