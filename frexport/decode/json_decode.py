@@ -26,6 +26,7 @@ entries (normalize, fast_trace). Three schemas of the same decoder:
 
 from __future__ import annotations
 
+import codecs
 import json
 from array import array
 from dataclasses import dataclass
@@ -71,11 +72,16 @@ def _stdlib(data: bytes, source: str) -> Any:
 
 def _utf8(data: bytes) -> bool:
     """Whether the text is UTF-8 (PyTorch's is ASCII: its JSON escapes the rest). A typed decode skips
-    what it does not read without checking its bytes: this checks them (what `loads` refuses)."""
+    what it does not read without checking its bytes: this checks them (what `loads` refuses), a MiB
+    at a time (a dump's text whole would cost up to 4 bytes a byte)."""
     if data.isascii():
         return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
     try:
-        data.decode("utf-8")
+        for i in range(0, len(view), 1 << 20):
+            decoder.decode(view[i:i + (1 << 20)])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         return False
     return True
