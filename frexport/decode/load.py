@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from frexport.decode.discover import Discovery, discover
 from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
-from frexport.decode.json_scan import trace_from_json
+from frexport.decode.json_decode import trace as trace_from_json
 from frexport.decode.normalize import normalize
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_raw, read_checked, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
@@ -68,8 +68,8 @@ def _load_one(path: str, task: _Task) -> tuple[RankTrace | None, list[DecodeErro
     try:
         data, st = read_checked(path, task.max_bytes, task.follow_symlinks)
         fmt = sniff_format(data[:64])
-        # the compiled scanner (pickles, where it is built) or the JSON scanner where the dump has the
-        # common shape; else the pure path
+        # the compiled scanner (pickles, where it is built) or the JSON decoder's typed columns where the
+        # dump has the common shape; else the plain data, through fast_trace or normalize
         scan = trace_from_pickle if fmt == "pickle" else trace_from_json
         trace = scan(data, path, task.rank, st.st_mtime_ns, st.st_size)
         if trace is not None:

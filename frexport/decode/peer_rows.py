@@ -14,7 +14,6 @@ equal shapes are one object, which is also what lets the trace builder key signa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -29,6 +28,7 @@ from frexport.decode.fields import (
     duration_ms,
     opt_int,
 )
+from frexport.decode.json_decode import loads
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
 from frexport.model.peer_rows import COLUMNS, FORMAT
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
@@ -93,7 +93,10 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
         else:
             intern.clear()
     try:
-        doc = json.loads(body)
+        doc = loads(body, source)  # the one JSON decoder (msgspec)
+    except DecodeError as exc:
+        raise DecodeError(source, "bad_peer_body", f"{exc.reason}: {exc.detail}") from None
+    try:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("ranks"), list):
             raise ValueError(f"not a format-{FORMAT} peers body")
         now_ns = opt_int(doc.get("now_ns"))

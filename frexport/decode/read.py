@@ -8,11 +8,11 @@ the compiled scanner where it is built and the dump has the common shape
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 from frexport.decode.errors import DecodeError
+from frexport.decode.json_decode import loads as _json
 from frexport.decode.normalize import MAX_ENTRIES, normalize
 from frexport.decode.safe_pickle import loads_plain
 from frexport.decode.scanned_dump import dump_from_pickle
@@ -101,18 +101,3 @@ def read_checked(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks:
         raise DecodeError(path, "empty", "empty file (0 bytes): the dump was never written or is still being written")
     return data, st
 
-
-def _json(data: bytes, source: str) -> object:
-    try:
-        return json.loads(data)
-    except json.JSONDecodeError as exc:
-        stripped = data.rstrip()
-        if exc.pos >= len(stripped) - 1 or stripped[-1:] not in (b"}", b"]"):
-            raise DecodeError(source, "truncated", f"JSON is truncated ({len(data)} bytes)") from None
-        raise DecodeError(source, "corrupt", f"not valid JSON: {exc.msg} at byte {exc.pos}") from None
-    except UnicodeDecodeError:
-        raise DecodeError(source, "corrupt", "not valid JSON: not UTF-8 text") from None
-    except RecursionError:
-        raise DecodeError(source, "too_deep", "JSON nests too deeply") from None
-    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
-        raise DecodeError(source, "corrupt", f"not valid JSON: {exc}") from None

@@ -130,7 +130,8 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
                        fmt: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
     """The trace of a dump given as columns (what `_scan.scan` returns, unpacked: `which` array("i"),
     the numbers array("q") with 0 for an unknown start or completion, durations array("d") with NaN
-    for none), or None where a field rule refuses a kind. The JSON scanner (json_scan.py) feeds it too."""
+    for none), or None where a field rule refuses a kind. The JSON decoder's typed columns
+    (json_decode.trace) feed it too."""
     require_dump_fields(top, source)  # as trace_from_raw: the same keys, so the same verdict
     try:
         info, markers = _kinds(kinds, stacks, frames)

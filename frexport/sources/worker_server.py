@@ -33,7 +33,7 @@ from frexport.config import WorkerServers
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import opt_int
-from frexport.decode.json_tail import parse_tail
+from frexport.decode.json_decode import parse_tail
 from frexport.decode.normalize import normalize
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool

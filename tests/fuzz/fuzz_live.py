@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing of the sidecar's live paths with atheris (issue 18):
 
-    python tests/fuzz/fuzz_live.py tail     -runs=100000 [CORPUS]   # decode/json_tail.py
+    python tests/fuzz/fuzz_live.py tail     -runs=100000 [CORPUS]   # decode/json_decode.py
     python tests/fuzz/fuzz_live.py http     -runs=20000             # sources/http_client.py vs a fuzzing peer
     python tests/fuzz/fuzz_live.py metrics  -runs=20000             # rendering of fuzzed snapshots
 
@@ -27,7 +27,7 @@ import time
 import atheris
 
 with atheris.instrument_imports():
-    from frexport.decode.json_tail import parse_tail
+    from frexport.decode.json_decode import parse_tail
     from frexport.sources.http_client import PeerError, Target, request
 
 REPORT_EVERY = int(os.environ.get("FREXPORT_FUZZ_REPORT_EVERY", "10000"))

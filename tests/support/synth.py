@@ -80,12 +80,3 @@ def traces(dumps: dict[int, dict], seen_at_ns: int | None = None) -> dict[int, R
     """Each rank's dump decoded in-process, as the sidecar does; `seen_at_ns`: when they were taken."""
     return {r: build_rank_trace(normalize(d, f"rank {r}", "pickle", rank=r, dumped_at_ns=seen_at_ns))
             for r, d in dumps.items()}
-
-
-def exact_cut(cut: tuple | None) -> object:
-    """A JSON cut (json_scan's (values, which, index)) with its numbers' types and spellings, to compare
-    two: 0 == 0.0 == -0.0 in Python, but json.loads tells them apart."""
-    if cut is None:
-        return None
-    values, which, index = cut
-    return [(type(v), repr(v)) for v in values], which, list(index.items())

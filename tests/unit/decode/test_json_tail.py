@@ -1,4 +1,5 @@
-"""Polling parses only the new tail of a body; it must always end in the same state as a full parse."""
+"""Polling decodes only the new tail of a body (json_decode.parse_tail); it must always end in the same
+state as a full parse."""
 
 import json
 import random
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frexport.config import WorkerServers
-from frexport.decode.json_tail import parse_tail
+from frexport.decode.json_decode import parse_tail
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
@@ -38,10 +39,17 @@ def test_tail_from_a_record():
     for compact in (True, False):
         tail = parse_tail(_body(es, compact), 7)
         assert [e["record_id"] for e in tail.entries] == [7, 8, 9] and tail.first_record == 0
-        assert tail.meta["version"] == "2.10" and tail.meta["entries"] == []
+        assert tail.meta["version"] == "2.10" and "entries" not in tail.meta
     assert parse_tail(_body(es, True), 42) is None  # not there: the caller parses it all
     assert parse_tail(b'{"version": "2.10"}', 0) is None
     assert parse_tail(b"\xff\xfe", 0) is None
+    gap = es[:3] + es[6:]  # record ids not consecutive: found by bisection
+    assert [e["record_id"] for e in parse_tail(_body(gap, True), 7).entries] == [7, 8, 9]
+    assert parse_tail(_body(gap, True), 4) is None
+    assert parse_tail(_body(es[::-1], True), 7) is None  # not in record order: parse it all
+    assert parse_tail(_body(es, True).replace(b'"t{]}"', b'"\xff"'), 7) is None  # not UTF-8
+    assert parse_tail(_body(es, True).replace(b'"version":"2.10"', b'"version":"2.10","x":NaN'), 7) is None
+    assert parse_tail(_body(es, True), 7, max_bytes=100) is None  # more to decode than allowed
 
 
 class _Fake(WorkerServerSource):
@@ -86,24 +94,3 @@ def test_incremental_state_equals_full_parse(data):
     assert [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_inc] == \
            [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_full]
     assert inc.view().collectives == full.view().collectives
-
-
-_PIECES = ['"record_id"', ":", " ", "\t", "\x1c", "\xa0", "5", "15", "55", "0", ",", "{", '"x"', "\u0665", "5\u0665"]
-
-
-@settings(max_examples=examples(1000))  # a small space of pieces: the full run's 1000 cover it; deadline: see conftest
-@given(st.lists(st.sampled_from(_PIECES), max_size=14), st.sampled_from([0, 5, 15, 55]), st.integers(0, 3),
-       st.integers(1, 4))
-def test_record_search_finds_what_the_regex_finds(pieces, since, lo, tries):
-    """The literal search for the resume record is the regex it replaces, as text and as ASCII bytes,
-    or says it gave up (-2) and the caller runs the regex."""
-    import re
-
-    from frexport.decode.json_tail import _PATTERNS, _find_record
-
-    text = "".join(pieces)
-    for h in (text, text.encode()) if text.isascii() else (text,):
-        want = re.compile(_PATTERNS[type(h)][2] % since).search(h, lo)
-        got = _find_record(h, since, lo, tries)
-        assert got == (want.start() if want else -1) or got == -2
-        assert _find_record(h, since, lo, 10**6) == (want.start() if want else -1)

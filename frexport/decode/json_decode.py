@@ -1,0 +1,289 @@
+"""The JSON decoder: every JSON dump, whole body or new tail, is decoded here, with msgspec.
+
+One parser for the format, used by `analyze` (load.py), the live sidecar (worker_server.py: a whole
+body, or only its new tail) and the job view (dump_dir.py and peers.py through read.decode_bytes, the
+peers' rank rows through peer_rows.py).
+What it decodes goes through the field rules of fields.py only, on one of the two ways every format
+shares: the columns (scanned.trace_from_columns, which the compiled pickle scanner feeds too) or the
+entries (normalize, fast_trace). Three schemas of the same decoder:
+
+- `loads`: plain data (dicts and lists), for normalize and fast_trace: msgspec's untyped decode,
+  about 2x faster than `json.loads` on a dump. What msgspec refuses as not strict JSON is read by
+  the standard library as before (`_stdlib`), so that every document keeps its outcome: NaN and
+  Infinity (Python's json.dumps writes them), a UTF-8 BOM or UTF-16/32 text, a lone surrogate, a
+  number over a float's range; and every refusal keeps its reason (truncated, corrupt, too_deep).
+- `trace`: the bulk analyzer's columns, straight from typed structs (`_Entry`: the 2.10 entry with
+  the types the common shape has, 64-bit integers bounded by msgspec): its decode about 3x faster
+  than `json.loads`, and no dict per entry. The categorical fields of an entry are its kind (one tuple,
+  hashed in C), the numbers its columns; the field rules run once per kind in scanned.py. Anything
+  else (an older layout, one entry of another type, frames, a number out of 64 bits) returns None and
+  the caller takes `loads` + fast_trace / normalize, which skip and count a bad entry: only ever
+  accepts less, and a property test checks both give identical traces.
+- `parse_tail`: the live sidecar's new tail. The body is walked once without building its entries
+  (each is a `msgspec.Raw`, a span of the body), then only the entries from a given record id on,
+  and the small rest of the document, are decoded.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from array import array
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Annotated, Any
+
+import msgspec
+
+from frexport.decode.errors import DecodeError
+from frexport.decode.fields import INT64_MAX, INT64_MIN, MAX_DURATION_MS, MAX_ENTRIES
+from frexport.decode.scanned import trace_from_columns
+from frexport.model.rank_trace import RankTrace
+
+_PLAIN = msgspec.json.Decoder()
+
+
+def loads(data: bytes, source: str) -> Any:
+    """The plain data of a JSON document, or a DecodeError that says why not."""
+    try:
+        return _PLAIN.decode(data)
+    except RecursionError:  # the standard library's limit too (about 1000 levels)
+        raise DecodeError(source, "too_deep", "JSON nests too deeply") from None
+    except (msgspec.DecodeError, UnicodeDecodeError):  # (ValidationError included: 1e999, a 5000-digit int)
+        pass
+    return _stdlib(data, source)  # not strict JSON, or not JSON: the standard library's reading and reasons
+
+
+def _stdlib(data: bytes, source: str) -> Any:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        stripped = data.rstrip()
+        if exc.pos >= len(stripped) - 1 or stripped[-1:] not in (b"}", b"]"):
+            raise DecodeError(source, "truncated", f"JSON is truncated ({len(data)} bytes)") from None
+        raise DecodeError(source, "corrupt", f"not valid JSON: {exc.msg} at byte {exc.pos}") from None
+    except UnicodeDecodeError:
+        raise DecodeError(source, "corrupt", "not valid JSON: not UTF-8 text") from None
+    except RecursionError:
+        raise DecodeError(source, "too_deep", "JSON nests too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
+        raise DecodeError(source, "corrupt", f"not valid JSON: {exc}") from None
+
+
+def _utf8(data: bytes) -> bool:
+    """Whether the text is UTF-8 (PyTorch's is ASCII: its JSON escapes the rest). A typed decode skips
+    what it does not read without checking its bytes: this checks them (what `loads` refuses), a MiB
+    at a time (a dump's text whole would cost up to 4 bytes a byte)."""
+    if data.isascii():
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    try:
+        for i in range(0, len(view), 1 << 20):
+            decoder.decode(view[i:i + (1 << 20)])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The bulk analyzer's columns
+
+_I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]  # fast_trace's bounds: else the general path
+
+
+class _Entry(msgspec.Struct, gc=False, kw_only=True):
+    """A 2.10 entry in the common shape (what fast_trace._rows accepts); other keys are ignored, as there,
+    and so are thread_id and thread_name: no trace reads them, and no value of theirs makes normalize
+    skip an entry (a decode that does not build them costs 15 % less). The fields in PyTorch's order
+    (nlohmann::json sorts the keys): msgspec matches keys in its fields' order first, 11 % faster."""
+
+    collective_seq_id: _I64
+    duration_ms: float | None = None  # (an int is read as a float, as fields.duration_ms does)
+    frames: Any = None  # the JSON handlers write none: an entry with frames takes the general path
+    input_dtypes: tuple[str, ...]
+    input_sizes: tuple[tuple[int, ...], ...]
+    is_p2p: bool
+    op_id: _I64
+    output_dtypes: tuple[str, ...]
+    output_sizes: tuple[tuple[int, ...], ...]
+    p2p_seq_id: _I64
+    pg_id: _I64
+    process_group: tuple[str, str]
+    profiling_name: str
+    record_id: _I64
+    retired: bool
+    state: str
+    time_created_ns: _I64
+    time_discovered_completed_ns: int | None
+    time_discovered_started_ns: int | None
+    timeout_ms: _I64 | None
+
+
+class _Dump(msgspec.Struct):
+    """The top level: the fields normalize reads (UNSET where absent: require_dump_fields needs to know)."""
+
+    entries: list[_Entry] | msgspec.UnsetType = msgspec.UNSET
+    version: Any = msgspec.UNSET
+    pg_config: Any = msgspec.UNSET
+    pg_status: Any = msgspec.UNSET
+    nccl_version: Any = msgspec.UNSET
+    comm_lib_version: Any = msgspec.UNSET
+
+
+_TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
+_DUMP = msgspec.json.Decoder(_Dump)
+# an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none)
+_KIND = attrgetter("process_group", "pg_id", "is_p2p", "profiling_name", "state", "retired", "input_sizes",
+                   "output_sizes", "input_dtypes", "output_dtypes", "timeout_ms")
+_SEQ, _P2P, _CREATED = attrgetter("collective_seq_id"), attrgetter("p2p_seq_id"), attrgetter("time_created_ns")
+_STARTED, _COMPLETED = attrgetter("time_discovered_started_ns"), attrgetter("time_discovered_completed_ns")
+_DURATION, _FRAMES = attrgetter("duration_ms"), attrgetter("frames")
+_NAN = float("nan")
+
+
+def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
+    """The trace of a JSON dump in the common shape, or None: use `loads` and the plain path."""
+    if not _utf8(data):
+        return None
+    try:
+        dump = _DUMP.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError, MemoryError):
+        return None  # not the common shape, or not (strict) JSON: the plain path reads or explains it
+    entries = dump.entries
+    if isinstance(entries, msgspec.UnsetType) or not entries or len(entries) > MAX_ENTRIES \
+            or any(map(_FRAMES, entries)):
+        return None  # no entries (the plain path is cheap), more than normalize keeps, or frames
+    index = _Index()
+    which = array("i", map(index.__getitem__, map(_KIND, entries)))  # a loop in C: a call per new kind only
+    kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
+             for pg, pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, timeout in index]
+    top = {k: v for k in _TOP_KEYS if (v := getattr(dump, k)) is not msgspec.UNSET}
+    top["entries"] = []
+    return trace_from_columns(top, kinds, which, array("q", map(_SEQ, entries)), array("q", map(_P2P, entries)),
+                              array("q", map(_CREATED, entries)), _discovered(entries, _STARTED),
+                              _discovered(entries, _COMPLETED), _durations(entries), [], [],
+                              source, "json", rank, dumped_at_ns, size_bytes)
+
+
+class _Index(dict):
+    """Each key's index in the order of first appearance: a new key gets the next one."""
+
+    def __missing__(self, key: tuple) -> int:
+        i = self[key] = len(self)
+        return i
+
+
+def _discovered(entries: list[_Entry], field: attrgetter) -> array:
+    """fields.discovered_ns as the columns hold it (0 for unknown): PyTorch's JSON writes 0 for "not yet"."""
+    try:
+        out = array("q", map(field, entries))
+        if not out or min(out) >= 0:
+            return out
+    except (TypeError, OverflowError):  # a None (as a pickle has it), or over 64 bits: unknown
+        pass
+    return array("q", [v if type(v) is int and 0 < v <= INT64_MAX else 0 for v in map(field, entries)])
+
+
+def _durations(entries: list[_Entry]) -> array:
+    """fields.duration_ms as the columns hold it (NaN for none)."""
+    try:
+        out = array("d", map(_DURATION, entries))
+        if not out or min(out) >= 0 and max(out) < MAX_DURATION_MS:  # (no NaN here: not strict JSON)
+            return out
+    except TypeError:  # a None: not timed
+        out = array("d", [_NAN if d is None else d for d in map(_DURATION, entries)])
+    return array("d", [d if 0 <= d < MAX_DURATION_MS else _NAN for d in out])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The live sidecar's tail
+
+class _Spans(msgspec.Struct):
+    """The top level with each entry (and each other field) as the span of the body it takes."""
+
+    entries: list[msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    version: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    pg_config: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    pg_status: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    nccl_version: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    comm_lib_version: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    frexport_first_record: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # agent.live.FIRST_RECORD_KEY
+
+
+class _RecordId(msgspec.Struct):
+    record_id: Any = None
+
+
+_SPANS = msgspec.json.Decoder(_Spans)
+_RECORD_ID = msgspec.json.Decoder(_RecordId)
+_META_KEYS = (*_TOP_KEYS, "frexport_first_record")
+# A span per entry costs ~60 bytes: more objects than a recorder's buffer holds is not a buffer to
+# walk in-process (a body of `{},` repeated); the caller decodes it whole (in its sandbox when large).
+MAX_TAIL_OBJECTS = 200_000
+
+
+@dataclass
+class Tail:
+    meta: dict  # the document's fields normalize reads (and the agent's first record), without "entries"
+    first_record: int | None  # record id of the oldest entry still in the buffer
+    entries: list[dict]  # the entries from `since` on, in order (at least the one at `since`)
+
+
+def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | None:
+    """The entries from the one with record id `since` on, and the rest of the document; None where
+    that cannot be told safely (the entry is gone, the entries are not in record order, not strict
+    JSON, not a dump's layout) and the caller decodes the whole body. `max_bytes`: the most bytes this
+    may decode (the entries from `since` on and the other fields); None also when it would need more."""
+    if body.count(b"{") > MAX_TAIL_OBJECTS or not _utf8(body):
+        return None
+    try:
+        spans = _SPANS.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None  # the whole parse says what is wrong (read.py: too_deep, truncated, ...)
+    raws = spans.entries
+    if isinstance(raws, msgspec.UnsetType) or not raws:
+        return None
+    try:
+        first = _record_id(raws[0])
+        at = _find(raws, since, first)
+        if at is None:
+            return None  # it left the buffer, or the rank restarted: decode it all
+        meta_raw = {k: v for k in _META_KEYS if (v := getattr(spans, k)) is not msgspec.UNSET}
+        if max_bytes is not None and sum(map(len, raws[at:])) + sum(map(len, meta_raw.values())) > max_bytes:
+            return None
+        rows = _PLAIN.decode(b"[" + b",".join(raws[at:]) + b"]")
+        meta = {k: _PLAIN.decode(v) for k, v in meta_raw.items()}
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    last = None
+    for row in rows:
+        rid = row.get("record_id") if type(row) is dict else None
+        if type(rid) is not int or (last is not None and rid <= last):
+            return None  # not in record order: the buffer was being rewritten; decode it all
+        last = rid
+    return Tail(meta, first, rows)
+
+
+def _record_id(raw: msgspec.Raw) -> int | None:
+    rid = _RECORD_ID.decode(raw).record_id
+    return rid if type(rid) is int else None
+
+
+def _find(raws: list[msgspec.Raw], since: int, first: int | None) -> int | None:
+    """The index of the entry with record id `since`: a ring buffer's ids are consecutive, so where
+    the first's says, else by bisection (in record order, as parse_tail then checks)."""
+    if first is not None and 0 <= since - first < len(raws) and _record_id(raws[since - first]) == since:
+        return since - first
+    lo, hi = 0, len(raws)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        rid = _record_id(raws[mid])
+        if rid is None:
+            return None
+        if rid < since:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < len(raws) and _record_id(raws[lo]) == since else None
