@@ -1,22 +1,16 @@
 """Fuzz the compiled scanner (frexport/decode/_scan.c) in an AddressSanitizer build.
 
-    .venv/bin/python scripts/fuzz_scan.py --inputs 1000000 [--procs 2] [--seed 0] [--target pickle|json]
+    .venv/bin/python scripts/fuzz_scan.py --inputs 1000000 [--procs 2] [--seed 0]
 
 Builds the extension with -fsanitize=address,undefined into a scratch directory, then runs chunks of
 generated and mutated inputs in child processes under LD_PRELOAD=libasan.so (PYTHONMALLOC=malloc, so
 Python's own allocator does not hide overflows from the sanitizer).
 
---target pickle (scan): real-shaped dumps in every protocol 2-5 and in both string layouts
+Inputs: real-shaped dumps in every protocol 2-5 and in both string layouts
 (memoized, unshared), then byte flips, insertions, deletions, truncations, spliced chunks, opcodes and
 length fields set to extremes. Each input is scanned; one in --check-every is also decoded by the pure
 path (safe_pickle + fast_trace) and the traces compared: the scanner must answer None or the same
 trace, and never accept what safe_pickle refuses.
-
---target json (cut_json): JSON dumps of the common shape in both writers' spacings, mutated with JSON's
-own bytes and the cut's look-alikes (separators, "pg_id":, numbers, NUL), cut between random bounds
-(in and out of range) and between the entries' own: memory safety only. frexport no longer calls
-cut_json (every JSON path decodes with msgspec, decode/json_decode.py), so its pure twin and the
-scanner it fed are gone; the target stays while _scan.c still has the function.
 
 A chunk is reproducible from its seed; a chunk whose process dies (a sanitizer report) is run again
 writing each input to --crash-dir first, so the input that killed it is kept. Exit status 1 on any
@@ -134,84 +128,6 @@ JSON_PIECES = [b'"pg_id":', b'"pg_id": ', b'"timeout_ms":', b'"timeout_ms": ', b
 JSON_BYTES = b'{}[]",:\\ 0123456789.eE-+tfn\x00\x01a\xff'
 
 
-def _json_seeds() -> list[bytes]:
-    import json
-
-    from tests.support.synth import dump, entry
-
-    out = []
-    rng = random.Random(0)
-    for n in (1, 2, 5):
-        entries = []
-        for i in range(n):
-            e = entry(i, i + 1, state=rng.choice(["completed", "started", "scheduled"]),
-                      duration_ms=rng.choice([None, 1.5, 2]), sizes=((rng.randint(0, 9), 4),))
-            e.pop("frames")
-            e["process_group"] = list(e["process_group"])
-            entries.append(e)
-        raw = dump(entries, world=2)
-        out.append(json.dumps(raw).encode())
-        out.append(json.dumps(raw, separators=(",", ":")).encode())
-    return out
-
-
-def mutate_json(rng: random.Random, data: bytes, seeds: list[bytes]) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.choice((1, 1, 2, 3, 8))):
-        if not b:
-            b = bytearray(rng.choice(seeds))
-        r = rng.random()
-        i = rng.randrange(len(b))
-        if r < 0.3:
-            b[i] = rng.choice(JSON_BYTES)
-        elif r < 0.4:
-            b[i] = rng.randrange(256)
-        elif r < 0.65:
-            b[i:i] = rng.choice(JSON_PIECES)
-        elif r < 0.75:
-            del b[i:i + rng.randint(1, 16)]
-        elif r < 0.8:
-            del b[i:]
-        else:  # duplicate a chunk: repeated entries, separators, numbers
-            j = rng.randrange(len(b))
-            b[i:i] = b[j:j + rng.randint(1, 64)]
-    return bytes(b)
-
-
-def _bounds(rng: random.Random, data: bytes) -> tuple[int, int]:
-    """The entries' own bounds (as the JSON scanner took them) mostly, else anywhere, out of range included."""
-    if rng.random() < 0.7:
-        a, e = data.find(b"[{"), data.rfind(b"}]")
-        return (a + 2 if a >= 0 else 0), (e if e >= 0 else len(data))
-    n = len(data)
-    return rng.randint(-2, n + 2), rng.randint(-2, n + 2)
-
-
-def run_json_chunk(so: str, seed: int, count: int, check_every: int, crash_dir: str | None) -> int:
-    """In the sanitized child: cut `count` JSON inputs of this seed; returns the number of mismatches."""
-    ext = _load(so)
-    seeds = _json_seeds()
-    rng = random.Random(seed)
-    bad = answered = 0
-    for i in range(count):
-        data = mutate_json(rng, rng.choice(seeds), seeds) if rng.random() < 0.97 else rng.choice(seeds)
-        start, end = _bounds(rng, data)
-        spaced = rng.random() < 0.5
-        if crash_dir:
-            Path(crash_dir, "last_input").write_bytes(b"%d %d %d\n" % (start, end, spaced) + data)
-        try:
-            fast = ext.cut_json(data, start, end, spaced)
-        except ValueError:  # bounds outside the data: the caller never passes those
-            if 0 <= start <= len(data) and 0 <= end <= len(data):
-                bad += 1
-                _keep_mismatch(crash_dir, seed, i, data, f"ValueError within bounds {start}:{end}")
-            continue
-        answered += fast is not None
-    print(f"chunk {seed}: {answered} of {count} inputs cut (the rest: None or out of bounds), "
-          f"sanitizer runtime {_sanitizer()}", flush=True)
-    return bad
-
-
 def _dumps(data: bytes, keep_frames: bool) -> tuple[object, object]:
     """(scanned_dump's dump or its DecodeError's reason or None, normalize's of the pure path or its reason)."""
     from frexport.decode.errors import DecodeError
@@ -281,14 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check-every", type=int, default=20, help="compare with the pure path every Nth input")
-    ap.add_argument("--target", choices=("pickle", "json"), default="pickle")
     ap.add_argument("--crash-dir", default=str(ROOT / "build" / "fuzz_scan"))
     ap.add_argument("--child", nargs=4, metavar=("SO", "SEED", "COUNT", "CRASH_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         so, seed, count, crash_dir = args.child
-        run = run_json_chunk if args.target == "json" else run_chunk
-        return MISMATCH if run(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
+        return MISMATCH if run_chunk(so, int(seed), int(count), args.check_every, crash_dir or None) else 0
 
     os.makedirs(args.crash_dir, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fuzz_scan_"))
@@ -306,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def start(seed: int, count: int, crash_dir: str = "") -> subprocess.Popen:
         return subprocess.Popen([sys.executable, __file__, "--check-every", str(args.check_every),
-                                 "--target", args.target, "--child", str(so), str(seed), str(count), crash_dir],
+                                 "--child", str(so), str(seed), str(count), crash_dir],
                                 env=env)
 
     while chunks or running:
@@ -327,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{done} inputs, {time.monotonic() - t0:.0f} s, crashes {crashes}, chunks with mismatches {mismatches}",
               flush=True)
     cpu = os.times()
-    print(f"done ({args.target}): {done} inputs in {time.monotonic() - t0:.0f} s wall, "
+    print(f"done: {done} inputs in {time.monotonic() - t0:.0f} s wall, "
           f"{cpu.children_user + cpu.children_system - cpu0.children_user - cpu0.children_system:.0f} s CPU "
           f"(sanitized children); crashes {crashes}; chunks with mismatches {mismatches}")
     return 1 if crashes or mismatches else 0
