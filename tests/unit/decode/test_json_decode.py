@@ -324,3 +324,12 @@ def test_nested_list_in_input_dtypes_skips_the_entry_not_the_rank(tmp_path, valu
         (plain.n_entries, plain.notes, plain.pg_config, plain.groups)
     skipped = 1 if where == "one" else 6
     assert trace.n_entries == 6 - skipped and f"{skipped} malformed entries skipped" in trace.notes
+
+
+def test_the_typed_entry_names_the_keys_fields_py_names():
+    """fields.py is the one home of the field names: the typed JSON entry reads exactly its keys, less
+    the two no trace reads (thread_id, thread_name), so a key added or renamed there fails here."""
+    from frexport.decode import fields, json_decode
+
+    typed = set(json_decode._Entry.__struct_fields__)
+    assert typed == (set(fields.V210_KEYS) | set(fields.OPTIONAL_KEYS)) - {"thread_id", "thread_name"}
