@@ -180,7 +180,8 @@ def peer_api(cfg: Config, sidecar: Sidecar):
 
     poller = next((s for s in sidecar.sources if isinstance(s, WorkerServerSource)), None)
     proxy = HandlerProxy(poller, cfg.evidence.deadline, pyspy=cfg.evidence.pyspy)
-    return PeerApi(sidecar.state, cfg.analysis.window, proxy).handle
+    return PeerApi(sidecar.state, cfg.analysis.window, proxy,
+                   poller.stall_suspected if poller is not None else None).handle
 
 
 def start_web(cfg: Config, registry: CollectorRegistry, ready, api=None) -> WebServer:

@@ -83,8 +83,9 @@ class Dropped:
 
 
 def parse_body(body: bytes, source: str, intern: dict | None = None,
-               max_ranks: int = MAX_WORLD) -> tuple[int, list[PeerRank], Dropped]:
-    """(the peer's clock, its ranks, what was dropped); raises DecodeError when the body is not the format.
+               max_ranks: int = MAX_WORLD) -> tuple[int, list[PeerRank], Dropped, bool]:
+    """(the peer's clock, its ranks, what was dropped, whether it suspects a stall); raises DecodeError
+    when the body is not the format.
     `intern`: sizes and dtypes already seen. Only the first `max_ranks` ranks are read: a peer sending
     4096 fake ranks costs the view no more than its share (the source decides the share)."""
     if intern is None or len(intern) > MAX_INTERNED:
@@ -123,7 +124,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
         if pr.rows_dropped:
             dropped.note(f"rank {pr.rank}: {pr.rows_dropped} rows out of the field rules")
         out.append(pr)
-    return now_ns or 0, out, dropped
+    return now_ns or 0, out, dropped, doc.get("stall_suspected") is True
 
 
 def _rank(r: dict, intern: dict) -> PeerRank:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 
 from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
@@ -30,9 +31,11 @@ _COLUMN_INDEX = [Entry._fields.index(c) for c in COLUMNS]
 
 
 class PeerApi:
-    def __init__(self, state: LiveState, window: int, proxy: HandlerProxy | None = None) -> None:
+    def __init__(self, state: LiveState, window: int, proxy: HandlerProxy | None = None,
+                 stall_suspected: Callable[[], bool] | None = None) -> None:
         self.state = state
         self.window = window
+        self.stall_suspected = stall_suspected  # the pod's poller: whether it suspects a stall now
         self.proxy = proxy or HandlerProxy(None)  # without one: no handler served, every rank "not here"
         self.requests = 0
 
@@ -55,7 +58,8 @@ class PeerApi:
             same = cur is not None and cur[0] == epoch
             ranks.append(self._rank(rank, epoch, dump, cur[1] if cur is not None and same else None,
                                     not same or cur is None or cur[2] != len(dump.pg_config)))
-        doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks}
+        doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks,
+               "stall_suspected": bool(self.stall_suspected is not None and self.stall_suspected())}
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool) -> dict:

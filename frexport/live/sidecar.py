@@ -98,7 +98,8 @@ class Sidecar:
             if drain is not None:
                 self.state.forget(drain())
             events.extend(take_in(self.state, snapshots))
-            suspected = suspected or any(s.stall_suspected for s in snapshots)
+            suspects = getattr(source, "stall_suspected", None)  # a source that can suspect a stall
+            suspected = suspected or bool(suspects is not None and suspects())
         return events, suspected
 
     def _down(self) -> set[int]:

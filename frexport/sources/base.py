@@ -26,8 +26,6 @@ class Snapshot:
     groups: Mapping[str, ProcessGroupStatus] | None = None
     # only the status was read (status first): `dump` is the rank's last one, its entries not read again
     status_only: bool = False
-    # the source suspects a stall (status first: work pending that stopped moving): look again soon
-    stall_suspected: bool = False
 
 
 class Source(Protocol):

@@ -82,6 +82,7 @@ class _PeerState:
     over_share: int = 0  # of those, not taken at its last answer
     over_cap: int = 0  # ranks past max_ranks in its last body: not even read
     said: set[str] = field(default_factory=set)  # what was logged about it: said once, not every pass
+    suspected: bool = False  # its last answer: its sidecar suspects a stall among its ranks
 
 
 class PeersSource:
@@ -202,6 +203,12 @@ class PeersSource:
 
     # --- ownership and shares ------------------------------------------------------------------
 
+    def stall_suspected(self) -> bool:
+        """Whether a peer's sidecar suspects a stall among its ranks (its last answer says so): the
+        view then analyses often, as the pod does."""
+        current = set(self._current)
+        return any(st.suspected for p, st in self._peers.items() if p in current)
+
     def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
         """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
         ranks: list[PeerRank] | dict[int, PeerRank]  # (for mypy) a peer's answer, then what was kept of it
@@ -255,7 +262,7 @@ class PeersSource:
                            if h.entries)
         try:
             body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
-            ranks, dropped = self._parse(body, peer)
+            ranks, dropped, suspected = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
@@ -263,6 +270,7 @@ class PeersSource:
             self.health.record(f"peer:{peer}", False, time.monotonic() - start, now_ns, reason, exc.detail)
             return None
         st.failures, st.next_try, st.bytes_last, st.over_cap = 0, 0.0, len(body), dropped.over_cap
+        st.suspected = suspected
         self.bytes_total += len(body)
         self.rows_dropped_total += dropped.rows
         self.ranks_dropped_total += dropped.ranks + dropped.over_cap
@@ -272,13 +280,14 @@ class PeersSource:
         self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
         return peer, ranks
 
-    def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped]:
+    def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped, bool]:
         """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
         every untrusted input, and in a 512-pod job the reading runs on the decoders' cores while
         this process merges what came before. In this process where there are no decoders. At most
         `max_ranks` ranks of one body are read at all."""
         if self.decoder is None:
-            return parse_body(body, peer, self._interned, self.max_ranks)[1:]
+            _now, ranks, dropped, suspected = parse_body(body, peer, self._interned, self.max_ranks)
+            return ranks, dropped, suspected
         out = self.decoder.run(_BodyJob(body, peer, self.max_ranks))
         if isinstance(out, DecodeError):
             raise out
@@ -378,7 +387,7 @@ class _BodyJob:
     path: str
     max_ranks: int
 
-    def __call__(self) -> tuple[list[PeerRank], Dropped]:
+    def __call__(self) -> tuple[list[PeerRank], Dropped, bool]:
         return parse_body(self.body, self.path, None, self.max_ranks)[1:]
 
 

@@ -118,6 +118,7 @@ class WorkerServerSource:
         self._shifters: dict[int, dict[str, Shifter]] = {}  # rank -> its recorders' record-id moves
         self._merged: dict[int, RankDump] = {}  # rank -> its last snapshot (all recorders)
         self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
+        self._suspected = False
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -195,9 +196,14 @@ class WorkerServerSource:
             self._backoff[t.name].next_whole = now + self.cfg.poll_interval
         # every status before any decision: a stall suspected on one rank fetches every rank's entries
         read = [t for t, ok in zip(statused, self._pool.map(self._read_statuses, statused)) if ok]
-        suspected = self.schedule.suspected(time.monotonic(), settle=self.cfg.suspect_after)
+        suspected = self._suspected = self.schedule.suspected(time.monotonic(), settle=self.cfg.suspect_after)
         return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected), read + whole)
                 if snap is not None]
+
+    def stall_suspected(self) -> bool:
+        """Whether the last status reads suspect a stall (a rank's work pending stopped moving): the
+        sidecar then analyses often, and tells the job view so (peers API)."""
+        return self._suspected
 
     def _status_first(self, b: _Backoff) -> bool:
         """Whether every recorder of the rank answers a status-only read (the agent's handler does for
@@ -266,8 +272,7 @@ class WorkerServerSource:
                 # moved since its last entries: they come when due, with their recorder times; the
                 # status alone keeps the groups' numbers, progress and pending fresh meanwhile
                 self.health.record(t.name, True, time.monotonic() - start, now_ns)
-                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True,
-                                stall_suspected=suspected)
+                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True)
             if action is Action.RESTAMP and last is not None:
                 # its status is the one its last entries came with: nothing was recorded since, seen now
                 dump, groups = replace(last, dumped_at_ns=now_ns), self._status_groups(t.rank)
@@ -309,7 +314,7 @@ class WorkerServerSource:
             dump = replace(dump, declared_world_size=_agent_world_size(t.target.unix_path, b))
         self._merged[t.rank] = dump
         self.health.record(t.name, True, time.monotonic() - start, now_ns)
-        return Snapshot(dump, t.name, now_ns, groups=groups, stall_suspected=suspected)
+        return Snapshot(dump, t.name, now_ns, groups=groups)
 
     def _status_groups(self, rank: int) -> dict[str, ProcessGroupStatus]:
         """The status read last for a rank, by group name (its recorders' last entries name the ids)."""

@@ -33,3 +33,29 @@ def test_a_suspected_stall_is_analysed_often_so_it_is_named_as_it_passes_the_thr
     # threshold + 1 s is the goal on a quiet machine; the slack is for a loaded test machine, and far
     # below the minute the analysis interval alone would take
     assert named - stuck_at < STALL_S + 1.0 + 4.0, (named - stuck_at, output)
+
+
+@pytest.mark.torchjob
+def test_the_job_view_hears_a_pods_suspicion_and_names_the_stall_as_soon(tmp_path):
+    """Issue 29, point 5: the job-level view analyses every minute here; the pod's sidecar says in its
+    peers answer that it suspects a stall, and the view then analyses every 0.5 s too."""
+    shared = tmp_path / "shared"
+    env = {"STEPS": "400", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "40", "MARK_DIR": str(tmp_path)}
+    slow = {"FREXPORT_ANALYSIS__INTERVAL": "60s"}
+    with TorchJob("train.py", shared, env=env) as job, \
+            Sidecar("--sockets-dir", str(shared), "--stall-after", f"{STALL_S}s", "--job-id", "train",
+                    "--peers-api", "--peers-api-unauthenticated", env=slow, log=tmp_path / "serve.log") as pod, \
+            Sidecar("--peer", f"http://127.0.0.1:{pod.port}", "--poll-interval", "1s", "--stall-after",
+                    f"{STALL_S}s", env=slow, log=tmp_path / "jobview.log", command="jobview") as view:
+        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
+        stuck_at = float((tmp_path / "stuck").read_text())
+        named = None
+        while time.time() < stuck_at + STALL_S + 30:
+            if "found missing_rank: rank 2 never issued" in view.output():
+                named = time.time()
+                break
+            time.sleep(0.1)
+        output = view.output()
+    assert named is not None, output
+    # the pod's read and the view's pull each add up to a second to the pod's own latency
+    assert named - stuck_at < STALL_S + 1.0 + 6.0, (named - stuck_at, output)
