@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import resource
 from array import array
 from dataclasses import dataclass
 from operator import attrgetter
@@ -37,14 +38,36 @@ import msgspec
 
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import INT64_MAX, INT64_MIN, MAX_DURATION_MS, MAX_ENTRIES
+from frexport.decode.sandbox import address_space_now
 from frexport.decode.scanned import trace_from_columns
 from frexport.model.rank_trace import RankTrace
 
 _PLAIN = msgspec.json.Decoder()
 
 
+# What msgspec may build from one byte of JSON at worst: `[{},{},...]` is a 64-byte dict for 3 bytes.
+_GROWTH = 32
+
+
+def _fits(data: bytes) -> bool:
+    """Whether msgspec may decode `data` here. It does not survive an allocation that fails: under a
+    sandboxed decoder's RLIMIT_AS it crashed (SIGSEGV) on 13 MB of JSON strings, where the standard
+    library raises MemoryError, which the decoder reports as `too_large`. So under a limit a document
+    that could outgrow the room left goes to the standard library; without one (the sidecar's own
+    process, small bodies) there is nothing to check."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ValueError, OSError):
+        return True
+    if soft == resource.RLIM_INFINITY:
+        return True
+    return address_space_now() + _GROWTH * len(data) < soft
+
+
 def loads(data: bytes, source: str) -> Any:
     """The plain data of a JSON document, or a DecodeError that says why not."""
+    if not _fits(data):
+        return _stdlib(data, source)
     try:
         return _PLAIN.decode(data)
     except RecursionError:  # the standard library's limit too (about 1000 levels)
@@ -145,7 +168,7 @@ _NAN = float("nan")
 
 def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
     """The trace of a JSON dump in the common shape, or None: use `loads` and the plain path."""
-    if not _utf8(data):
+    if not _utf8(data) or not _fits(data):
         return None
     try:
         dump = _DUMP.decode(data)
@@ -236,7 +259,7 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
     that cannot be told safely (the entry is gone, the entries are not in record order, not strict
     JSON, not a dump's layout) and the caller decodes the whole body. `max_bytes`: the most bytes this
     may decode (the entries from `since` on and the other fields); None also when it would need more."""
-    if body.count(b"{") > MAX_TAIL_OBJECTS or not _utf8(body):
+    if body.count(b"{") > MAX_TAIL_OBJECTS or not _utf8(body) or not _fits(body):
         return None
     try:
         spans = _SPANS.decode(body)

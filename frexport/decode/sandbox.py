@@ -53,7 +53,7 @@ class SandboxUnavailable(Exception):
     """The decoder processes cannot be given a memory limit here (the reason is the message)."""
 
 
-def _address_space_now() -> int:
+def address_space_now() -> int:
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -71,7 +71,7 @@ def _set_memory_limit(memory_bytes: int) -> str | None:
     except ImportError:
         return "this platform has no resource limits (RLIMIT_AS)"
     try:
-        now = _address_space_now()
+        now = address_space_now()
         if not now:
             return "the process's address space cannot be measured (no /proc/self/status)"
         limit = now + memory_bytes

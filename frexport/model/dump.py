@@ -136,6 +136,12 @@ class RankDump:
     # timeout, an async error; sticky for the process); None: not asked or not there
     unhealthy_backends: tuple[str, ...] | None = None
 
+    def newest_event_ns(self) -> int:
+        """The newest time the rank's recorder wrote (an entry created, its start or completion
+        discovered); 0 for none: the rank was alive, and this dump not yet taken, at least until then."""
+        return max((max(e.time_created_ns, e.time_started_ns or 0, e.time_completed_ns or 0) for e in self.entries),
+                   default=0)
+
     @property
     def world_size(self) -> int | None:
         """Ranks of the default process group when pg_config lists them (gloo's does not), else

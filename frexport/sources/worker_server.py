@@ -119,6 +119,7 @@ class WorkerServerSource:
         self._merged: dict[int, RankDump] = {}  # rank -> its last snapshot (all recorders)
         self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
         self._suspected = False
+        self._status_ns: dict[int, int] = {}  # rank -> wall clock when its last status read began
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -182,6 +183,8 @@ class WorkerServerSource:
         for rank in [r for r in self._shifters if r not in ranks]:
             del self._shifters[rank]
             self._merged.pop(rank, None)
+        for rank in [r for r in self._status_ns if r not in ranks]:
+            del self._status_ns[rank]
         self.schedule.forget(ranks)
         now = time.monotonic()
         due = [t for t in targets if self._backoff.setdefault(t.name, _Backoff()).next_try <= now]
@@ -239,6 +242,7 @@ class WorkerServerSource:
             self._failed(t, b, "decode_not_json", f"status: {type(exc).__name__}: {exc}", start, now_ns)
             return False
         self.schedule.observe(t.rank, statuses, time.monotonic(), exiting)
+        self._status_ns[t.rank] = now_ns
         self.health.count_read("status")
         return True
 
@@ -268,19 +272,26 @@ class WorkerServerSource:
                 self.health.count_read("poll" if b.read_before else "first")
             b.read_before = True
             last = self._merged.get(t.rank)
+            status_ns = self._status_ns.get(t.rank, now_ns)  # when its status was read: what it vouches for
             if action is Action.WAIT and last is not None:
                 # moved since its last entries: they come when due, with their recorder times; the
                 # status alone keeps the groups' numbers, progress and pending fresh meanwhile
                 self.health.record(t.name, True, time.monotonic() - start, now_ns)
-                return Snapshot(last, t.name, now_ns, groups=self._status_groups(t.rank), status_only=True)
+                return Snapshot(last, t.name, status_ns, groups=self._status_groups(t.rank), status_only=True)
             if action is Action.RESTAMP and last is not None:
-                # its status is the one its last entries came with: nothing was recorded since, seen now
-                dump, groups = replace(last, dumped_at_ns=now_ns), self._status_groups(t.rank)
+                # its status, read at status_ns, is the one its last entries came with: nothing was
+                # recorded since, and they were seen then (not later: it may have moved since)
+                dump, groups = replace(last, dumped_at_ns=max(status_ns, last.dumped_at_ns or 0)), \
+                    self._status_groups(t.rank)
             else:
                 dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
                 for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
                     del self._last[gone]
                 dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
+                # taken during the request, after now_ns: an op recorded meanwhile must not make the
+                # time look older than the dump (rank_trace.dump_time_trusted: a copied file's), which
+                # leaves every wait of the rank unmeasured and the live analysis guessing
+                dump = replace(dump, dumped_at_ns=max(now_ns, dump.newest_event_ns()))
                 groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, dumps)
                 dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",

@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from frexport.export.prometheus.bounds import sample_value
 from frexport.live.diagnosis import DOWN, OK, STATUSES, LiveAnalysis
 from frexport.live.state import LiveState
-from frexport.model.dump import DEFAULT_RECORDER, RankDump, split_group_name
+from frexport.model.dump import DEFAULT_RECORDER, split_group_name
 
 # `pg` is the name the group's ops are filed under (model.dump.group_name: "0", or "nccl2:0" for a
 # group's ops in a hooked backend's recorder), unique within the rank, so the rules can group by it;
@@ -99,7 +99,7 @@ class RankProgressCollector:
         statuses = latest.statuses if latest is not None else {}
         now = self.clock()
         # one recorder clock for every dump that predates the sidecar: the newest event among them
-        recorded_until = max((_recorded_until(rs.dump) for rs in view.ranks.values()
+        recorded_until = max((rs.dump.newest_event_ns() for rs in view.ranks.values()
                               if rs.dump is not None and not rs.dump.dumped_at_is_clock), default=0)
         for rank, rs in sorted(view.ranks.items()):
             r = str(rank)
@@ -132,9 +132,3 @@ class RankProgressCollector:
             for s in STATUSES:  # sockets of a job that died before frexport started: down, not absent
                 f.status.add_metric([str(rank), s], 1.0 if s == DOWN else 0.0)
         return iter(f)
-
-
-def _recorded_until(dump: RankDump) -> int:
-    """The newest time the rank's recorder wrote (an entry created, started or completed)."""
-    return max((max(e.time_created_ns, e.time_started_ns or 0, e.time_completed_ns or 0) for e in dump.entries),
-               default=0)
