@@ -73,6 +73,20 @@ def _statuses(port: int) -> dict[int, str]:
             for s in fam.samples if s.name == "frexport_rank_status" and s.value == 1.0}
 
 
+def _reads(port: int) -> dict[str, float]:
+    """The sidecar's read counters: status reads, and entries reads by reason."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "frexport_status_reads_total":
+                out["status"] = s.value
+            elif s.name == "frexport_entries_reads_total":
+                out[s.labels["reason"]] = s.value
+    return out
+
+
 def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: float, warm: float,
         analysis_interval: str | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"frx-bench-{design}-"))
@@ -102,9 +116,11 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
         serve0 = {p: _thread_cpu(p, "pt_workerserver") for p in pids}
         all0 = {p: _thread_cpu(p, None) for p in pids}
         side0 = tree_cpu_seconds(sidecar.pid) if sidecar else 0.0
+        reads0 = _reads(port) if sidecar else {}
         t0 = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - t0
+        reads = {k: v - reads0.get(k, 0.0) for k, v in _reads(port).items()} if sidecar else {}
         serving = sum(_thread_cpu(p, "pt_workerserver") - serve0[p] for p in pids) / len(pids) / wall
         whole = sum(_thread_cpu(p, None) - all0[p] for p in pids) / wall
         side = (tree_cpu_seconds(sidecar.pid) - side0) / wall if sidecar else 0.0
@@ -121,7 +137,7 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
                     break
                 time.sleep(0.05)
         return {"design": design, "ranks": len(pids), "serving_pct_per_rank": 100 * serving,
-                "job_cores": whole, "sidecar_pct": 100 * side, "latency_s": latency}
+                "job_cores": whole, "sidecar_pct": 100 * side, "latency_s": latency, "reads": reads}
     finally:
         if sidecar is not None:
             sidecar.kill()
@@ -149,6 +165,9 @@ def main() -> int:
         lat = "-" if r["latency_s"] is None else f"threshold + {r['latency_s']:.2f} s"
         print(f"{r['design']:<16} {r['serving_pct_per_rank']:>17.3f} %/rank {r['job_cores']:>6.2f} c "
               f"{r['sidecar_pct']:>10.2f} % {lat:>18}")
+    for r in rows[1:]:
+        reads = ", ".join(f"{k} {v:.0f}" for k, v in sorted(r["reads"].items()) if v)
+        print(f"  {r['design']}: reads while measured ({args.ranks} ranks): {reads or 'none'}")
     return 0
 
 

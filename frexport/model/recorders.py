@@ -92,19 +92,24 @@ def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | N
         recorders=tuple(order))
 
 
+def pg_names(dump: RankDump) -> dict[int, str]:
+    """A recorder's pg_id -> the name its group's ops are filed under, from its entries (pg_status is
+    keyed by the process-local pg_id)."""
+    return {e.pg_id: e.pg_name for e in dump.entries}
+
+
 def group_statuses(statuses: dict[str, tuple[ProcessGroupStatus, ...]],
-                   dumps: dict[str, RankDump]) -> dict[str, ProcessGroupStatus]:
-    """Each recorder's pg_status rows by the name its group's ops are filed under. pg_status is keyed
-    by the process-local pg_id, so a recorder's own entries (`dumps`, its last ones) say which group an
-    id is; a row whose group has no op in the buffer is left out (nothing to file it under)."""
+                   names: dict[str, dict[int, str]]) -> dict[str, ProcessGroupStatus]:
+    """Each recorder's pg_status rows by the name its group's ops are filed under (`names`: per
+    recorder, `pg_names` of its last entries); a row whose group has no op in the buffer is left out
+    (nothing to file it under)."""
     out: dict[str, ProcessGroupStatus] = {}
     for recorder, rows in statuses.items():
-        d = dumps.get(recorder)
-        if d is None or not rows:
+        known = names.get(recorder)
+        if not known or not rows:
             continue
-        names = {e.pg_id: e.pg_name for e in d.entries}
         for row in rows:
-            name = names.get(row.pg_id)
+            name = known.get(row.pg_id)
             if name is not None:
                 out[name] = row
     return out

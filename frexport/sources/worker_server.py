@@ -24,6 +24,7 @@ import re
 import stat
 import time
 from bisect import bisect_left
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from operator import attrgetter
@@ -39,7 +40,7 @@ from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import ProcessGroupStatus, RankDump
 from frexport.model.outcome import first_unsettled
-from frexport.model.recorders import Shifter, group_statuses, merge_recorders
+from frexport.model.recorders import Shifter, group_statuses, merge_recorders, pg_names
 from frexport.sources.base import Snapshot
 from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
 from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched
@@ -120,6 +121,7 @@ class WorkerServerSource:
         self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
         self._suspected = False
         self._status_ns: dict[int, int] = {}  # rank -> wall clock when its last status read began
+        self._names: dict[tuple[int, str], tuple[RankDump, dict[int, str]]] = {}  # (rank, recorder) -> pg names
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -180,6 +182,7 @@ class WorkerServerSource:
         ranks = {t.rank for t in targets}
         for key in [k for k in self._last if k[0] not in ranks]:
             del self._last[key]
+            self._names.pop(key, None)
         for rank in [r for r in self._shifters if r not in ranks]:
             del self._shifters[rank]
             self._merged.pop(rank, None)
@@ -292,7 +295,7 @@ class WorkerServerSource:
                 # time look older than the dump (rank_trace.dump_time_trusted: a copied file's), which
                 # leaves every wait of the rank unmeasured and the live analysis guessing
                 dump = replace(dump, dumped_at_ns=max(now_ns, dump.newest_event_ns()))
-                groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, dumps)
+                groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, self._pg_names(t.rank, dumps))
                 dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",
                                unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
@@ -330,9 +333,22 @@ class WorkerServerSource:
     def _status_groups(self, rank: int) -> dict[str, ProcessGroupStatus]:
         """The status read last for a rank, by group name (its recorders' last entries name the ids)."""
         statuses = self.schedule.statuses(rank)
-        dumps = {r: d for (k, r), d in self._last.items() if k == rank}
         return group_statuses({r: tuple(ProcessGroupStatus(*row) for row in rows) for r, rows in statuses.items()},
-                              dumps)
+                              self._pg_names(rank, statuses))
+
+    def _pg_names(self, rank: int, recorders: Iterable[str]) -> dict[str, dict[int, str]]:
+        """Per recorder of a rank, its groups' names by pg_id: worked out once per snapshot of it, not
+        at every status read (a pass over its whole buffer)."""
+        out = {}
+        for recorder in recorders:
+            dump = self._last.get((rank, recorder))
+            if dump is None:
+                continue
+            cached = self._names.get((rank, recorder))
+            if cached is None or cached[0] is not dump:
+                cached = self._names[(rank, recorder)] = (dump, pg_names(dump))
+            out[recorder] = cached[1]
+        return out
 
     def _health(self, t: RankTarget) -> tuple[str, ...] | None:
         """torch 2.15's `c10d_health_check`: {"healthy": bool, "unhealthy_backends": [names]}; None

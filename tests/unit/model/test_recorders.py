@@ -50,10 +50,11 @@ def test_a_recorders_status_rows_are_filed_under_its_groups_names():
     """pg_status is keyed by the process-local pg_id: gloo's pg 0 and nccl2's pg 0 are two groups, and a
     row whose group has no op in the buffer has no name to be filed under."""
     from frexport.model.dump import ProcessGroupStatus
-    from frexport.model.recorders import group_statuses
+    from frexport.model.recorders import group_statuses, pg_names
 
     dumps = {"gloo": _dump("gloo", 2), "nccl2": _dump("nccl2", 3)}
     rows = {"gloo": (ProcessGroupStatus(0, 2, -1, 2), ProcessGroupStatus(7, 1, -1, 1)),
             "nccl2": (ProcessGroupStatus(0, 3, 3, 2),)}
-    assert group_statuses(rows, dumps) == {"0": rows["gloo"][0], "nccl2:0": rows["nccl2"][0]}
-    assert group_statuses({"ucc": rows["gloo"]}, dumps) == {}  # a recorder without entries read yet
+    names = {r: pg_names(d) for r, d in dumps.items()}
+    assert group_statuses(rows, names) == {"0": rows["gloo"][0], "nccl2:0": rows["nccl2"][0]}
+    assert group_statuses({"ucc": rows["gloo"]}, names) == {}  # a recorder without entries read yet
