@@ -293,8 +293,11 @@ class WorkerServerSource:
                 dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
                 # taken during the request, after now_ns: an op recorded meanwhile must not make the
                 # time look older than the dump (rank_trace.dump_time_trusted: a copied file's), which
-                # leaves every wait of the rank unmeasured and the live analysis guessing
-                dump = replace(dump, dumped_at_ns=max(now_ns, dump.newest_event_ns()))
+                # leaves every wait of the rank unmeasured and the live analysis guessing. Never past
+                # the answer's arrival: a rank whose clock runs ahead (a URL target on another host)
+                # must not date its snapshot in our future (the next one would look older)
+                newest = min(dump.newest_event_ns(), time.time_ns())
+                dump = replace(dump, dumped_at_ns=max(now_ns, newest))
                 groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, self._pg_names(t.rank, dumps))
                 dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",
