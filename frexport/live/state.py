@@ -160,6 +160,7 @@ class LiveState:
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
                 self._held(dump, now_ns)
                 self._status(rs, groups, now_ns, with_entries=True)
+                self._recount_pending(rs)
                 return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
@@ -170,6 +171,7 @@ class LiveState:
             self._progress(rs, changed, now_ns)
             self._held(dump, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
+            self._recount_pending(rs)
         return events
 
     def observe_status(self, rank: int, groups: Mapping[str, ProcessGroupStatus], now_ns: int) -> None:
@@ -181,6 +183,7 @@ class LiveState:
                 return
             rs.last_seen_ns = now_ns
             self._status(rs, groups, now_ns, with_entries=False)
+            self._recount_pending(rs)
 
     def count_timeout_dump(self, rank: int) -> None:
         with self._lock:
@@ -310,7 +313,8 @@ class LiveState:
 
     def _progress(self, rs: RankState, changed: list[Entry], now_ns: int) -> None:
         """Update each group's progress from the entries that are new or changed since the last
-        snapshot (values only grow within an epoch), and recount what is still pending."""
+        snapshot (values only grow within an epoch); pending is recounted by the caller, once the
+        status read with them is in too."""
         first_sight = not rs.groups
         advanced: set[str] = set()
         e: Entry | None
@@ -341,7 +345,6 @@ class LiveState:
         for name in set(map(_pg_name, rs.dump.entries)) if rs.dump is not None else ():
             if name in rs.groups:
                 rs.groups[name].seen_ns = now_ns
-        self._recount_pending(rs)
 
     def _status(self, rs: RankState, groups: Mapping[str, ProcessGroupStatus] | None, now_ns: int,
                 with_entries: bool) -> None:
@@ -359,7 +362,6 @@ class LiveState:
             done, was = _known(row.last_completed), _known(before.last_completed) if before is not None else None
             if before is not None and done is not None and (was is None or done > was):
                 g.last_progress_ns = now_ns
-        self._recount_pending(rs)
 
     @staticmethod
     def _recount_pending(rs: RankState) -> None:

@@ -297,9 +297,9 @@ class WorkerServerSource:
                 # the answer's arrival: a rank whose clock runs ahead (a URL target on another host)
                 # must not date its snapshot in our future (the next one would look older)
                 newest = min(dump.newest_event_ns(), time.time_ns())
-                dump = replace(dump, dumped_at_ns=max(now_ns, newest))
                 groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, self._pg_names(t.rank, dumps))
-                dump = replace(dump, read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
+                dump = replace(dump, dumped_at_ns=max(now_ns, newest),
+                               read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",
                                unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
                 if self._status_first(b):

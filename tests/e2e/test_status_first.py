@@ -11,6 +11,18 @@ from tests.support.torchjob import TorchJob
 STALL_S = 3.0
 
 
+def _named_after(job: TorchJob, mark_dir, named) -> float | None:
+    """Seconds from rank 2's hang to `named()` first holding; None if it does not within 30 s past
+    the threshold."""
+    job.wait_for(lambda: (mark_dir / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
+    stuck_at = float((mark_dir / "stuck").read_text())
+    while time.time() < stuck_at + STALL_S + 30:
+        if named():
+            return time.time() - stuck_at
+        time.sleep(0.1)
+    return None
+
+
 @pytest.mark.torchjob
 def test_a_suspected_stall_is_analysed_often_so_it_is_named_as_it_passes_the_threshold(tmp_path):
     """The analysis runs every minute here; once status reads show rank 0, 1 and 3 waiting in a
@@ -20,19 +32,12 @@ def test_a_suspected_stall_is_analysed_often_so_it_is_named_as_it_passes_the_thr
     with TorchJob("train.py", shared, env=env) as job, \
             Sidecar("--sockets-dir", str(shared), "--stall-after", f"{STALL_S}s",
                     env={"FREXPORT_ANALYSIS__INTERVAL": "60s"}, log=tmp_path / "serve.log") as sc:
-        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
-        stuck_at = float((tmp_path / "stuck").read_text())
-        named = None
-        while time.time() < stuck_at + STALL_S + 30:
-            if sc.statuses().get(2) == "stalled":
-                named = time.time()
-                break
-            time.sleep(0.1)
+        after = _named_after(job, tmp_path, lambda: sc.statuses().get(2) == "stalled")
         output = sc.output()
-    assert named is not None, output
+    assert after is not None, output
     # threshold + 1 s is the goal on a quiet machine; the slack is for a loaded test machine, and far
     # below the minute the analysis interval alone would take
-    assert named - stuck_at < STALL_S + 1.0 + 4.0, (named - stuck_at, output)
+    assert after < STALL_S + 1.0 + 4.0, (after, output)
 
 
 @pytest.mark.torchjob
@@ -47,15 +52,8 @@ def test_the_job_view_hears_a_pods_suspicion_and_names_the_stall_as_soon(tmp_pat
                     "--peers-api", "--peers-api-unauthenticated", env=slow, log=tmp_path / "serve.log") as pod, \
             Sidecar("--peer", f"http://127.0.0.1:{pod.port}", "--poll-interval", "1s", "--stall-after",
                     f"{STALL_S}s", env=slow, log=tmp_path / "jobview.log", command="jobview") as view:
-        job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
-        stuck_at = float((tmp_path / "stuck").read_text())
-        named = None
-        while time.time() < stuck_at + STALL_S + 30:
-            if "found missing_rank: rank 2 never issued" in view.output():
-                named = time.time()
-                break
-            time.sleep(0.1)
+        after = _named_after(job, tmp_path, lambda: "found missing_rank: rank 2 never issued" in view.output())
         output = view.output()
-    assert named is not None, output
+    assert after is not None, output
     # the pod's read and the view's pull each add up to a second to the pod's own latency
-    assert named - stuck_at < STALL_S + 1.0 + 6.0, (named - stuck_at, output)
+    assert after < STALL_S + 1.0 + 6.0, (after, output)
