@@ -29,6 +29,7 @@ sizes that cannot add up; a watchdog timeout the recorder wrote.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from frexport.analysis.clock import (
@@ -438,42 +439,44 @@ def _closed_cycles(hubs: dict[tuple, tuple[int, ...]], out: dict[int, dict[tuple
     on_stack: set = set()
     stack: list = []
     comps: list[set] = []
-    counter = [0]
 
-    def successors(v):
-        return hubs[v] if isinstance(v, tuple) else out.get(v, ())
+    def successors(v) -> Iterator:
+        return iter(hubs[v] if isinstance(v, tuple) else out.get(v, ()))
 
-    def visit(v) -> None:  # iterative Tarjan would be longer; depth is bounded by ranks and hubs
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in successors(v):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                x = stack.pop()
-                on_stack.discard(x)
-                comp.add(x)
-                if x == v:
+    # iterative, so a ring of thousands of ranks needs no recursion limit (and no closure that refers
+    # to itself: a reference cycle per analysis pass for the garbage collector to find)
+    for root in sorted(out):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        path = [(root, successors(root))]
+        while path:
+            v, todo = path[-1]
+            for w in todo:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    path.append((w, successors(w)))
                     break
-            comps.append(comp)
-
-    import sys
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * (len(out) + len(hubs) + 100)))
-    try:
-        for v in sorted(out):
-            if v not in index:
-                visit(v)
-    finally:
-        sys.setrecursionlimit(limit)
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:  # v's successors are all seen: v is done
+                path.pop()
+                if path:
+                    parent = path[-1][0]
+                    low[parent] = min(low[parent], low[v])
+                if low[v] == index[v]:
+                    comp = set()
+                    while True:
+                        x = stack.pop()
+                        on_stack.discard(x)
+                        comp.add(x)
+                        if x == v:
+                            break
+                    comps.append(comp)
     closed = []
     for comp in comps:
         ranks = {v for v in comp if not isinstance(v, tuple)}

@@ -69,6 +69,7 @@ PER_BACKEND_MARKER = DUMP_FILE_HANDLER
 # is found by the agent only (it reads the names from the process groups).
 PROBED_RECORDERS = ("nccl2", "nccl-lazy", "nccl", "xccl", "mpi", "ucc")
 PROBE_EVERY_S = 30.0
+SOCKETS_RACY_S = 2.0  # a sockets dir that changed this recently is listed at every poll (_socket_targets)
 RELIST_S = 10.0  # the agent's list of recorders is asked again this often (a group on a new backend)
 STATUS_HANDLER = "frexport_fr_status"  # frexport.agent: one recorder's pg_status, no entries
 BUFFER_SIZE_KEY = "frexport_buffer_size"
@@ -127,27 +128,10 @@ class WorkerServerSource:
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
         self._said_no_sockets = False
         self._internal_said: set[tuple[str, str]] = set()  # (source, exception type) logged with a traceback
+        self._listing: tuple[tuple[int, int, int] | None, dict[int, RankTarget]] = (None, {})  # the sockets dir's
 
     def targets(self) -> list[RankTarget]:
-        found = {}
-        if self.cfg.sockets_dir:
-            try:
-                names = sorted(os.listdir(self.cfg.sockets_dir))
-            except OSError:
-                names = []
-            for name in names:
-                if not name.endswith(".sock"):
-                    continue
-                parsed = parse_name(name[: -len(".sock")])
-                if parsed is None:
-                    continue
-                path = os.path.join(self.cfg.sockets_dir, name)
-                try:
-                    if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                        continue  # a symlink (not followed: it could lead anywhere) or not a socket
-                except OSError:
-                    continue
-                found[parsed[0]] = RankTarget(parsed[0], Target(unix_path=path), f"socket:{_label(name[:-5])}")
+        found = dict(self._socket_targets(self.cfg.sockets_dir)) if self.cfg.sockets_dir else {}
         for rank, url in self.cfg.urls.items():
             found[rank] = RankTarget(rank, Target.parse(url), f"url:{url}")
         ranks = sorted(found)
@@ -157,6 +141,40 @@ class WorkerServerSource:
                                self.max_ranks)
         self.skipped_targets = skipped
         return [found[r] for r in ranks[: self.max_ranks]]
+
+    def _socket_targets(self, path: str) -> dict[int, RankTarget]:
+        """The sockets dir's ranks, listed again only when the directory changed: the sidecar's loop asks
+        several times a second, and listing 8 sockets each time was a tenth of its CPU. A directory's
+        mtime moves when a file is added, removed or renamed in it; one that moved within the last
+        `SOCKETS_RACY_S` is listed every time, since a second change inside the same timestamp tick leaves
+        it unchanged (git's "racy" rule)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return {}
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        if key == self._listing[0] and time.time_ns() - st.st_mtime_ns > SOCKETS_RACY_S * 1e9:
+            return self._listing[1]
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            names = []
+        found = {}
+        for name in names:
+            if not name.endswith(".sock"):
+                continue
+            parsed = parse_name(name[: -len(".sock")])
+            if parsed is None:
+                continue
+            sock = os.path.join(path, name)
+            try:
+                if not stat.S_ISSOCK(os.lstat(sock).st_mode):
+                    continue  # a symlink (not followed: it could lead anywhere) or not a socket
+            except OSError:
+                continue
+            found[parsed[0]] = RankTarget(parsed[0], Target(unix_path=sock), f"socket:{_label(name[:-5])}")
+        self._listing = (key, found)
+        return found
 
     def start(self) -> None:
         pass  # nothing to watch: targets are listed at every poll

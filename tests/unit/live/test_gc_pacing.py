@@ -32,7 +32,7 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
 def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
     # the clock's readings: a full collection from 0 s to 1 s, at a 25% share the next one from 5 s
     readings = iter([0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
-    pacing = GcPacing(full_share=0.25, clock=lambda: next(readings))
+    pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: next(readings))
     pacing.start()
     try:
         pacing.after_pass()  # 0-1 s: the first pass collects everything
@@ -48,9 +48,9 @@ def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
         pacing.stop()
 
 
-def test_a_small_window_is_collected_whole_after_every_pass():
-    # a real clock, what collecting costs measured on it; the pass interval between is skipped over on it,
-    # not slept (collecting the whole test process takes a tenth of a second or more, so 20 times that)
+def test_a_small_window_is_collected_whole_once_a_minute():
+    # a real clock, what collecting costs measured on it; the minute between is skipped over on it, not
+    # slept (collecting the whole test process takes a tenth of a second or more, under the minute)
     skipped = [0.0]
     pacing = GcPacing(clock=lambda: time.monotonic() + skipped[0])
     pacing.start()
@@ -59,7 +59,10 @@ def test_a_small_window_is_collected_whole_after_every_pass():
         held, ref = _cycle()
         pacing.after_pass()
         del held
-        skipped[0] += pacing.last_full_s / pacing.full_share + 0.01  # a pass interval is longer than that
+        skipped[0] += 30.0
+        pacing.after_pass()  # half a minute on: the cycle is still there (frozen, not walked)
+        assert ref() is not None
+        skipped[0] += max(pacing.full_every_s, pacing.last_full_s / pacing.full_share)
         pacing.after_pass()
         assert ref() is None
     finally:

@@ -83,3 +83,28 @@ def test_poll_of_a_large_body_is_decoded_in_the_sandbox(tmp_path):
     finally:
         peer.close()
         pool.close()
+
+
+def _bind(path) -> None:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()
+
+
+def test_a_socket_added_or_removed_is_seen_at_the_next_listing_even_inside_one_timestamp_tick(tmp_path):
+    # the listing is reused while the directory's mtime stands still; a filesystem whose timestamps are
+    # coarse can leave it unchanged across two changes, which is played here by putting it back
+    _bind(tmp_path / "rank-0.sock")
+    src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), timeout=1.0))
+    assert [t.rank for t in src.targets()] == [0]
+    before = os.stat(tmp_path)
+    _bind(tmp_path / "rank-1.sock")
+    os.utime(tmp_path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert [t.rank for t in src.targets()] == [0, 1]  # changed this recently: listed again
+    (tmp_path / "rank-0.sock").unlink()
+    assert [t.rank for t in src.targets()] == [1]
+    old = before.st_mtime_ns - 3_000_000_000  # long unchanged: the listing stands until the mtime moves
+    os.utime(tmp_path, ns=(old, old))
+    assert [t.rank for t in src.targets()] == [1]
+    _bind(tmp_path / "rank-2.sock")
+    assert [t.rank for t in src.targets()] == [1, 2]
