@@ -13,7 +13,7 @@ from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target, request
 from frexport.sources.worker_server import WorkerServerSource
 from tests.support.live import pump
-from tests.support.torchjob import JOBS, TorchJob
+from tests.support.torchjob import JOBS, TorchJob, torch_envs
 
 
 @pytest.mark.torchjob
@@ -208,13 +208,15 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
 
 
 @pytest.mark.torchjob
-def test_between_entries_reads_the_status_keeps_a_moving_ranks_numbers_and_pending_fresh(tmp_path):
-    """Status first on a real gloo job (issue 29, point 2): entries are read once (then not due for a
-    minute), the status every 0.2 s. The groups' numbers move with the status; a collective the status
-    says finished is not left pending (its age would grow until the next entries read)."""
+@pytest.mark.parametrize("version", sorted(torch_envs()))
+def test_between_entries_reads_the_status_keeps_a_moving_ranks_numbers_and_pending_fresh(tmp_path, version):
+    """Status first on a real gloo job (issue 29, point 2), on every torch: entries are read once (then
+    not due for a minute), the status every 0.2 s. The groups' numbers move with the status; a
+    collective the status says finished is not left pending (its age would grow until the next entries
+    read)."""
     shared = tmp_path / "shared"
     env = {"STEPS": "400", "STEP_S": "0.02", "HOLD_S": "60", "MARK_DIR": str(tmp_path)}
-    with TorchJob("train.py", shared, nproc=2, env=env) as job:
+    with TorchJob("train.py", shared, nproc=2, env=env, bin_dir=torch_envs()[version]) as job:
         job.wait_for(job.sockets_ready, timeout=120, what="sockets")
         state = LiveState()
         health = HealthRegistry()

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tests.support.sidecar import Sidecar
-from tests.support.torchjob import TorchJob
+from tests.support.torchjob import TorchJob, torch_envs
 
 STALL_S = 3.0
 
@@ -24,12 +24,14 @@ def _named_after(job: TorchJob, mark_dir, named) -> float | None:
 
 
 @pytest.mark.torchjob
-def test_a_suspected_stall_is_analysed_often_so_it_is_named_as_it_passes_the_threshold(tmp_path):
+@pytest.mark.parametrize("version", sorted(torch_envs()))
+def test_a_suspected_stall_is_analysed_often_so_it_is_named_as_it_passes_the_threshold(tmp_path, version):
     """The analysis runs every minute here; once status reads show rank 0, 1 and 3 waiting in a
-    collective that stopped moving, it runs every `suspected_interval` (0.5 s) instead."""
+    collective that stopped moving, it runs every `suspected_interval` (0.5 s) instead. On every torch:
+    each offers its status differently (the agent reads 2.15's per-backend recorders)."""
     shared = tmp_path / "shared"
     env = {"STEPS": "400", "STEP_S": "0.05", "STUCK_RANK": "2", "STUCK_STEP": "40", "MARK_DIR": str(tmp_path)}
-    with TorchJob("train.py", shared, env=env) as job, \
+    with TorchJob("train.py", shared, env=env, bin_dir=torch_envs()[version]) as job, \
             Sidecar("--sockets-dir", str(shared), "--stall-after", f"{STALL_S}s",
                     env={"FREXPORT_ANALYSIS__INTERVAL": "60s"}, log=tmp_path / "serve.log") as sc:
         after = _named_after(job, tmp_path, lambda: sc.statuses().get(2) == "stalled")
