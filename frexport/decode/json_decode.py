@@ -211,12 +211,15 @@ def _discovered(entries: list[_Entry], field: attrgetter) -> array:
 
 def _durations(entries: list[_Entry]) -> array:
     """fields.duration_ms as the columns hold it (NaN for none)."""
+    values = list(map(_DURATION, entries))
+    if values.count(None) == len(values):  # not timed (the usual case: no timing without CUDA events)
+        return array("d", [_NAN]) * len(values)
     try:
-        out = array("d", map(_DURATION, entries))
+        out = array("d", values)
         if not out or min(out) >= 0 and max(out) < MAX_DURATION_MS:  # (no NaN here: not strict JSON)
             return out
     except TypeError:  # a None: not timed
-        out = array("d", [_NAN if d is None else d for d in map(_DURATION, entries)])
+        out = array("d", [_NAN if d is None else d for d in values])
     return array("d", [d if 0 <= d < MAX_DURATION_MS else _NAN for d in out])
 
 

@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, islice, repeat
-from operator import eq, ge, itemgetter
+from operator import eq, ge, itemgetter, ne
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -365,6 +365,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
         k_sig[n] = _intern(sig, sig_index, signatures)
         k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracked(parsed[0], tracks))] | (RETIRED if retired else 0)
                       | (STARTED if state == STATE_STARTED else 0))
+    timed = not all(map(ne, durations, durations))  # any duration known (NaN, an unknown one, is d != d)
     for pg_name, idx in coll.items():
         g = groups[pg_name]
         ks = list(map(which.__getitem__, idx))
@@ -373,7 +374,8 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
         g.flags = array("B", [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, ks),
                                                                        map(started.__getitem__, idx))])
         g.created_ns = array("q", map(created.__getitem__, idx))
-        g.duration_us = array("q", [-1 if d != d else int(d * 1000) for d in map(durations.__getitem__, idx)])
+        g.duration_us = array("q", [-1 if d != d else int(d * 1000) for d in map(durations.__getitem__, idx)]) \
+            if timed else array("q", [-1]) * len(idx)
         g.site = array("l", map(k_site.__getitem__, ks))
     for pg_name, idx in p2p.items():
         ks = list(map(which.__getitem__, idx))
