@@ -14,6 +14,7 @@ from frexport.analysis.hang import (
     REMOTE,
     Root,
     Wait,
+    _closed_cycles,
     _fresh,
     _stuck_long,
     find_waits,
@@ -279,3 +280,14 @@ def test_ranks_that_each_failed_out_of_what_the_other_waits_in_are_one_cycle_not
     waits, roots = _roots({r: dump(es, world=2, groups=groups) for r, es in job.items()}, seen_after_s=10)
     assert sorted((w.rank, w.group.name, w.left) for w in waits) == [(0, "nccl:a", (1,)), (1, "nccl:b", (0,))]
     assert [(r.kind, r.ranks) for r in roots] == [(CYCLE, (0, 1))]
+
+
+def test_a_ring_of_thousands_of_ranks_waiting_on_each_other_is_one_cycle():
+    # each rank waits through its own hub for the next one: a wait-for graph 8000 nodes deep, walked
+    # without recursion (the analysis no longer raises the interpreter's limit, which is process-wide)
+    n = 4000
+    hubs = {("g", r): ((r + 1) % n,) for r in range(n)}
+    out = {r: {("g", r): None} for r in range(n)}
+    assert _closed_cycles(hubs, out) == [set(range(n))]
+    out[n - 1] = {}  # the last rank waits for nobody: a chain, not a cycle
+    assert _closed_cycles(hubs, out) == []
