@@ -10,6 +10,7 @@ a frozen dataclass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -138,9 +139,11 @@ class RankDump:
 
     def newest_event_ns(self) -> int:
         """The newest time the rank's recorder wrote (an entry created, its start or completion
-        discovered); 0 for none: the rank was alive, and this dump not yet taken, at least until then."""
-        return max((max(e.time_created_ns, e.time_started_ns or 0, e.time_completed_ns or 0) for e in self.entries),
-                   default=0)
+        discovered); 0 for none: the rank was alive, and this dump not yet taken, at least until then.
+        (C-level passes: the sidecar asks at every entries read, over the whole buffer.)"""
+        es = self.entries
+        return max(max(map(_CREATED, es), default=0), max(filter(None, map(_STARTED, es)), default=0),
+                   max(filter(None, map(_COMPLETED, es)), default=0))
 
     @property
     def world_size(self) -> int | None:
@@ -150,3 +153,8 @@ class RankDump:
             if pg.ranks and (pg.desc == "default_pg" or pg.name == "0"):
                 return len(pg.ranks)
         return self.declared_world_size
+
+
+_CREATED = attrgetter("time_created_ns")
+_STARTED = attrgetter("time_started_ns")
+_COMPLETED = attrgetter("time_completed_ns")
