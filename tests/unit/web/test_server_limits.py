@@ -93,10 +93,11 @@ def test_connections_over_the_cap_busy_with_requests_are_closed_at_once():
             s.sendall(b"GET /api/v1/ranks HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answering.acquire(timeout=10) and answering.acquire(timeout=10)  # both are being answered
         extra = socket.create_connection(("127.0.0.1", web.port))
-        extra.settimeout(3)
-        start = time.monotonic()
-        assert extra.recv(10) == b""  # closed at once, not queued: nothing idle to give way
-        assert time.monotonic() - start < 1.5
+        # closed, not queued: nothing idle to give way. A queued connection would stay open until the
+        # busy ones are answered (the test holds them) or its 10 s client timeout, so an end of stream
+        # within 8 s is the refusal; no tighter bound, which a loaded machine breaks (it did once)
+        extra.settimeout(8)
+        assert extra.recv(10) == b""
         extra.close()
         answer.set()
         for s in busy:
