@@ -181,7 +181,7 @@ def test_no_peer_holds_an_exchange_past_its_deadline(tmp_path, behave, reasons):
         start = time.monotonic()
         with pytest.raises(PeerError) as info:
             request(Target(unix_path=str(tmp_path / "rank-0.sock")), "POST", "/handler/fr_trace_json", timeout=0.5)
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 3.0  # the peer would hold it for good: any bound shows the deadline
         assert info.value.reason in reasons, info.value.detail
     finally:
         peer.close()
