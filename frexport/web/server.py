@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -26,6 +27,8 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
+
+from frexport import logs
 
 _CLIENT_TIMEOUT_S = 10.0
 HEAD_DEADLINE_S = 10.0  # TLS handshake and request head, in total
@@ -134,6 +137,15 @@ class _Server(ThreadingHTTPServer):
         except BaseException:
             self._slots.release()
             raise
+
+    def handle_error(self, request, client_address) -> None:
+        # socketserver prints a handler's exception with its traceback to stderr, around our log format.
+        # A client that goes away mid-answer (a broken pipe, a reset, cut off by its own timeout) is
+        # routine for a server on a network; anything else is ours, and logged as such.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            logs.get().debug("metrics server: client %s went away: %s", client_address, sys.exc_info()[1])
+            return
+        logs.get().exception("metrics server: answering %s failed", client_address)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
