@@ -122,7 +122,7 @@ class WorkerServerSource:
         self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
         self._suspected = False
         self._status_ns: dict[int, int] = {}  # rank -> wall clock when its last status read began
-        self._names: dict[tuple[int, str], tuple[RankDump, dict[int, str]]] = {}  # (rank, recorder) -> pg names
+        self._names: dict[tuple[int, str], dict[int, str]] = {}  # (rank, recorder) -> pg_names of its _last
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
@@ -308,6 +308,7 @@ class WorkerServerSource:
                 dumps = {r: self._poll_recorder(t, b, r, now_ns) for r in self._recorders(t, b)}
                 for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
                     del self._last[gone]
+                    self._names.pop(gone, None)
                 dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
                 # taken during the request, after now_ns: an op recorded meanwhile must not make the
                 # time look older than the dump (rank_trace.dump_time_trusted: a copied file's), which
@@ -358,18 +359,8 @@ class WorkerServerSource:
                               self._pg_names(rank, statuses))
 
     def _pg_names(self, rank: int, recorders: Iterable[str]) -> dict[str, dict[int, str]]:
-        """Per recorder of a rank, its groups' names by pg_id: worked out once per snapshot of it, not
-        at every status read (a pass over its whole buffer)."""
-        out = {}
-        for recorder in recorders:
-            dump = self._last.get((rank, recorder))
-            if dump is None:
-                continue
-            cached = self._names.get((rank, recorder))
-            if cached is None or cached[0] is not dump:
-                cached = self._names[(rank, recorder)] = (dump, pg_names(dump))
-            out[recorder] = cached[1]
-        return out
+        """Per recorder of a rank, its groups' names by pg_id (from its last snapshot)."""
+        return {r: names for r in recorders if (names := self._names.get((rank, r))) is not None}
 
     def _health(self, t: RankTarget) -> tuple[str, ...] | None:
         """torch 2.15's `c10d_health_check`: {"healthy": bool, "unhealthy_backends": [names]}; None
@@ -450,6 +441,9 @@ class WorkerServerSource:
                 raise
             dump = self._decode(t, recorder, self.fetch(t, _pytorch_handler(recorder, b.names)), now_ns)
         self._last[(t.rank, recorder)] = dump
+        # its groups' names by pg_id, worked out once per snapshot: every status read needs them, and
+        # a pass over the whole buffer at each would cost more than the read
+        self._names[(t.rank, recorder)] = pg_names(dump)
         return dump
 
     def _decode(self, t: RankTarget, recorder: str, body: bytes, now_ns: int) -> RankDump:
