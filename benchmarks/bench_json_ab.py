@@ -25,9 +25,10 @@ sys.path.insert(0, str(HERE))
 import bench_analyze  # noqa: E402
 
 
-def run(cmd: list[str], env: dict) -> tuple[float, float, bytes]:
+def run(cmd: list[str], env: dict, cwd: str) -> tuple[float, float, bytes]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # in the checkout: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = proc.stdout.read() if proc.stdout else b""
     err = proc.stderr.read() if proc.stderr else b""  # (small: a traceback at most)
     _, status, ru = os.wait4(proc.pid, 0)
@@ -46,10 +47,11 @@ def main() -> None:
     trees = {"new": str(HERE.parent), "base": args.base}
     print(f"load average before: {os.getloadavg()}", flush=True)
     for d in args.dirs:
+        d = str(Path(d).resolve())
         cmds = {kind: ([sys.executable, "-m", "frexport", "analyze", d, "--format", "json"],
-                       {**os.environ, "PYTHONPATH": tree}) for kind, tree in trees.items()}
+                       {**os.environ, "PYTHONPATH": tree}, tree) for kind, tree in trees.items()}
         cmds["json.loads 2p"] = ([sys.executable, "-c", bench_analyze._LOADS_ONLY, d, bench_analyze.PREFIX, "2",
-                                  "json"], dict(os.environ))
+                                  "json"], dict(os.environ), str(HERE.parent))
         best: dict[str, tuple[float, float]] = {}
         order = list(cmds)
         for rep in range(args.reps):

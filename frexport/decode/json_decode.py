@@ -14,9 +14,10 @@ entries (normalize, fast_trace). Three schemas of the same decoder:
   number over a float's range; and every refusal keeps its reason (truncated, corrupt, too_deep).
 - `trace`: the bulk analyzer's columns, straight from typed structs (`_Entry`: the 2.10 entry with
   the types the common shape has, 64-bit integers bounded by msgspec): its decode about 3x faster
-  than `json.loads`, and no dict per entry. The categorical fields of an entry are its kind (one tuple,
-  hashed in C), the numbers its columns; the field rules run once per kind in scanned.py. Anything
-  else (an older layout, one entry of another type, frames, a number out of 64 bits) returns None and
+  than `json.loads`, and no dict per entry. The categorical fields of an entry are its kind (their
+  bytes, joined and hashed in C; each distinct kind decoded once), the numbers its columns; the field
+  rules run once per kind in scanned.py. Anything else (an older layout, one entry of another type,
+  frames, a number out of 64 bits, a duration out of bounds) returns None and
   the caller takes `loads` + fast_trace / normalize, which skip and count a bad entry: only ever
   accepts less, and a property test checks both give identical traces.
 - `parse_tail`: the live sidecar's new tail. The body is walked once without building its entries
@@ -114,34 +115,39 @@ def _utf8(data: bytes) -> bool:
 # The bulk analyzer's columns
 
 _I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]  # fast_trace's bounds: else the general path
+_DURATION_MS = Annotated[float, msgspec.Meta(ge=0, lt=MAX_DURATION_MS)]  # fields.duration_ms: else the general path
+_Span = msgspec.Raw
 
 
 class _Entry(msgspec.Struct, gc=False, kw_only=True):
     """A 2.10 entry in the common shape (what fast_trace._rows accepts); other keys are ignored, as there,
     and so are thread_id and thread_name: no trace reads them, and no value of theirs makes normalize
     skip an entry (a decode that does not build them costs 15 % less). The fields in PyTorch's order
-    (nlohmann::json sorts the keys): msgspec matches keys in its fields' order first, 11 % faster."""
+    (nlohmann::json sorts the keys): msgspec matches keys in its fields' order first, 11 % faster.
+    The categorical fields (`_Span`) are kept as the spans of the body they take: an entry's kind is
+    their bytes, and only each distinct kind is decoded (`_KIND_TYPES`), not the same group, name and
+    sizes once per entry (35 % less for the whole trace)."""
 
     collective_seq_id: _I64
-    duration_ms: float | None = None  # (an int is read as a float, as fields.duration_ms does)
+    duration_ms: _DURATION_MS | None = None
     frames: Any = None  # the JSON handlers write none: an entry with frames takes the general path
-    input_dtypes: tuple[str, ...]
-    input_sizes: tuple[tuple[int, ...], ...]
-    is_p2p: bool
+    input_dtypes: _Span
+    input_sizes: _Span
+    is_p2p: _Span
     op_id: _I64
-    output_dtypes: tuple[str, ...]
-    output_sizes: tuple[tuple[int, ...], ...]
+    output_dtypes: _Span
+    output_sizes: _Span
     p2p_seq_id: _I64
-    pg_id: _I64
-    process_group: tuple[str, str]
-    profiling_name: str
+    pg_id: _Span
+    process_group: _Span
+    profiling_name: _Span
     record_id: _I64
-    retired: bool
-    state: str
+    retired: _Span
+    state: _Span
     time_created_ns: _I64
     time_discovered_completed_ns: int | None
     time_discovered_started_ns: int | None
-    timeout_ms: _I64 | None
+    timeout_ms: _Span
 
 
 class _Dump(msgspec.Struct):
@@ -157,13 +163,18 @@ class _Dump(msgspec.Struct):
 
 _TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
 _DUMP = msgspec.json.Decoder(_Dump)
-# an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none)
+# an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none):
+# the spans joined by commas are a JSON array's body, read once per distinct kind with the types below
 _KIND = attrgetter("process_group", "pg_id", "is_p2p", "profiling_name", "state", "retired", "input_sizes",
                    "output_sizes", "input_dtypes", "output_dtypes", "timeout_ms")
-_SEQ, _P2P, _CREATED = attrgetter("collective_seq_id"), attrgetter("p2p_seq_id"), attrgetter("time_created_ns")
-_STARTED, _COMPLETED = attrgetter("time_discovered_started_ns"), attrgetter("time_discovered_completed_ns")
-_DURATION, _FRAMES = attrgetter("duration_ms"), attrgetter("frames")
+_KIND_TYPES = msgspec.json.Decoder(tuple[tuple[str, str], _I64, bool, str, str, bool, tuple[tuple[int, ...], ...],
+                                         tuple[tuple[int, ...], ...], tuple[str, ...], tuple[str, ...], _I64 | None])
+_JOIN = b",".join
+_NUMBERS = attrgetter("collective_seq_id", "p2p_seq_id", "time_created_ns", "time_discovered_started_ns",
+                      "time_discovered_completed_ns", "duration_ms")
+_FRAMES = attrgetter("frames")
 _NAN = float("nan")
+_NONE_IS_NAN = {None: _NAN}
 
 
 def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
@@ -179,48 +190,45 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
             or any(map(_FRAMES, entries)):
         return None  # no entries (the plain path is cheap), more than normalize keeps, or frames
     index = _Index()
-    which = array("i", map(index.__getitem__, map(_KIND, entries)))  # a loop in C: a call per new kind only
-    kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
-             for pg, pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, timeout in index]
+    which = array("i", map(index.__getitem__, map(_JOIN, map(_KIND, entries))))  # in C: a call per new kind only
+    try:
+        kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
+                 for pg, pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, timeout
+                 in (_KIND_TYPES.decode(b"[" + key + b"]") for key in index)]
+    except (msgspec.DecodeError, RecursionError):
+        return None  # a field of another type: the plain path's field rules say what it is
+    seqs, p2p_seqs, created, started, completed, durations = zip(*map(_NUMBERS, entries))
     top = {k: v for k in _TOP_KEYS if (v := getattr(dump, k)) is not msgspec.UNSET}
     top["entries"] = []
-    return trace_from_columns(top, kinds, which, array("q", map(_SEQ, entries)), array("q", map(_P2P, entries)),
-                              array("q", map(_CREATED, entries)), _discovered(entries, _STARTED),
-                              _discovered(entries, _COMPLETED), _durations(entries), [], [],
+    return trace_from_columns(top, kinds, which, array("q", seqs), array("q", p2p_seqs), array("q", created),
+                              _discovered(started), _discovered(completed), _durations(durations), [], [],
                               source, "json", rank, dumped_at_ns, size_bytes)
 
 
 class _Index(dict):
     """Each key's index in the order of first appearance: a new key gets the next one."""
 
-    def __missing__(self, key: tuple) -> int:
+    def __missing__(self, key: bytes) -> int:
         i = self[key] = len(self)
         return i
 
 
-def _discovered(entries: list[_Entry], field: attrgetter) -> array:
+def _discovered(values: tuple) -> array:
     """fields.discovered_ns as the columns hold it (0 for unknown): PyTorch's JSON writes 0 for "not yet"."""
     try:
-        out = array("q", map(field, entries))
-        if not out or min(out) >= 0:
+        out = array("q", values)
+        if min(out) >= 0:
             return out
     except (TypeError, OverflowError):  # a None (as a pickle has it), or over 64 bits: unknown
         pass
-    return array("q", [v if type(v) is int and 0 < v <= INT64_MAX else 0 for v in map(field, entries)])
+    return array("q", [v if type(v) is int and 0 < v <= INT64_MAX else 0 for v in values])
 
 
-def _durations(entries: list[_Entry]) -> array:
-    """fields.duration_ms as the columns hold it (NaN for none)."""
-    values = list(map(_DURATION, entries))
+def _durations(values: tuple) -> array:
+    """fields.duration_ms as the columns hold it (NaN for none; the decoder refused what is out of bounds)."""
     if values.count(None) == len(values):  # not timed (the usual case: no timing without CUDA events)
         return array("d", [_NAN]) * len(values)
-    try:
-        out = array("d", values)
-        if not out or min(out) >= 0 and max(out) < MAX_DURATION_MS:  # (no NaN here: not strict JSON)
-            return out
-    except TypeError:  # a None: not timed
-        out = array("d", [_NAN if d is None else d for d in values])
-    return array("d", [d if 0 <= d < MAX_DURATION_MS else _NAN for d in out])
+    return array("d", map(_NONE_IS_NAN.get, values, values))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, islice, repeat
-from operator import eq, ge, itemgetter, ne
+from operator import add, eq, ge, itemgetter, ne
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -365,22 +365,26 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
         k_sig[n] = _intern(sig, sig_index, signatures)
         k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracked(parsed[0], tracks))] | (RETIRED if retired else 0)
                       | (STARTED if state == STATE_STARTED else 0))
+    # every entry's flags and duration at once, in C-level passes: its kind's flags, or those with STARTED
+    # where it has a start time (index 2 * kind + 1); its duration in µs, -1 for NaN (unknown): the max
+    # of -0.001 and NaN is -0.001, of -0.001 and a duration (>= 0) the duration
+    with_start = [f for flags in zip(k_flags, [f | STARTED for f in k_flags]) for f in flags]
+    entry_flags = array("B", map(with_start.__getitem__, map(add, map((2).__mul__, which), map(bool, started))))
     timed = not all(map(ne, durations, durations))  # any duration known (NaN, an unknown one, is d != d)
+    entry_us = array("q", map(int, map((1000.0).__mul__, map(max, repeat(-0.001), durations)))) if timed else None
     for pg_name, idx in coll.items():
         g = groups[pg_name]
         ks = list(map(which.__getitem__, idx))
         g.seq = array("q", map(seqs.__getitem__, idx))
         g.sig = array("l", map(k_sig.__getitem__, ks))
-        g.flags = array("B", [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, ks),
-                                                                       map(started.__getitem__, idx))])
+        g.flags = array("B", map(entry_flags.__getitem__, idx))
         g.created_ns = array("q", map(created.__getitem__, idx))
-        g.duration_us = array("q", [-1 if d != d else int(d * 1000) for d in map(durations.__getitem__, idx)]) \
-            if timed else array("q", [-1]) * len(idx)
+        g.duration_us = array("q", [-1]) * len(idx) if entry_us is None else array("q", map(entry_us.__getitem__, idx))
         g.site = array("l", map(k_site.__getitem__, ks))
     for pg_name, idx in p2p.items():
         ks = list(map(which.__getitem__, idx))
         names = [kinds[k][4] for k in ks]
-        flags = [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, ks), map(started.__getitem__, idx))]
+        flags = list(map(entry_flags.__getitem__, idx))
         groups[pg_name].p2p = list(map(_new_tuple, repeat(P2POp), zip(
             map(p2p_seqs.__getitem__, idx), map(itemgetter(1), names), map(itemgetter(2), names),
             map(itemgetter(3), names), map(k_sig.__getitem__, ks), flags, map(created.__getitem__, idx),

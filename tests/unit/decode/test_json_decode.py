@@ -240,6 +240,17 @@ def test_the_common_shape_takes_the_typed_columns():
     assert not _check(text.replace('"d"', '"\\ud800"').encode())
 
 
+def test_one_kind_spelled_two_ways_is_the_same_kind():
+    """A kind is its fields' bytes: the same values written differently (an escape, spacing inside a
+    list) are two kinds of equal values, and the trace is the plain path's."""
+    one = json.loads(_ENTRY)
+    compact = json.dumps(dict(one, collective_seq_id=2, record_id=1), separators=(",", ":"))
+    respelled = compact.replace('"process_group":["0","d"]', '"process_group":["0","\\u0064"]') \
+        .replace('"input_sizes":[[', '"input_sizes":[ [')
+    assert respelled.count("u0064") == 1 and respelled.count("[ [") == 1
+    assert _check(('{"entries": [%s, %s], "version": "2.10"}' % (json.dumps(one), respelled)).encode())
+
+
 def test_every_prefix_and_byte_flip_agrees_with_the_plain_path():
     raw = dump([entry(i, i + 1, state="completed" if i < 3 else "started") for i in range(5)], world=2)
     for e in raw["entries"]:
