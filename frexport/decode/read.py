@@ -84,8 +84,10 @@ def read_checked(path: str, max_bytes: int = DEFAULT_MAX_BYTES, follow_symlinks:
         if st.st_size > max_bytes:
             raise DecodeError(path, "too_large", f"{st.st_size} bytes is over the {max_bytes}-byte limit")
         parts, total = [], 0
+        want = st.st_size + 1  # the whole file in one read, one buffer (the join of one part is that part)
         while total <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            chunk = os.read(fd, min(want, max_bytes + 1 - total))
+            want = 1 << 20  # it grew while being read
             if not chunk:
                 break
             parts.append(chunk)

@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, islice, repeat
-from operator import add, eq, ge, itemgetter, ne
+from operator import eq, ge, itemgetter, ne
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -365,13 +365,10 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
         k_sig[n] = _intern(sig, sig_index, signatures)
         k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracked(parsed[0], tracks))] | (RETIRED if retired else 0)
                       | (STARTED if state == STATE_STARTED else 0))
-    # every entry's flags and duration at once, in C-level passes: its kind's flags, or those with STARTED
-    # where it has a start time (index 2 * kind + 1); its duration in µs, -1 for NaN (unknown): the max
-    # of -0.001 and NaN is -0.001, of -0.001 and a duration (>= 0) the duration
-    with_start = [f for flags in zip(k_flags, [f | STARTED for f in k_flags]) for f in flags]
-    entry_flags = array("B", map(with_start.__getitem__, map(add, map((2).__mul__, which), map(bool, started))))
+    # every entry's flags and duration (µs, -1 for none) at once, then each group's by index
+    entry_flags = array("B", [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, which), started)])
     timed = not all(map(ne, durations, durations))  # any duration known (NaN, an unknown one, is d != d)
-    entry_us = array("q", map(int, map((1000.0).__mul__, map(max, repeat(-0.001), durations)))) if timed else None
+    entry_us = array("q", [-1 if d != d else int(d * 1000) for d in durations]) if timed else None
     for pg_name, idx in coll.items():
         g = groups[pg_name]
         ks = list(map(which.__getitem__, idx))
