@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import yaml
-
-from frexport.inject import trainer
-from frexport.inject.existing import from_server, how_to_apply, strip_server_fields
 from frexport.inject.pod import InjectError, Settings, check_settings
-from frexport.inject.workloads import inject_object
+
+# yaml and the patchers are imported when the command runs: `frexport` builds every command's parser
+# (this one's and the webhook's settings), and analyze should not start by loading them
 
 
 def add_parser(sub) -> None:
@@ -69,6 +67,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run_inject(args: argparse.Namespace) -> int:
+    import yaml
+
+    from frexport.inject.workloads import inject_object
+
     s = settings_from(args)
     try:
         check_settings(s)
@@ -109,6 +111,9 @@ def run_inject(args: argparse.Namespace) -> int:
 
 def _notes(doc: dict) -> list[str]:
     """Drop the server's fields of each object read back from the cluster; say how each takes effect."""
+    from frexport.inject import trainer
+    from frexport.inject.existing import from_server, how_to_apply, strip_server_fields
+
     items = doc["items"] if (doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list) else [doc]
     notes = []
     for obj in (o for o in items if isinstance(o, dict)):
