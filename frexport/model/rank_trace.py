@@ -344,8 +344,8 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
                                                 entry_bucket.__getitem__)}
     coll = {name: runs[b] for (name, is_p2p), b in buckets.items() if not is_p2p and b in runs}
     p2p = {name: runs[b] for (name, is_p2p), b in buckets.items() if is_p2p and b in runs}
-    for idx in coll.values():
-        s = array("q", map(seqs.__getitem__, idx))
+    coll_seqs = {name: array("q", map(seqs.__getitem__, idx)) for name, idx in coll.items()}
+    for s in coll_seqs.values():
         if any(map(eq, s, islice(s, 1, None))):
             return False  # consecutive ops of one coalesced group: add_rows merges them
     # interning in the order of first entries, as add_rows does row by row: kinds are in that order
@@ -372,7 +372,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
     for pg_name, idx in coll.items():
         g = groups[pg_name]
         ks = list(map(which.__getitem__, idx))
-        g.seq = array("q", map(seqs.__getitem__, idx))
+        g.seq = coll_seqs[pg_name]
         g.sig = array("l", map(k_sig.__getitem__, ks))
         g.flags = array("B", map(entry_flags.__getitem__, idx))
         g.created_ns = array("q", map(created.__getitem__, idx))
