@@ -25,6 +25,10 @@ from frexport.live.state import EntryEvent, LiveState
 from frexport.sources.base import Snapshot, Source
 from frexport.sources.health import HealthRegistry
 
+# Which ranks are down (refused sockets, dead pids: a stat and a kill(0) per rank) is looked at once a
+# second, not at every turn of the loop (5 a second): the status reads it follows come once a second
+DOWN_EVERY_S = 1.0
+
 
 class Sidecar:
     def __init__(self, cfg: Analysis, state: LiveState, health: HealthRegistry, sources: list[Source],
@@ -54,11 +58,14 @@ class Sidecar:
         log.info("frexport serve: sources: %s; sinks: %s", ", ".join(s.name for s in self.sources) or "none",
                  ", ".join(s.name for s in self.sinks) or "none")
         next_analysis = last_analysis = 0.0
+        down: set[int] = set()
+        down_at = -DOWN_EVERY_S
         self.gc_pacing.start()
         try:
             while not self.stop_event.is_set():
                 events, suspected = self._collect()
-                down = self._down()
+                if time.monotonic() - down_at >= DOWN_EVERY_S:
+                    down, down_at = self._down(), time.monotonic()
                 result = None
                 if suspected:  # a source suspects a stall: it is named once it passes the threshold, not later
                     next_analysis = min(next_analysis, last_analysis + self.cfg.suspected_interval)
