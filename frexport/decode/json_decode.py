@@ -32,13 +32,15 @@ import json
 import resource
 from array import array
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import accumulate, chain, compress, islice
+from operator import attrgetter, gt, lt
 from typing import Annotated, Any
 
 import msgspec
 
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import INT64_MAX, INT64_MIN, MAX_DURATION_MS, MAX_ENTRIES
+from frexport.decode.normalize import KindedEntries
 from frexport.decode.sandbox import address_space_now
 from frexport.decode.scanned import trace_from_columns
 from frexport.model.rank_trace import RankTrace
@@ -250,8 +252,40 @@ class _RecordId(msgspec.Struct):
     record_id: Any = None
 
 
+class _LiveEntry(msgspec.Struct, gc=False, kw_only=True):
+    """A tail entry as the live JSON handlers write it: every key of fields.V210_KEYS (else the plain
+    path), the numbers typed (normalize.KindedEntries.NUMBERS), the rest (its kind) as spans."""
+
+    collective_seq_id: _I64
+    duration_ms: _DURATION_MS | None = None
+    frames: Any = None  # the JSON handlers write none: a tail with frames takes the plain path
+    input_dtypes: _Span
+    input_sizes: _Span
+    is_p2p: _Span
+    op_id: _I64
+    output_dtypes: _Span
+    output_sizes: _Span
+    p2p_seq_id: _I64
+    pg_id: _I64
+    process_group: _Span
+    profiling_name: _Span
+    record_id: _I64
+    retired: _Span
+    state: _Span
+    thread_id: _Span
+    thread_name: _Span
+    time_created_ns: _I64
+    time_discovered_completed_ns: _I64 | None
+    time_discovered_started_ns: _I64 | None
+    timeout_ms: _Span
+
+
 _SPANS = msgspec.json.Decoder(_Spans)
 _RECORD_ID = msgspec.json.Decoder(_RecordId)
+_LIVE_ENTRIES = msgspec.json.Decoder(list[_LiveEntry])
+_LIVE_KIND = attrgetter("process_group", "profiling_name", "state", "is_p2p", "input_sizes", "output_sizes",
+                        "input_dtypes", "output_dtypes", "retired", "timeout_ms", "thread_id", "thread_name")
+_LIVE_NUMBERS = attrgetter(*KindedEntries.NUMBERS)
 _META_KEYS = (*_TOP_KEYS, "frexport_first_record")
 # A span per entry costs ~60 bytes: more objects than a recorder's buffer holds is not a buffer to
 # walk in-process (a body of `{},` repeated); the caller decodes it whole (in its sandbox when large).
@@ -262,7 +296,10 @@ MAX_TAIL_OBJECTS = 200_000
 class Tail:
     meta: dict  # the document's fields normalize reads (and the agent's first record), without "entries"
     first_record: int | None  # record id of the oldest entry still in the buffer
-    entries: list[dict]  # the entries from `since` on, in order (at least the one at `since`)
+    # the entries from `since` on, in order (at least the one at `since`): by kind where each is in the
+    # common shape, else as plain data (normalize reads either)
+    entries: KindedEntries | list[dict]
+    first_created: Any  # time_created_ns of the first (the one at `since`), as written
 
 
 def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | None:
@@ -287,8 +324,15 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
         meta_raw = {k: v for k in _META_KEYS if (v := getattr(spans, k)) is not msgspec.UNSET}
         if max_bytes is not None and sum(map(len, raws[at:])) + sum(map(len, meta_raw.values())) > max_bytes:
             return None
-        rows = _PLAIN.decode(b"[" + b",".join(raws[at:]) + b"]")
+        text = b"[" + b",".join(raws[at:]) + b"]"
         meta = {k: _PLAIN.decode(v) for k, v in meta_raw.items()}
+        kinded = _by_kind(text, raws[at:])
+        if kinded is not None:
+            rids = [n[0] for n in kinded.numbers]
+            if not all(map(lt, rids, islice(rids, 1, None))):
+                return None  # not in record order: the buffer was being rewritten; decode it all
+            return Tail(meta, first, kinded, kinded.numbers[0][5])
+        rows = _PLAIN.decode(text)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     last = None
@@ -297,7 +341,23 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
         if type(rid) is not int or (last is not None and rid <= last):
             return None  # not in record order: the buffer was being rewritten; decode it all
         last = rid
-    return Tail(meta, first, rows)
+    return Tail(meta, first, rows, rows[0].get("time_created_ns"))
+
+
+def _by_kind(text: bytes, raws: list[msgspec.Raw]) -> KindedEntries | None:
+    """The entries of `text` (the JSON list of `raws`) by kind, or None where one is not in the
+    common shape (or has frames): the plain path reads them. A kind is its spans' bytes, joined."""
+    try:
+        typed = _LIVE_ENTRIES.decode(text)
+    except msgspec.ValidationError:
+        return None
+    if not typed or any(map(_FRAMES, typed)):
+        return None
+    index = _Index()
+    kind_of = list(map(index.__getitem__, map(_JOIN, map(_LIVE_KIND, typed))))
+    # each kind's first entry: where the kind is above every one before it
+    firsts = compress(range(len(kind_of)), map(gt, kind_of, chain((-1,), accumulate(kind_of, max))))
+    return KindedEntries([_PLAIN.decode(raws[i]) for i in firsts], kind_of, list(map(_LIVE_NUMBERS, typed)))
 
 
 def _record_id(raw: msgspec.Raw) -> int | None:

@@ -12,6 +12,7 @@ caches and the inlined type checks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from frexport.decode.errors import DecodeError
@@ -58,6 +59,27 @@ def require_dump_fields(top: dict, source: str) -> None:
                           "version, entries, pg_config, pg_status)")
 
 
+@dataclass(frozen=True)
+class KindedEntries:
+    """Entries decoded by kind (json_decode.parse_tail, the live sidecar's new tail): the plain data of
+    each kind's first entry (`firsts`), and per entry its kind and its numbers as a typed decode gave
+    them (`NUMBERS`, 64-bit integers, a duration in bounds). A kind is everything of an entry but those
+    numbers, so the field rules run once per kind (`_kinded`) and give what they give entry by entry."""
+
+    firsts: list[dict]
+    kind_of: list[int]
+    numbers: list[tuple]
+
+    NUMBERS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
+               "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms")
+
+    def __len__(self) -> int:
+        return len(self.kind_of)
+
+    def __getitem__(self, cut: slice) -> KindedEntries:
+        return KindedEntries(self.firsts, self.kind_of[cut], self.numbers[cut])
+
+
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
               size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
               carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES, recorder: str | None = None) -> RankDump:
@@ -98,7 +120,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     entries_raw = top.get("entries", [])
     if entries_raw is None:
         entries_raw = []
-    if not isinstance(entries_raw, (list, tuple)):
+    if not isinstance(entries_raw, (list, tuple, KindedEntries)):
         raise DecodeError(source, "not_a_dump", f"'entries' is a {type(entries_raw).__name__}, not a list")
     if len(entries_raw) > max_entries:
         notes.append(f"{len(entries_raw)} entries: kept the newest {max_entries}")
@@ -180,9 +202,22 @@ def _pg_status(raw: Any) -> tuple[ProcessGroupStatus, ...]:
     return tuple(sorted(out))
 
 
-def _entries(raw_entries: list | tuple, keep_frames: bool,
+def _entries(raw_entries: list | tuple | KindedEntries, keep_frames: bool,
              previous: dict[int, Entry] | None = None) -> tuple[tuple[Entry, ...], int]:
     caches = Caches()
+    if isinstance(raw_entries, KindedEntries):
+        out, skipped = _kinded(raw_entries, keep_frames, caches, previous)
+    else:
+        out, skipped = _each(raw_entries, keep_frames, caches, previous)
+    # Entries reused from `previous` were not parsed here, so their names are not in the cache.
+    if any(is_coalesced_marker(op) for _, op, _, _ in caches.names.values()) or (
+            previous and any(is_coalesced_marker(e.op) for e in out)):
+        out = complete_coalesced(out)
+    return tuple(out), skipped
+
+
+def _each(raw_entries: list | tuple, keep_frames: bool, caches: Caches,
+          previous: dict[int, Entry] | None) -> tuple[list[Entry], int]:
     out: list[Entry] = []
     append = out.append
     skipped = 0
@@ -198,13 +233,42 @@ def _entries(raw_entries: list | tuple, keep_frames: bool,
                 continue
         try:
             append(_entry(raw, index, caches, keep_frames))
-        except (BadEntry, TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError):
+        except _REFUSED:
             skipped += 1
-    # Entries reused from `previous` were not parsed here, so their names are not in the cache.
-    if any(is_coalesced_marker(op) for _, op, _, _ in caches.names.values()) or (
-            previous and any(is_coalesced_marker(e.op) for e in out)):
-        out = complete_coalesced(out)
-    return tuple(out), skipped
+    return out, skipped
+
+
+_REFUSED = (BadEntry, TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError)
+
+
+def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
+            previous: dict[int, Entry] | None) -> tuple[list[Entry], int]:
+    """`_each` on entries given by kind: each kind's first entry through `_entry`, every entry of the
+    kind that Entry with its own numbers, read by the same rules. What refuses an entry is its kind
+    (its numbers are well-typed 64-bit integers): every entry of a refused kind is skipped."""
+    built: list[Entry | None] = []
+    for raw in kinded.firsts:
+        try:
+            built.append(_entry(raw, 0, caches, keep_frames))
+        except _REFUSED:
+            built.append(None)
+    out: list[Entry] = []
+    append = out.append
+    skipped = 0
+    for kind, (record_id, pg_id, seq, p2p_seq, op_id, created, started, completed, duration) in zip(
+            kinded.kind_of, kinded.numbers):
+        e = built[kind]
+        if e is None:
+            skipped += 1
+            continue
+        if previous:
+            old = previous.get(record_id)
+            if old is not None and old.finished and old.time_created_ns == created:
+                append(old)
+                continue
+        append(_new_tuple(Entry, (record_id, pg_id, e[2], e[3], seq, p2p_seq, op_id, *e[7:19], created,
+                                  discovered_ns(started), discovered_ns(completed), duration_ms(duration), *e[23:])))
+    return out, skipped
 
 
 def complete_coalesced(entries: list[Entry] | tuple[Entry, ...]) -> list[Entry]:

@@ -497,7 +497,7 @@ class WorkerServerSource:
         if window and (type(first) is not int or first > since):
             return None  # the buffer no longer holds the cursor's entry: more than a buffer's worth since
         anchor = entries[resume] if ordered else next((e for e in entries if e.record_id == since), None)
-        if anchor is None or tail.entries[0].get("time_created_ns") != anchor.time_created_ns \
+        if anchor is None or tail.first_created != anchor.time_created_ns \
                 or (first is not None and first < rids[0]):
             return None
         if first is None:

@@ -9,12 +9,16 @@ from hypothesis import strategies as st
 
 from frexport.config import WorkerServers
 from frexport.decode.json_decode import parse_tail
+from frexport.decode.normalize import KindedEntries, normalize
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
 from tests.support.examples import examples
+from tests.support.synth import dump
+from tests.unit.decode.test_fast_trace import _ops
+from tests.unit.decode.test_json_decode import _ENTRY, _ENTRY_EDITS, _WRITERS, _hostile, _json_shapes
 
 
 def _body(entries, compact: bool, desc: str = "default_pg") -> bytes:
@@ -34,17 +38,24 @@ def _entry(rid, created, done=True, name="nccl:all_reduce"):
             "time_discovered_started_ns": created + 1, "timeout_ms": 1000}
 
 
+def _record_ids(tail) -> list:
+    if isinstance(tail.entries, KindedEntries):
+        return [n[0] for n in tail.entries.numbers]
+    return [e["record_id"] for e in tail.entries]
+
+
 def test_tail_from_a_record():
     es = [_entry(i, 1000 + i) for i in range(10)]
     for compact in (True, False):
         tail = parse_tail(_body(es, compact), 7)
-        assert [e["record_id"] for e in tail.entries] == [7, 8, 9] and tail.first_record == 0
+        assert isinstance(tail.entries, KindedEntries)  # the common shape: by kind
+        assert _record_ids(tail) == [7, 8, 9] and tail.first_record == 0 and tail.first_created == 1007
         assert tail.meta["version"] == "2.10" and "entries" not in tail.meta
     assert parse_tail(_body(es, True), 42) is None  # not there: the caller parses it all
     assert parse_tail(b'{"version": "2.10"}', 0) is None
     assert parse_tail(b"\xff\xfe", 0) is None
     gap = es[:3] + es[6:]  # record ids not consecutive: found by bisection
-    assert [e["record_id"] for e in parse_tail(_body(gap, True), 7).entries] == [7, 8, 9]
+    assert _record_ids(parse_tail(_body(gap, True), 7)) == [7, 8, 9]
     assert parse_tail(_body(gap, True), 4) is None
     assert parse_tail(_body(es[::-1], True), 7) is None  # not in record order: parse it all
     assert parse_tail(_body(es, True).replace(b'"t{]}"', b'"\xff"'), 7) is None  # not UTF-8
@@ -94,3 +105,55 @@ def test_incremental_state_equals_full_parse(data):
     assert [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_inc] == \
            [(e.rank, e.epoch, e.entry.record_id, e.outcome) for e in events_full]
     assert inc.view().collectives == full.view().collectives
+
+
+def _both_ways(data: bytes, since: int) -> bool:
+    """Where parse_tail answers, its entries (by kind or plain) normalize to what the whole text's
+    entries from `since` on normalize to, read by the standard library. True when it read them by kind."""
+    tail = parse_tail(data, since)
+    if tail is None:
+        return False
+    doc = json.loads(data)
+    at = next(i for i, e in enumerate(doc["entries"]) if isinstance(e, dict) and e.get("record_id") == since)
+    plain = {k: v for k, v in doc.items() if k in tail.meta}
+    got = normalize({**tail.meta, "entries": tail.entries}, "x", "json", rank=1, dumped_at_ns=5, keep_frames=False)
+    want = normalize({**plain, "entries": doc["entries"][at:]}, "x", "json", rank=1, dumped_at_ns=5,
+                     keep_frames=False)
+    assert got == want
+    return isinstance(tail.entries, KindedEntries)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.integers(0, 10**9), st.lists(_hostile, min_size=1, max_size=5), st.sampled_from(range(3)))
+def test_a_tail_by_kind_normalizes_as_its_plain_entries(seed, hostile, writer):
+    """Hostile strings, odd numbers, extra and missing keys, three writers' spacing."""
+    rng = random.Random(seed)
+    raw = _json_shapes(rng, dump(_ops(rng), world=2, groups={"5": ("pp", [0, 1])}), hostile)
+    rids = [e.get("record_id") for e in raw["entries"]]
+    if not rids:
+        return
+    since = rng.choice(rids)
+    if type(since) is not int or rids.count(since) != 1:
+        return
+    _both_ways(json.dumps(raw, **_WRITERS[writer]).encode("utf-8", "surrogatepass"), since)
+
+
+def test_the_common_shape_is_read_by_kind():
+    es = [_entry(i, 1000 + i, done=i < 8, name=["nccl:all_reduce", "nccl:send 0->1"][i % 2]) for i in range(12)]
+    for compact in (True, False):
+        assert _both_ways(_body(es, compact), 3)
+
+
+def test_one_odd_entry_in_a_tail_agrees_with_the_plain_path():
+    """An entry edited as the typed columns' traps edit one, between two plain ones."""
+    one = json.loads(_ENTRY)
+    first, last = dict(one, record_id=0), dict(one, record_id=2, collective_seq_id=3)
+    for edit in _ENTRY_EDITS:
+        middle = edit(json.dumps(dict(one, record_id=1, collective_seq_id=2)))
+        text = '{"version": "2.10", "entries": [%s, %s, %s]}' % (json.dumps(first), middle, json.dumps(last))
+        try:
+            json.loads(text)
+        except ValueError:
+            continue  # not JSON: no tail (the whole parse says why)
+        for since in (0, 1):
+            _both_ways(text.encode("utf-8", "surrogatepass"), since)
