@@ -11,7 +11,7 @@ the last to arrive in most collectives, by a margin, holds the group back.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -52,13 +52,16 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         # one more than the window judged: the collective before the first one judged counts too
         lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
         issued: dict[int, list[tuple[int, int, int]]] = {}  # seq -> (rank, issued, duration in us)
+        key = group.key
         for r in members:
             g = cols[r]
-            for i in range(bisect_left(g.seq, lo), len(g.seq)):
-                seq = g.seq[i]
-                if lo <= seq <= hi and g.created_ns[i] and g.flags[i] & FINISHED:
-                    issued.setdefault(seq, []).append((r, g.created_ns[i], g.duration_us[i]))
-                    timeline.setdefault(r, []).append((g.created_ns[i], group.key, seq))
+            window = slice(bisect_left(g.seq, lo), bisect_right(g.seq, hi))  # (a group's seqs are sorted)
+            events = timeline.setdefault(r, [])
+            for seq, created, flags, duration in zip(g.seq[window], g.created_ns[window], g.flags[window],
+                                                     g.duration_us[window]):
+                if created and flags & FINISHED:
+                    issued.setdefault(seq, []).append((r, created, duration))
+                    events.append((created, key, seq))
         for seq, rows in issued.items():
             if len(rows) < len(members):
                 continue

@@ -118,6 +118,7 @@ def _utf8(data: bytes) -> bool:
 
 _I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]  # fast_trace's bounds: else the general path
 _DURATION_MS = Annotated[float, msgspec.Meta(ge=0, lt=MAX_DURATION_MS)]  # fields.duration_ms: else the general path
+_NS = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]  # a discovery time: 0 for "not yet", else the general path
 _Span = msgspec.Raw
 
 
@@ -147,8 +148,8 @@ class _Entry(msgspec.Struct, gc=False, kw_only=True):
     retired: _Span
     state: _Span
     time_created_ns: _I64
-    time_discovered_completed_ns: int | None
-    time_discovered_started_ns: int | None
+    time_discovered_completed_ns: _NS | None
+    time_discovered_started_ns: _NS | None
     timeout_ms: _Span
 
 
@@ -216,14 +217,12 @@ class _Index(dict):
 
 
 def _discovered(values: tuple) -> array:
-    """fields.discovered_ns as the columns hold it (0 for unknown): PyTorch's JSON writes 0 for "not yet"."""
+    """fields.discovered_ns as the columns hold it (0 for unknown): PyTorch's JSON writes 0 for "not yet"
+    (the decoder refused what is negative or over 64 bits)."""
     try:
-        out = array("q", values)
-        if min(out) >= 0:
-            return out
-    except (TypeError, OverflowError):  # a None (as a pickle has it), or over 64 bits: unknown
-        pass
-    return array("q", [v if type(v) is int and 0 < v <= INT64_MAX else 0 for v in values])
+        return array("q", values)
+    except TypeError:  # a None, as a pickle has it
+        return array("q", [0 if v is None else v for v in values])
 
 
 def _durations(values: tuple) -> array:
