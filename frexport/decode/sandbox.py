@@ -224,8 +224,14 @@ class SandboxPool(Generic[T, R]):
             return []
         ctx = _context()
         results: list[R | DecodeError | None] = [None] * len(items)
-        chunk = max(1, min(16, len(items) // (self.workers * 4)))
-        queue: list[list[int]] = [list(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk)]
+        # batches of up to 16 items, smaller towards the end (a quarter of what is left per worker), so
+        # that the workers finish together instead of one waiting on the other's last batch
+        queue: list[list[int]] = []
+        i = 0
+        while i < len(items):
+            size = max(1, min(16, (len(items) - i) // (self.workers * 4)))
+            queue.append(list(range(i, i + size)))
+            i += size
         queue.reverse()  # pop() from the end keeps the original order
         n_workers = min(self.workers, len(queue))
         idle: list[_Worker] = []
