@@ -252,8 +252,10 @@ class _RecordId(msgspec.Struct):
 
 
 class _LiveEntry(msgspec.Struct, gc=False, kw_only=True):
-    """A tail entry as the live JSON handlers write it: every key of fields.V210_KEYS (else the plain
-    path), the numbers typed (normalize.KindedEntries.NUMBERS), the rest (its kind) as spans."""
+    """A tail entry as the live JSON handlers write it: `_Entry`'s fields and bounds, with every key
+    of fields.V210_KEYS required (else the plain path) and the numbers an Entry holds per entry typed
+    (normalize.KindedEntries.NUMBERS: pg_id is one of them here, where analyze's columns keep it in
+    the kind); the rest, thread_id and thread_name included, is the kind, as spans."""
 
     collective_seq_id: _I64
     duration_ms: _DURATION_MS | None = None
@@ -274,8 +276,8 @@ class _LiveEntry(msgspec.Struct, gc=False, kw_only=True):
     thread_id: _Span
     thread_name: _Span
     time_created_ns: _I64
-    time_discovered_completed_ns: _I64 | None
-    time_discovered_started_ns: _I64 | None
+    time_discovered_completed_ns: _NS | None
+    time_discovered_started_ns: _NS | None
     timeout_ms: _Span
 
 
