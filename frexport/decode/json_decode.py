@@ -127,30 +127,31 @@ class _Entry(msgspec.Struct, gc=False, kw_only=True):
     and so are thread_id and thread_name: no trace reads them, and no value of theirs makes normalize
     skip an entry (a decode that does not build them costs 15 % less). The fields in PyTorch's order
     (nlohmann::json sorts the keys): msgspec matches keys in its fields' order first, 11 % faster.
-    The categorical fields (`_Span`) are kept as the spans of the body they take: an entry's kind is
-    their bytes, and only each distinct kind is decoded (`_KIND_TYPES`), not the same group, name and
-    sizes once per entry (35 % less for the whole trace)."""
+    The categorical fields that are strings and lists (`_Span`) are kept as the spans of the body they
+    take: an entry's kind is their bytes and its small categorical values, and only each distinct kind
+    is decoded (`_KIND_TYPES`), not the same group, name and sizes once per entry (35 % less for the
+    whole trace; bools and small ints as values, not spans, 5 % less again: nothing to allocate)."""
 
     collective_seq_id: _I64
     duration_ms: _DURATION_MS | None = None
     frames: Any = None  # the JSON handlers write none: an entry with frames takes the general path
     input_dtypes: _Span
     input_sizes: _Span
-    is_p2p: _Span
+    is_p2p: bool
     op_id: _I64
     output_dtypes: _Span
     output_sizes: _Span
     p2p_seq_id: _I64
-    pg_id: _Span
+    pg_id: _I64
     process_group: _Span
     profiling_name: _Span
     record_id: _I64
-    retired: _Span
+    retired: bool
     state: _Span
     time_created_ns: _I64
     time_discovered_completed_ns: _NS | None
     time_discovered_started_ns: _NS | None
-    timeout_ms: _Span
+    timeout_ms: _I64 | None
 
 
 class _Dump(msgspec.Struct):
@@ -167,11 +168,13 @@ class _Dump(msgspec.Struct):
 _TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
 _DUMP = msgspec.json.Decoder(_Dump)
 # an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none):
-# the spans joined by commas are a JSON array's body, read once per distinct kind with the types below
-_KIND = attrgetter("process_group", "pg_id", "is_p2p", "profiling_name", "state", "retired", "input_sizes",
-                   "output_sizes", "input_dtypes", "output_dtypes", "timeout_ms")
-_KIND_TYPES = msgspec.json.Decoder(tuple[tuple[str, str], _I64, bool, str, str, bool, tuple[tuple[int, ...], ...],
-                                         tuple[tuple[int, ...], ...], tuple[str, ...], tuple[str, ...], _I64 | None])
+# its spans joined by commas (a JSON array's body, read once per distinct kind with the types below)
+# and its small values
+_KIND_SPANS = attrgetter("process_group", "profiling_name", "state", "input_sizes", "output_sizes", "input_dtypes",
+                         "output_dtypes")
+_KIND_VALUES = attrgetter("pg_id", "is_p2p", "retired", "timeout_ms")
+_KIND_TYPES = msgspec.json.Decoder(tuple[tuple[str, str], str, str, tuple[tuple[int, ...], ...],
+                                         tuple[tuple[int, ...], ...], tuple[str, ...], tuple[str, ...]])
 _JOIN = b",".join
 _NUMBERS = attrgetter("collective_seq_id", "p2p_seq_id", "time_created_ns", "time_discovered_started_ns",
                       "time_discovered_completed_ns", "duration_ms")
@@ -193,11 +196,12 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
             or any(map(_FRAMES, entries)):
         return None  # no entries (the plain path is cheap), more than normalize keeps, or frames
     index = _Index()
-    which = array("i", map(index.__getitem__, map(_JOIN, map(_KIND, entries))))  # in C: a call per new kind only
+    # in C: a call per new kind only
+    which = array("i", map(index.__getitem__, zip(map(_JOIN, map(_KIND_SPANS, entries)), map(_KIND_VALUES, entries))))
     try:
         kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
-                 for pg, pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, timeout
-                 in (_KIND_TYPES.decode(b"[" + key + b"]") for key in index)]
+                 for (pg, name, state, in_s, out_s, in_d, out_d), (pg_id, p2p, retired, timeout)
+                 in ((_KIND_TYPES.decode(b"[" + spans + b"]"), values) for spans, values in index)]
     except (msgspec.DecodeError, RecursionError):
         return None  # a field of another type: the plain path's field rules say what it is
     seqs, p2p_seqs, created, started, completed, durations = zip(*map(_NUMBERS, entries))
@@ -211,7 +215,7 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
 class _Index(dict):
     """Each key's index in the order of first appearance: a new key gets the next one."""
 
-    def __missing__(self, key: bytes) -> int:
+    def __missing__(self, key: bytes | tuple) -> int:
         i = self[key] = len(self)
         return i
 
