@@ -255,41 +255,22 @@ class _RecordId(msgspec.Struct):
     record_id: Any = None
 
 
-class _LiveEntry(msgspec.Struct, gc=False, kw_only=True):
-    """A tail entry as the live JSON handlers write it: `_Entry`'s fields and bounds, with every key
-    of fields.V210_KEYS required (else the plain path) and the numbers an Entry holds per entry typed
-    (normalize.KindedEntries.NUMBERS: pg_id is one of them here, where analyze's columns keep it in
-    the kind); the rest, thread_id and thread_name included, is the kind, as spans."""
+class _LiveEntry(_Entry, kw_only=True):
+    """A tail entry as the live JSON handlers write it: `_Entry` with thread_id and thread_name, every
+    key of fields.V210_KEYS required (else the plain path). Its numbers are those an Entry holds per
+    entry (normalize.KindedEntries.NUMBERS: pg_id among them, where analyze's columns keep it in the
+    kind); the rest, the thread's fields included, is its kind."""
 
-    collective_seq_id: _I64
-    duration_ms: _DURATION_MS | None = None
-    frames: Any = None  # the JSON handlers write none: a tail with frames takes the plain path
-    input_dtypes: _Span
-    input_sizes: _Span
-    is_p2p: _Span
-    op_id: _I64
-    output_dtypes: _Span
-    output_sizes: _Span
-    p2p_seq_id: _I64
-    pg_id: _I64
-    process_group: _Span
-    profiling_name: _Span
-    record_id: _I64
-    retired: _Span
-    state: _Span
     thread_id: _Span
     thread_name: _Span
-    time_created_ns: _I64
-    time_discovered_completed_ns: _NS | None
-    time_discovered_started_ns: _NS | None
-    timeout_ms: _Span
 
 
 _SPANS = msgspec.json.Decoder(_Spans)
 _RECORD_ID = msgspec.json.Decoder(_RecordId)
 _LIVE_ENTRIES = msgspec.json.Decoder(list[_LiveEntry])
-_LIVE_KIND = attrgetter("process_group", "profiling_name", "state", "is_p2p", "input_sizes", "output_sizes",
-                        "input_dtypes", "output_dtypes", "retired", "timeout_ms", "thread_id", "thread_name")
+_LIVE_KIND_SPANS = attrgetter("process_group", "profiling_name", "state", "input_sizes", "output_sizes",
+                              "input_dtypes", "output_dtypes", "thread_id", "thread_name")
+_LIVE_KIND_VALUES = attrgetter("is_p2p", "retired", "timeout_ms")
 _LIVE_NUMBERS = attrgetter(*KindedEntries.NUMBERS)
 _META_KEYS = (*_TOP_KEYS, "frexport_first_record")
 # A span per entry costs ~60 bytes: more objects than a recorder's buffer holds is not a buffer to
@@ -359,7 +340,7 @@ def _by_kind(text: bytes, raws: list[msgspec.Raw]) -> KindedEntries | None:
     if not typed or any(map(_FRAMES, typed)):
         return None
     index = _Index()
-    kind_of = list(map(index.__getitem__, map(_JOIN, map(_LIVE_KIND, typed))))
+    kind_of = list(map(index.__getitem__, zip(map(_JOIN, map(_LIVE_KIND_SPANS, typed)), map(_LIVE_KIND_VALUES, typed))))
     # each kind's first entry: where the kind is above every one before it
     firsts = compress(range(len(kind_of)), map(gt, kind_of, chain((-1,), accumulate(kind_of, max))))
     return KindedEntries([_PLAIN.decode(raws[i]) for i in firsts], kind_of, list(map(_LIVE_NUMBERS, typed)))
