@@ -246,7 +246,7 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
     """`_each` on entries given by kind: each kind's first entry through `_entry`, every entry of the
     kind that Entry with its own numbers, read by the same rules. What refuses an entry is its kind
     (its numbers are well-typed 64-bit integers): every entry of a refused kind is skipped."""
-    built: list[Entry | None] = []
+    built: list[tuple | None] = []  # (as a plain tuple: sliced by position below)
     for raw in kinded.firsts:
         try:
             built.append(_entry(raw, 0, caches, keep_frames))
@@ -257,18 +257,25 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
     skipped = 0
     for kind, (record_id, pg_id, seq, p2p_seq, op_id, created, started, completed, duration) in zip(
             kinded.kind_of, kinded.numbers):
-        e = built[kind]
-        if e is None:
-            skipped += 1
-            continue
-        if previous:
+        if previous:  # as `_each`: a finished entry seen before is reused, before any rule
             old = previous.get(record_id)
             if old is not None and old.finished and old.time_created_ns == created:
                 append(old)
                 continue
-        append(_new_tuple(Entry, (record_id, pg_id, e[2], e[3], seq, p2p_seq, op_id, *e[7:19], created,
-                                  discovered_ns(started), discovered_ns(completed), duration_ms(duration), *e[23:])))
+        e = built[kind]
+        if e is None:
+            skipped += 1
+            continue
+        append(_new_tuple(Entry, (record_id, pg_id, *e[_GROUP], seq, p2p_seq, op_id, *e[_OP], created,
+                                  discovered_ns(started), discovered_ns(completed), duration_ms(duration),
+                                  *e[_REST])))
     return out, skipped
+
+
+# The fields of an Entry its kind gives (the others are its numbers), as `_kinded` builds it
+_GROUP = slice(Entry._fields.index("pg_name"), Entry._fields.index("collective_seq_id"))
+_OP = slice(Entry._fields.index("is_p2p"), Entry._fields.index("time_created_ns"))
+_REST = slice(Entry._fields.index("timeout_ms"), None)
 
 
 def complete_coalesced(entries: list[Entry] | tuple[Entry, ...]) -> list[Entry]:

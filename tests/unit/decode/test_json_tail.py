@@ -157,3 +157,23 @@ def test_one_odd_entry_in_a_tail_agrees_with_the_plain_path():
             continue  # not JSON: no tail (the whole parse says why)
         for since in (0, 1):
             _both_ways(text.encode("utf-8", "surrogatepass"), since)
+
+
+def test_by_kind_reuses_a_finished_entry_as_the_plain_path_does():
+    """`previous` (a poller's last snapshot): a finished entry seen before is reused before any rule,
+    also where its kind would now be refused (a profiling name that is not a string)."""
+    es = [_entry(i, 1000 + i) for i in range(4)]
+    body = _body(es, True)
+    before = normalize(json.loads(body), "x", "json", rank=1)
+    previous = {e.record_id: e for e in before.entries}
+    es[2]["profiling_name"] = 5  # refused: the plain path skips it, unless it reuses what it had
+    es[3]["profiling_name"] = 6
+    del previous[3]  # not seen before: skipped both ways
+    body = _body(es, True)
+    tail = parse_tail(body, 1)
+    assert isinstance(tail.entries, KindedEntries)
+    doc = json.loads(body)
+    got = normalize({**tail.meta, "entries": tail.entries}, "x", "json", rank=1, previous=previous)
+    want = normalize({**doc, "entries": doc["entries"][1:]}, "x", "json", rank=1, previous=previous)
+    assert got == want
+    assert [e.record_id for e in got.entries] == [1, 2] and got.notes == ("1 malformed entries skipped",)
