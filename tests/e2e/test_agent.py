@@ -215,9 +215,14 @@ def test_between_entries_reads_the_status_keeps_a_moving_ranks_numbers_and_pendi
     collective the status says finished is not left pending (its age would grow until the next entries
     read)."""
     shared = tmp_path / "shared"
-    env = {"STEPS": "400", "STEP_S": "0.02", "HOLD_S": "60", "MARK_DIR": str(tmp_path)}
+    env = {"STEPS": "400", "STEP_S": "0.02", "HOLD_S": "60", "MARK_DIR": str(tmp_path), "STARTED_MARK": "1"}
     with TorchJob("train.py", shared, nproc=2, env=env, bin_dir=torch_envs()[version]) as job:
         job.wait_for(job.sockets_ready, timeout=120, what="sockets")
+        # the one entries read must see the group: a group the status names before any entries read
+        # has held it waits for the next one (its numbers are trusted once checked against entries),
+        # a minute here; under load the sockets come up seconds before the first collective
+        job.wait_for(lambda: all((tmp_path / f"started_{r}").exists() for r in range(2)), timeout=120,
+                     what="the first step")
         state = LiveState()
         health = HealthRegistry()
         src = WorkerServerSource(health, WorkerServers(str(shared), poll_interval=0.0, status_interval=0.2,

@@ -5,7 +5,8 @@ every step), STUCK_RANK + STUCK_STEP (that rank hangs in its data loader at that
 first step once STUCK_FILE exists, writing $MARK_DIR/stuck and $MARK_DIR/stuck_rank when it does;
 STUCK_LOCAL_RANK picks the rank by its local rank instead, for a multi-node job whose global ranks
 the rendezvous assigns), HOLD_S (after the loop, stay alive this long; default 0),
-ENV_DUMP (write the rank's FR environment to $MARK_DIR/env_<rank>).
+ENV_DUMP (write the rank's FR environment to $MARK_DIR/env_<rank>), STARTED_MARK (write
+$MARK_DIR/started_<rank> once the first step's collective is done).
 """
 
 import json
@@ -54,6 +55,8 @@ def train_step(step):
 
 for step in range(STEPS):
     train_step(step)
+    if step == 0 and os.environ.get("STARTED_MARK"):  # the first collective is recorded: poll from here
+        open(os.path.join(MARK_DIR, f"started_{rank}"), "w").write(str(time.time()))
 open(os.path.join(MARK_DIR, f"done_{rank}"), "w").write(str(time.time()))
 time.sleep(float(os.environ.get("HOLD_S", "0")))
 dist.destroy_process_group()
