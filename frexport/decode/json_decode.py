@@ -31,6 +31,7 @@ import codecs
 import json
 import resource
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain, compress, islice
 from operator import attrgetter, gt, lt
@@ -168,8 +169,7 @@ class _Dump(msgspec.Struct):
 _TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
 _DUMP = msgspec.json.Decoder(_Dump)
 # an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none):
-# its spans joined by commas (a JSON array's body, read once per distinct kind with the types below)
-# and its small values
+# its spans and its small values (`_kind_keys`), the spans read once per distinct kind with these types
 _KIND_SPANS = attrgetter("process_group", "profiling_name", "state", "input_sizes", "output_sizes", "input_dtypes",
                          "output_dtypes")
 _KIND_VALUES = attrgetter("pg_id", "is_p2p", "retired", "timeout_ms")
@@ -196,8 +196,7 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
             or any(map(_FRAMES, entries)):
         return None  # no entries (the plain path is cheap), more than normalize keeps, or frames
     index = _Index()
-    # in C: a call per new kind only
-    which = array("i", map(index.__getitem__, zip(map(_JOIN, map(_KIND_SPANS, entries)), map(_KIND_VALUES, entries))))
+    which = array("i", map(index.__getitem__, _kind_keys(entries, _KIND_SPANS, _KIND_VALUES)))
     try:
         kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
                  for (pg, name, state, in_s, out_s, in_d, out_d), (pg_id, p2p, retired, timeout)
@@ -212,10 +211,16 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
                               source, "json", rank, dumped_at_ns, size_bytes)
 
 
+def _kind_keys(entries: list, spans: attrgetter, values: attrgetter) -> Iterator[tuple[bytes, tuple]]:
+    """Each entry's kind as a key: its spans' bytes joined by commas (a JSON array's body, decoded once
+    per distinct kind) and its small values. C-level passes: `_Index` makes a call per new kind only."""
+    return zip(map(_JOIN, map(spans, entries)), map(values, entries))
+
+
 class _Index(dict):
     """Each key's index in the order of first appearance: a new key gets the next one."""
 
-    def __missing__(self, key: bytes | tuple) -> int:
+    def __missing__(self, key: tuple) -> int:
         i = self[key] = len(self)
         return i
 
@@ -272,6 +277,7 @@ _LIVE_KIND_SPANS = attrgetter("process_group", "profiling_name", "state", "input
                               "input_dtypes", "output_dtypes", "thread_id", "thread_name")
 _LIVE_KIND_VALUES = attrgetter("is_p2p", "retired", "timeout_ms")
 _LIVE_NUMBERS = attrgetter(*KindedEntries.NUMBERS)
+_RECORD_AT, _CREATED_AT = KindedEntries.NUMBERS.index("record_id"), KindedEntries.NUMBERS.index("time_created_ns")
 _META_KEYS = (*_TOP_KEYS, "frexport_first_record")
 # A span per entry costs ~60 bytes: more objects than a recorder's buffer holds is not a buffer to
 # walk in-process (a body of `{},` repeated); the caller decodes it whole (in its sandbox when large).
@@ -314,10 +320,10 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
         meta = {k: _PLAIN.decode(v) for k, v in meta_raw.items()}
         kinded = _by_kind(text, raws[at:])
         if kinded is not None:
-            rids = [n[0] for n in kinded.numbers]
+            rids = [n[_RECORD_AT] for n in kinded.numbers]
             if not all(map(lt, rids, islice(rids, 1, None))):
                 return None  # not in record order: the buffer was being rewritten; decode it all
-            return Tail(meta, first, kinded, kinded.numbers[0][5])
+            return Tail(meta, first, kinded, kinded.numbers[0][_CREATED_AT])
         rows = _PLAIN.decode(text)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
@@ -340,7 +346,7 @@ def _by_kind(text: bytes, raws: list[msgspec.Raw]) -> KindedEntries | None:
     if not typed or any(map(_FRAMES, typed)):
         return None
     index = _Index()
-    kind_of = list(map(index.__getitem__, zip(map(_JOIN, map(_LIVE_KIND_SPANS, typed)), map(_LIVE_KIND_VALUES, typed))))
+    kind_of = list(map(index.__getitem__, _kind_keys(typed, _LIVE_KIND_SPANS, _LIVE_KIND_VALUES)))
     # each kind's first entry: where the kind is above every one before it
     firsts = compress(range(len(kind_of)), map(gt, kind_of, chain((-1,), accumulate(kind_of, max))))
     return KindedEntries([_PLAIN.decode(raws[i]) for i in firsts], kind_of, list(map(_LIVE_NUMBERS, typed)))

@@ -89,8 +89,12 @@ def _check(data: bytes) -> bool:
 
 
 def test_real_dumps_take_the_typed_columns():
-    used = sum(_check(Path(p).read_bytes()) for p in glob.glob(str(paths.REAL_FIXTURES / "*" / "json" / "trace_*")))
-    assert used >= 40
+    """Every captured job's JSON, the PyPI wheels' of torch 2.14.1 and 2.15.0 (torch-<version>/) too."""
+    found = glob.glob(str(paths.REAL_FIXTURES / "**" / "json" / "trace_*"), recursive=True)
+    wheels = [p for p in found if "/torch-2.1" in p]
+    assert len(wheels) >= 8
+    used = sum(_check(Path(p).read_bytes()) for p in found)
+    assert used >= 48 and all(_check(Path(p).read_bytes()) for p in wheels)
 
 
 # pieces of hostile strings: JSON syntax, what the old JSON scanner cut at, escapes, lone surrogates, non-ASCII

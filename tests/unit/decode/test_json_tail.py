@@ -1,8 +1,10 @@
 """Polling decodes only the new tail of a body (json_decode.parse_tail); it must always end in the same
 state as a full parse."""
 
+import glob
 import json
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import Target
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
+from tests.support import paths
 from tests.support.examples import examples
 from tests.support.synth import dump
 from tests.unit.decode.test_fast_trace import _ops
@@ -177,3 +180,16 @@ def test_by_kind_reuses_a_finished_entry_as_the_plain_path_does():
     want = normalize({**doc, "entries": doc["entries"][1:]}, "x", "json", rank=1, previous=previous)
     assert got == want
     assert [e.record_id for e in got.entries] == [1, 2] and got.notes == ("1 malformed entries skipped",)
+
+
+def test_real_tails_are_read_by_kind():
+    """The captured jobs' JSON (the PyPI wheels' of torch 2.14.1 and 2.15.0 too), from their middle
+    entry on: read by kind, and normalized as their plain entries are."""
+    read: dict[str, bool] = {}
+    for p in glob.glob(str(paths.REAL_FIXTURES / "**" / "json" / "trace_*"), recursive=True):
+        data = Path(p).read_bytes()
+        rids = [e["record_id"] for e in json.loads(data).get("entries") or ()]
+        if rids:
+            read[p] = _both_ways(data, rids[len(rids) // 2])
+    wheels = [by_kind for p, by_kind in read.items() if "/torch-2.1" in p]
+    assert len(wheels) >= 8 and all(wheels) and sum(read.values()) >= 48
