@@ -65,6 +65,7 @@ class _Context:
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
+        self.canon_is_own: set[int] = set()  # ranks whose signature indices are their canonical ids
         for rank, t in traces.items():
             ids = self.canon[rank] = []
             for sig in t.signatures:
@@ -72,6 +73,8 @@ class _Context:
                 if i is None:
                     i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
                 ids.append(i)
+            if ids == list(range(len(ids))):  # the usual case: every rank interned the same ops in the same order
+                self.canon_is_own.add(rank)
 
     def answered_but(self, ranks) -> bool:
         """The stacks are one look at every rank but `ranks`: a missing stack among those is a rank that
@@ -80,12 +83,14 @@ class _Context:
         return bool(self.alive) and set(self.traces) - set(ranks) <= self.alive
 
     def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
+        """Each member's columns of `group`, and its signatures as canonical ids: the column itself where
+        the rank's indices are those ids (so it is only ever read), else a copy translated."""
         cols = {}
         for r in group.members:
             t = self.traces.get(r)
             g = t.groups.get(group.name) if t else None
             if g is not None and self.membership.group_of.get((r, group.name), group.name) == group.key:
-                cols[r] = (g, array("l", map(self.canon[r].__getitem__, g.sig)))
+                cols[r] = (g, g.sig if r in self.canon_is_own else array("l", map(self.canon[r].__getitem__, g.sig)))
         return cols
 
     def entry(self, rank: int, group: Group, seq: int) -> tuple[Signature, Frame | None, int] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 
 from frexport.analysis.findings import DESYNC, DTYPE_MISMATCH, SIZE_MISMATCH
@@ -41,7 +42,7 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
     p_first, p_last, p_contiguous = pg.seq[0], pg.seq[-1], pg.contiguous()
     suspicious: set[int] = set()
     covered: list[tuple[int, int]] = []  # other ranks' windows inside the pivot's
-    outside: dict[int, int] = {}  # seq outside the pivot's window -> ranks holding it
+    outside: Counter[int] = Counter()  # seq outside the pivot's window -> ranks holding it
     for r, (g, c) in present.items():
         if r == pivot:
             continue
@@ -60,8 +61,7 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
                         j = pg.position(s)
                         if j is None or pc[j] != c[i]:
                             suspicious.add(s)
-        for s in _outside(g.seq, p_first, p_last):
-            outside[s] = outside.get(s, 0) + 1
+        outside.update(_outside(g.seq, p_first, p_last))
     for s, n in outside.items():
         if n >= 2:
             suspicious.add(s)
@@ -79,10 +79,9 @@ def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
     return result
 
 
-def _outside(seq: array, lo: int, hi: int):
+def _outside(seq: array, lo: int, hi: int) -> array:
     """The seq ids of a sorted column that lie outside [lo, hi], found by bisection."""
-    yield from seq[: bisect_left(seq, lo)]
-    yield from seq[bisect_right(seq, hi):]
+    return seq[: bisect_left(seq, lo)] + seq[bisect_right(seq, hi):]
 
 
 def _covered_count(windows: list[tuple[int, int]], pivot: GroupTrace) -> int:

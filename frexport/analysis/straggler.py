@@ -14,6 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice, repeat
+from operator import lt
 from statistics import median
 
 from frexport.analysis.membership import Group
@@ -42,8 +44,7 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
     member has one (NCCL timing: its duration beyond the shortest member's, the last to arrive), else
     from enqueue times (from its issue to its last member's); over the recent collectives of every
     group whose members all recorded them, in each rank's order of issue."""
-    waited: dict[tuple[str, int, int], int] = {}  # (group key, seq, rank) -> how long it waited there
-    timeline: dict[int, list[tuple[int, str, int]]] = {}  # rank -> (issued, group key, seq)
+    timeline: dict[int, list[tuple[int, str, int, int]]] = {}  # rank -> (issued, group key, seq, waited there)
     for group, cols in groups:
         members = [r for r in group.members if r in cols and len(cols[r].seq)]
         if len(members) < 2 or len(members) < len(group.members):
@@ -51,36 +52,69 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         hi = min(cols[r].last_seq for r in members)
         # one more than the window judged: the collective before the first one judged counts too
         lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
-        issued: dict[int, list[tuple[int, int, int]]] = {}  # seq -> (rank, issued, duration in us)
+        windows = [_window(cols[r], lo, hi) for r in members]
         key = group.key
-        for r in members:
-            g = cols[r]
-            window = slice(bisect_left(g.seq, lo), bisect_right(g.seq, hi))  # (a group's seqs are sorted)
-            events = timeline.setdefault(r, [])
-            for seq, created, flags, duration in zip(g.seq[window], g.created_ns[window], g.flags[window],
-                                                     g.duration_us[window]):
-                if created and flags & FINISHED:
-                    issued.setdefault(seq, []).append((r, created, duration))
-                    events.append((created, key, seq))
-        for seq, rows in issued.items():
-            if len(rows) < len(members):
-                continue
-            if all(d >= 0 for _, _, d in rows):
-                shortest = min(d for _, _, d in rows)
-                waits = {r: (d - shortest) * 1000 for r, _, d in rows}
-            else:
-                last = max(t for _, t, _ in rows)
-                waits = {r: last - t for r, t, _ in rows}
-            for r, w in waits.items():
-                if w > 0:
-                    waited[(group.key, seq, r)] = w
+        in_step = _waits_in_step(windows)
+        if in_step is not None:  # every collective of the window counts
+            for r, (seqs, created, _, _), waited in zip(members, windows, in_step):
+                timeline.setdefault(r, []).extend(zip(created, repeat(key), seqs, waited))
+            continue
+        for r, (seqs, created, finished, _), by_seq in zip(members, windows, _waits(members, windows)):
+            timeline.setdefault(r, []).extend((c, key, s, by_seq.get(s, 0))
+                                              for s, c, f in zip(seqs, created, finished) if c and f)
     out: dict[str, dict[int, dict[int, int]]] = {}
     for r, events in timeline.items():
         events.sort()
-        for (_, k0, s0), (_, k1, s1) in zip(events, events[1:]):
-            w = waited.get((k0, s0, r), 0)
+        for (_, _, _, w), (_, k1, s1, _) in zip(events, islice(events, 1, None)):
             if w:
                 out.setdefault(k1, {}).setdefault(r, {})[s1] = w
+    return out
+
+
+_Window = tuple[Sequence[int], Sequence[int], bytes, Sequence[int]]  # seqs, issued, finished (0/1), durations in us
+
+
+def _window(g: GroupTrace, lo: int, hi: int) -> _Window:
+    """A rank's columns over the seqs lo..hi (a group's seqs are sorted)."""
+    cut = slice(bisect_left(g.seq, lo), bisect_right(g.seq, hi))
+    return g.seq[cut], g.created_ns[cut], g.flags[cut].tobytes().translate(_FINISHED_BYTE), g.duration_us[cut]
+
+
+def _waits_in_step(windows: list[_Window]) -> list[Sequence[int]] | None:
+    """Each member's waits, seq by seq, where every member holds the same seqs, each once, finished
+    and with its enqueue time (the usual case): the members' columns side by side; else None."""
+    seqs = windows[0][0]
+    if not all(map(lt, seqs, islice(seqs, 1, None))) or any(
+            w[0] != seqs or 0 in w[1] or 0 in w[2] for w in windows):
+        return None
+    shortest = list(map(min, zip(*(w[3] for w in windows))))
+    if min(shortest, default=-1) >= 0:  # every member timed at every seq
+        return [[(d - m) * 1000 for d, m in zip(w[3], shortest)] for w in windows]
+    last = list(map(max, zip(*(w[1] for w in windows))))
+    by_duration = [m >= 0 for m in shortest]
+    return [[(d - m) * 1000 if t else e - c for d, m, t, e, c in zip(w[3], shortest, by_duration, last, w[1])]
+            for w in windows]
+
+
+def _waits(members: list[int], windows: list[_Window]) -> list[dict[int, int]]:
+    """Each member's waits by seq, at the seqs all of them finished with an enqueue time (any layout)."""
+    issued: dict[int, list[tuple[int, int, int]]] = {}  # seq -> (member, issued, duration in us)
+    for m, (seqs, created, finished, durations) in enumerate(windows):
+        for seq, c, f, d in zip(seqs, created, finished, durations):
+            if c and f:
+                issued.setdefault(seq, []).append((m, c, d))
+    out: list[dict[int, int]] = [{} for _ in members]
+    for seq, rows in issued.items():
+        if len(rows) < len(members):
+            continue
+        if all(d >= 0 for _, _, d in rows):
+            shortest = min(d for _, _, d in rows)
+            waits = {m: (d - shortest) * 1000 for m, _, d in rows}
+        else:
+            last = max(t for _, t, _ in rows)
+            waits = {m: last - t for m, t, _ in rows}
+        for m, w in waits.items():
+            out[m][seq] = w
     return out
 
 

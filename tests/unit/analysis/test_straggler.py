@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from frexport.analysis.membership import Group, build_membership
-from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers
+from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers, inherited_waits
 from frexport.model.dump import group_name
 from frexport.model.rank_trace import FINISHED, GroupTrace
 from tests.support.synth import STEP_NS, T0, dump, entry, traces
@@ -161,3 +161,67 @@ def test_the_sliced_columns_judge_as_the_row_by_row_reference(seed, world, steps
     for threshold, fraction in ((-10**18, 0.0), (0, 0.0), (10 * MS, 0.6), (THRESHOLD_NS, 0.6)):  # (every median shown)
         assert find_stragglers(group, cols, threshold, min_late_fraction=fraction) == \
             _reference(group, cols, threshold, min_late_fraction=fraction)
+
+
+# The straightforward version of inherited_waits: cell by cell, what each rank waited at each seq, then
+# each rank's collectives in order of issue.
+def _inherited_reference(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict:
+    waited: dict[tuple[str, int, int], int] = {}
+    timeline: dict[int, list[tuple[int, str, int]]] = {}
+    for group, cols in groups:
+        members = [r for r in group.members if r in cols and len(cols[r].seq)]
+        if len(members) < 2 or len(members) < len(group.members):
+            continue
+        hi = min(cols[r].last_seq for r in members)
+        lo = hi - max(10, min(RECENT, CELLS // len(members)))
+        issued: dict[int, list[tuple[int, int, int]]] = {}
+        for r in members:
+            g = cols[r]
+            for seq, created, flags, duration in zip(g.seq, g.created_ns, g.flags, g.duration_us):
+                if lo <= seq <= hi and created and flags & FINISHED:
+                    issued.setdefault(seq, []).append((r, created, duration))
+                    timeline.setdefault(r, []).append((created, group.key, seq))
+        for seq, rows in issued.items():
+            if len(rows) < len(members):
+                continue
+            if all(d >= 0 for _, _, d in rows):
+                waits = {r: (d - min(x[2] for x in rows)) * 1000 for r, _, d in rows}
+            else:
+                waits = {r: max(x[1] for x in rows) - t for r, t, _ in rows}
+            waited.update({(group.key, seq, r): w for r, w in waits.items() if w > 0})
+    out: dict = {}
+    for r, events in timeline.items():
+        events.sort()
+        for (_, k0, s0), (_, k1, s1) in zip(events, events[1:]):
+            if waited.get((k0, s0, r), 0):
+                out.setdefault(k1, {}).setdefault(r, {})[s1] = waited[(k0, s0, r)]
+    return out
+
+
+@given(st.integers(0, 2**32), st.integers(1, 4), st.integers(2, 12), st.sampled_from(["none", "some", "all"]),
+       st.floats(0, 0.3))
+def test_inherited_waits_as_the_cell_by_cell_reference(seed, n, steps, timed, odd):
+    """An n x n tp x dp grid whose ranks' columns start at different seqs; `odd`: the share of cells
+    made unusual (unfinished, no enqueue time, no duration, a seq skipped or repeated), so that both the
+    members-in-step and the general reading are taken."""
+    rng = random.Random(seed)
+    world = max(2, n * n)
+    groups = [(Group(f"tp{i}", f"tp{i}", "tp", tuple(range(i * n, i * n + n))), {}) for i in range(n)] + \
+             [(Group(f"dp{j}", f"dp{j}", "dp", tuple(range(j, world, n))), {}) for j in range(n)]
+    groups = [g for g in groups if len(g[0].members) >= 2] or [(Group("w", "w", "", tuple(range(world))), {})]
+    for group, cols in groups:
+        for r in group.members:
+            start = rng.choice([0, 0, 0, rng.randrange(steps)])
+            g = cols[r] = GroupTrace(group.name, group.desc, 0)
+            for s in range(start, steps):
+                if rng.random() < odd / 3:
+                    continue  # a seq this rank skipped
+                for _ in range(2 if rng.random() < odd / 5 else 1):  # (once in a while, twice)
+                    g.seq.append(s)
+                    g.created_ns.append(0 if rng.random() < odd / 3 else T0 + s * STEP_NS + rng.randrange(4) * MS)
+                    g.flags.append(0 if rng.random() < odd / 3 else FINISHED)
+                    timed_here = timed == "all" or (timed == "some" and rng.random() < 0.5)
+                    g.duration_us.append(rng.choice([50, 500, 5000]) if timed_here else -1)
+        if rng.random() < 0.2:
+            del cols[group.members[-1]]  # a member without its columns: the group is not judged
+    assert inherited_waits(groups) == _inherited_reference(groups)
