@@ -14,6 +14,7 @@ every tie is broken by evidence or reported as ambiguous.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding, format_ranks
 from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
 from frexport.analysis.lateness import late_not_hung, straggler_findings
-from frexport.analysis.matching import Disagreement, match_group, mismatch_kind
+from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
@@ -65,7 +66,6 @@ class _Context:
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
-        self.canon_is_own: set[int] = set()  # ranks whose signature indices are their canonical ids
         for rank, t in traces.items():
             ids = self.canon[rank] = []
             for sig in t.signatures:
@@ -73,8 +73,11 @@ class _Context:
                 if i is None:
                     i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
                 ids.append(i)
-            if ids == list(range(len(ids))):  # the usual case: every rank interned the same ops in the same order
-                self.canon_is_own.add(rank)
+        # Where every index and id fits in a byte (a job runs a few dozen distinct ops), a rank's column
+        # of indices becomes ids through a table, in C (bytes.translate), not entry by entry.
+        self.id_tables: dict[int, bytes] | None = None
+        if len(canon_ids) <= 256 and all(len(t.signatures) <= 256 for t in traces.values()):
+            self.id_tables = {r: bytes(ids) + bytes(256 - len(ids)) for r, ids in self.canon.items()}
 
     def answered_but(self, ranks) -> bool:
         """The stacks are one look at every rank but `ranks`: a missing stack among those is a rank that
@@ -82,15 +85,17 @@ class _Context:
         fetch that timed out) says nothing of the others, so nothing is concluded from it."""
         return bool(self.alive) and set(self.traces) - set(ranks) <= self.alive
 
-    def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, array]]:
-        """Each member's columns of `group`, and its signatures as canonical ids: the column itself where
-        the rank's indices are those ids (so it is only ever read), else a copy translated."""
-        cols = {}
+    def group_cols(self, group: Group) -> dict[int, tuple[GroupTrace, SigIds]]:
+        """Each member's columns of `group`, and its signatures as canonical ids."""
+        cols: dict[int, tuple[GroupTrace, SigIds]] = {}
         for r in group.members:
             t = self.traces.get(r)
             g = t.groups.get(group.name) if t else None
             if g is not None and self.membership.group_of.get((r, group.name), group.name) == group.key:
-                cols[r] = (g, g.sig if r in self.canon_is_own else array("l", map(self.canon[r].__getitem__, g.sig)))
+                if self.id_tables is not None:
+                    cols[r] = (g, _low_bytes(g.sig).translate(self.id_tables[r]))
+                else:
+                    cols[r] = (g, array("l", map(self.canon[r].__getitem__, g.sig)))
         return cols
 
     def entry(self, rank: int, group: Group, seq: int) -> tuple[Signature, Frame | None, int] | None:
@@ -120,6 +125,12 @@ class _Context:
         return set(t.call_sites) if t else set()
 
 
+def _low_bytes(column: array) -> bytes:
+    """The low byte of each item of an integer column (all of them, where every value is 0..255)."""
+    n = column.itemsize
+    return column.tobytes()[0 if sys.byteorder == "little" else n - 1::n]
+
+
 def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = None,
             known_ranks: set[int] | None = None, options: Options = Options(),
             stacks: dict[int, Threads] | None = None,
@@ -136,7 +147,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
 
     matched = 0
     mismatch_findings: dict[tuple[str, int], Finding] = {}  # (group key, seq) -> finding
-    all_cols: dict[str, dict[int, tuple[GroupTrace, array]]] = {}
+    all_cols: dict[str, dict[int, tuple[GroupTrace, SigIds]]] = {}
     for key, group in membership.groups.items():
         cols = all_cols[key] = ctx.group_cols(group)
         result = match_group(cols)

@@ -9,12 +9,12 @@ for it is that lateness seen once, said under it (`late_not_hung`), not a second
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from frexport.analysis import findings as F
 from frexport.analysis.findings import Finding
+from frexport.analysis.matching import SigIds
 from frexport.analysis.straggler import Straggler, find_stragglers, inherited_waits
 from frexport.model.call_site import site_text
 from frexport.model.rank_trace import GroupTrace
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the engine imports this module
     from frexport.analysis.engine import Options, _Context
 
 
-def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupTrace, array]]], exclude: set[int],
+def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupTrace, SigIds]]], exclude: set[int],
                        options: Options) -> list[Finding]:
     """One finding per late rank (`ctx`, `options`: the engine's): see the module doc."""
     best: dict[int, Straggler] = {}

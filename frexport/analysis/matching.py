@@ -12,11 +12,14 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from frexport.analysis.findings import DESYNC, DTYPE_MISMATCH, SIZE_MISMATCH
 from frexport.model.rank_trace import GroupTrace
 from frexport.model.signature import Signature, canonical
+
+SigIds = Sequence[int]  # a rank's canonical signature ids in one group, entry by entry (bytes or an array)
 
 
 @dataclass
@@ -31,7 +34,7 @@ class GroupMatch:
     disagreements: list[Disagreement] = field(default_factory=list)
 
 
-def match_group(cols: dict[int, tuple[GroupTrace, array]]) -> GroupMatch:
+def match_group(cols: dict[int, tuple[GroupTrace, SigIds]]) -> GroupMatch:
     present = {r: c for r, c in cols.items() if len(c[0].seq)}
     result = GroupMatch()
     if len(present) < 2:

@@ -6,7 +6,10 @@ import os
 import random
 import shutil
 
-from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, write
+import pytest
+
+from frexport.analysis.engine import analyze
+from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, traces, write
 
 
 def _one(d, kind):
@@ -280,3 +283,18 @@ def test_the_highest_ranks_unreadable_dump_is_its_missing_dump(tmp_path, diagnos
     f = _one(d, "missing_dump")
     assert f.culprit_ranks == (3,) and d.verdict != "healthy"
     assert "trace_3" in f.message  # which file, so the user knows where to look
+
+
+@pytest.mark.parametrize("ops", [200, 300])
+def test_a_size_mismatch_is_named_alike_with_more_distinct_ops_than_a_byte_holds(ops):
+    """Each step a collective of its own size: 200 distinct ops (ids a byte holds, translated by table)
+    or 300 (one by one); rank 2 goes wrong at step 150, and rank 3 first ran an extra op of its own so
+    that its signatures are numbered differently from its peers'."""
+    job = {r: [entry(i, i + 1, sizes=((i + 1, 4),), created=T0 + i * STEP_NS + r * 1000) for i in range(ops)]
+           for r in range(4)}
+    job[2][150] = entry(150, 151, sizes=((9999, 4),), created=job[2][150]["time_created_ns"])
+    job[3] = [entry(0, 0, op="broadcast", pg=("1", "side"), pg_id=1, created=T0 - STEP_NS)] + \
+        [{**e, "record_id": e["record_id"] + 1} for e in job[3]]
+    d = analyze(list(traces({r: dump(es, world=4, groups={"1": ("side", [3])}) for r, es in job.items()}).values()))
+    [f] = [f for f in d.findings if f.kind == "size_mismatch"]
+    assert (f.culprit_ranks, f.collective_seq_id) == ((2,), 151) and "9999" in " ".join(f.details), f.details
