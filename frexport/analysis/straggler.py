@@ -14,8 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
-from operator import lt
+from itertools import compress, islice, repeat
+from operator import eq, lt
 from statistics import median
 
 from frexport.analysis.membership import Group
@@ -59,7 +59,7 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
             for r, (seqs, created, _, _), waited in zip(members, windows, in_step):
                 timeline.setdefault(r, []).extend(zip(created, repeat(key), seqs, waited))
             continue
-        for r, (seqs, created, finished, _), by_seq in zip(members, windows, _waits(members, windows)):
+        for r, (seqs, created, finished, _), by_seq in zip(members, windows, _waits(windows)):
             timeline.setdefault(r, []).extend((c, key, s, by_seq.get(s, 0))
                                               for s, c, f in zip(seqs, created, finished) if c and f)
     out: dict[str, dict[int, dict[int, int]]] = {}
@@ -96,16 +96,16 @@ def _waits_in_step(windows: list[_Window]) -> list[Sequence[int]] | None:
             for w in windows]
 
 
-def _waits(members: list[int], windows: list[_Window]) -> list[dict[int, int]]:
+def _waits(windows: list[_Window]) -> list[dict[int, int]]:
     """Each member's waits by seq, at the seqs all of them finished with an enqueue time (any layout)."""
     issued: dict[int, list[tuple[int, int, int]]] = {}  # seq -> (member, issued, duration in us)
     for m, (seqs, created, finished, durations) in enumerate(windows):
         for seq, c, f, d in zip(seqs, created, finished, durations):
             if c and f:
                 issued.setdefault(seq, []).append((m, c, d))
-    out: list[dict[int, int]] = [{} for _ in members]
+    out: list[dict[int, int]] = [{} for _ in windows]
     for seq, rows in issued.items():
-        if len(rows) < len(members):
+        if len(rows) < len(windows):
             continue
         if all(d >= 0 for _, _, d in rows):
             shortest = min(d for _, _, d in rows)
@@ -145,45 +145,36 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     if len(samples) < min_samples:
         return []
     by_duration = all(d[j] >= 0 for d in durations for j in samples)
-    lateness: dict[int, list[float]] = {r: [] for r in members}
     last_count = {r: 0 for r in members}
-    first_late: dict[int, int] = {}
     k = len(members) - 1  # the others of a member: its lateness is against their median
     half = k // 2
     # an arrival as early as it would have been, had the rank not waited for a peer just before
     owed = [(inherited or {}).get(r, {}) for r in members]
+    rows: list[list[float]] = []  # per sample, each member's lateness
     for j in samples:
         # arrival on a common axis: later is larger
         arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
         if inherited:
             arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
         latest = max(arrival)
-        last_count[min(r for r, a in zip(members, arrival) if a == latest)] += 1
+        last_count[min(compress(members, map(eq, arrival, repeat(latest))))] += 1
+        # the median of the others: the sorted arrivals without one `a`, which is above o[i] exactly
+        # when removing it leaves o[i] in place
         o = sorted(arrival)
-        s = first + j
-        for r, a in zip(members, arrival):
-            # the median of the others, `o` without one `a` (a is above o[i] exactly when removing it
-            # leaves o[i] in place)
-            med: float
-            if k % 2:
-                med = o[half] if a > o[half] else o[half + 1]
-            elif a > o[half]:
-                med = (o[half - 1] + o[half]) / 2
-            elif a > o[half - 1]:
-                med = (o[half - 1] + o[half + 1]) / 2
-            else:
-                med = (o[half] + o[half + 1]) / 2
-            late = a - med
-            lateness[r].append(late)
-            if late >= min_lateness_ns and r not in first_late:
-                first_late[r] = s
+        if k % 2:
+            o_h, o_h1 = o[half], o[half + 1]
+            rows.append([a - (o_h if a > o_h else o_h1) for a in arrival])
+        else:
+            o_h0, o_h = o[half - 1], o[half]
+            above, between, below = (o_h0 + o_h) / 2, (o_h0 + o[half + 1]) / 2, (o_h + o[half + 1]) / 2
+            rows.append([a - (above if a > o_h else between if a > o_h0 else below) for a in arrival])
     out = []
-    for r in members:
-        late = median(lateness[r])
+    for r, lateness in zip(members, zip(*rows)):
+        late = median(lateness)
         fraction = last_count[r] / len(samples)
         if late >= min_lateness_ns and fraction >= min_late_fraction:
-            out.append(Straggler(r, group, int(late), fraction, len(samples), first_late.get(r, first + samples[0]),
-                                 by_duration))
+            first_late = next(j for j, x in zip(samples, lateness) if x >= min_lateness_ns)  # (its median is)
+            out.append(Straggler(r, group, int(late), fraction, len(samples), first + first_late, by_duration))
     return out
 
 
