@@ -43,11 +43,11 @@ class GroupTrace:
     pg_desc: str
     pg_id: int
     seq: array = field(default_factory=lambda: array("q"))
-    sig: array = field(default_factory=lambda: array("l"))  # index into RankTrace.signatures
+    sig: array = field(default_factory=lambda: array("i"))  # index into RankTrace.signatures
     flags: array = field(default_factory=lambda: array("B"))
     created_ns: array = field(default_factory=lambda: array("q"))
     duration_us: array = field(default_factory=lambda: array("q"))  # -1: unknown (only NCCL with timing has it)
-    site: array = field(default_factory=lambda: array("l"))  # index into RankTrace.call_sites, -1: none
+    site: array = field(default_factory=lambda: array("i"))  # index into RankTrace.call_sites, -1: none
     p2p: list[P2POp] = field(default_factory=list)
 
     @property
@@ -373,11 +373,11 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
         g = groups[pg_name]
         ks = list(map(which.__getitem__, idx))
         g.seq = coll_seqs[pg_name]
-        g.sig = array("l", map(k_sig.__getitem__, ks))
+        g.sig = array("i", map(k_sig.__getitem__, ks))
         g.flags = array("B", map(entry_flags.__getitem__, idx))
         g.created_ns = array("q", map(created.__getitem__, idx))
         g.duration_us = array("q", [-1]) * len(idx) if entry_us is None else array("q", map(entry_us.__getitem__, idx))
-        g.site = array("l", map(k_site.__getitem__, ks))
+        g.site = array("i", map(k_site.__getitem__, ks))
     for pg_name, idx in p2p.items():
         ks = list(map(which.__getitem__, idx))
         names = [kinds[k][4] for k in ks]
@@ -433,8 +433,8 @@ def _sort_group(g: GroupTrace) -> None:
         rows[s] = (g.sig[i], g.flags[i], g.created_ns[i], g.duration_us[i], g.site[i])
     order = sorted(rows)
     g.seq = array("q", order)
-    g.sig = array("l", (rows[s][0] for s in order))
+    g.sig = array("i", (rows[s][0] for s in order))
     g.flags = array("B", (rows[s][1] for s in order))
     g.created_ns = array("q", (rows[s][2] for s in order))
     g.duration_us = array("q", (rows[s][3] for s in order))
-    g.site = array("l", (rows[s][4] for s in order))
+    g.site = array("i", (rows[s][4] for s in order))
