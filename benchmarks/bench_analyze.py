@@ -260,9 +260,16 @@ def frexport_verdict(run: dict, meta: dict) -> str:
     kinds = ", ".join(f"{f.get('kind')} culprit {f.get('culprit_ranks')}" for f in findings[:3])
     more = f" (+{len(findings) - 3} more)" if len(findings) > 3 else ""
     if culprit is None:
-        ok = not findings
+        if not findings:
+            judged = "OK, healthy"
+        elif verdict == "inconclusive" and not any(f.get("certain", True) for f in findings):
+            # suspects only: collectives every member issued and none finished, which one look cannot
+            # tell from in flight (a running job dumped mid-collective); not a claim of a fault
+            judged = "INCONCLUSIVE on a healthy job (suspects only: one look cannot tell them from in flight)"
+        else:
+            judged = "FALSE POSITIVE on a healthy job"
         return (f"frexport: verdict {verdict}, {len(findings)} finding(s){': ' + kinds + more if findings else ''}"
-                f" -> {'OK, healthy' if ok else 'FALSE POSITIVE on a healthy job'}")
+                f" -> {judged}")
     named = [i for i, f in enumerate(findings) if culprit in (f.get("culprit_ranks") or [])]
     exact = [i for i in named if list(findings[i].get("culprit_ranks") or []) == [culprit]]
     if exact and exact[0] == 0:
