@@ -87,13 +87,9 @@ def _waits_in_step(windows: list[_Window]) -> list[Sequence[int]] | None:
     if not all(map(lt, seqs, islice(seqs, 1, None))) or any(
             w[0] != seqs or 0 in w[1] or 0 in w[2] for w in windows):
         return None
-    shortest = list(map(min, zip(*(w[3] for w in windows))))
-    if min(shortest, default=-1) >= 0:  # every member timed at every seq
-        return [[(d - m) * 1000 for d, m in zip(w[3], shortest)] for w in windows]
-    last = list(map(max, zip(*(w[1] for w in windows))))
-    by_duration = [m >= 0 for m in shortest]
-    return [[(d - m) * 1000 if t else e - c for d, m, t, e, c in zip(w[3], shortest, by_duration, last, w[1])]
-            for w in windows]
+    if not seqs:
+        return [() for _ in windows]
+    return list(zip(*map(_waits_at, zip(*(w[1] for w in windows)), zip(*(w[3] for w in windows)))))
 
 
 def _waits(windows: list[_Window]) -> list[dict[int, int]]:
@@ -107,15 +103,20 @@ def _waits(windows: list[_Window]) -> list[dict[int, int]]:
     for seq, rows in issued.items():
         if len(rows) < len(windows):
             continue
-        if all(d >= 0 for _, _, d in rows):
-            shortest = min(d for _, _, d in rows)
-            waits = {m: (d - shortest) * 1000 for m, _, d in rows}
-        else:
-            last = max(t for _, t, _ in rows)
-            waits = {m: last - t for m, t, _ in rows}
-        for m, w in waits.items():
+        ms, created, durations = zip(*rows)
+        for m, w in zip(ms, _waits_at(created, durations)):
             out[m][seq] = w
     return out
+
+
+def _waits_at(issued: Sequence[int], durations: Sequence[int]) -> list[int]:
+    """How long each member waited in one collective for its last member: its duration beyond the
+    shortest where every member has one, else from its issue to the last member's."""
+    shortest = min(durations)
+    if shortest >= 0:
+        return [(d - shortest) * 1000 for d in durations]
+    last = max(issued)
+    return [last - c for c in issued]
 
 
 def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
