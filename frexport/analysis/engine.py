@@ -33,7 +33,7 @@ from frexport.analysis.matching import Disagreement, SigIds, match_group, mismat
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
-from frexport.model.dump import InputError
+from frexport.model.dump import InputError, split_group_name
 from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
 
@@ -609,11 +609,17 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
             else f"{have} not issued"
-        message = (f"{_ranks(ranks)} {verb} {where} that {_ranks(blocked or joined)} "
-                   f"{'wait' if len(blocked or joined) != 1 else 'waits'} in: the suspect if this is a hang")
+        others = blocked or joined
+        did = ("issued" if w.issued else "wait in" if len(others) != 1 else "waits in")
+        message = f"{_ranks(ranks)} {verb} {where} that {_ranks(joined if w.issued else others)} {did}: the " \
+                  "suspect if this is a hang"
         reason = (f"{_ranks(ranks)}'s records end before it; a hang if {'it' if len(ranks) == 1 else 'they'} "
                   f"never issue{'s' if len(ranks) == 1 else ''} it, ranks still computing if the dumps were taken "
                   f"moments after: their file times do not say how long the others waited")
+    if w.issued:
+        reason += (f"; {split_group_name(w.group.name)[1] or 'its backend'} reports no completion to the "
+                   "recorder (torch's FlightRecorderHook retires its ops when issued): the ranks ahead may wait "
+                   "in this op or later ones, and only the sequence gap shows the hang")
     return Finding(
         kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
         op_name(w.sig), site_text(w.site), message, tuple(details), True, w.created_ns, reason,

@@ -46,7 +46,7 @@ from frexport.analysis.clock import (
 )
 from frexport.analysis.membership import Group, Membership
 from frexport.model.call_site import Frame
-from frexport.model.rank_trace import FINISHED, TIMED_OUT, RankTrace
+from frexport.model.rank_trace import FINISHED, ISSUED, TIMED_OUT, GroupTrace, RankTrace
 from frexport.model.signature import Signature
 
 IDLE = "idle"  # waits for nobody and is in no collective: stuck outside collectives, or gone
@@ -84,6 +84,10 @@ class Wait:
     # arrival (ranks are polled one by one) show every member in it, the early ones long in it.
     all_in_ns: int = 0
     peer: int | None = None  # p2p: the global rank it sends to or receives from
+    # a hook retired the op when it was issued (Outcome.ISSUED): the rank may wait in it or have gone past
+    # it, nothing says which. Such a wait counts only where members lack the op (a sequence gap): it is
+    # placed at the first op of the gap, and never makes a root "inside" the op.
+    issued: bool = False
 
     @property
     def edges(self) -> tuple[int, ...]:
@@ -108,6 +112,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     waits = []
     collective: dict[tuple[str, int], list[Wait]] = {}
     members: dict[str, frozenset[int]] = {}
+    floors: dict[str, int | None] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():
             group = membership.groups.get(membership.group_of.get((rank, name), name))
@@ -117,9 +122,14 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                 continue  # not one of the group's members (a peer inventing rank 5000 in group 0): it waits for no one
             i = _oldest_unfinished(g.flags)
             if i is not None:
+                issued = bool(g.flags[i] & ISSUED)
+                if issued:
+                    if group.key not in floors:
+                        floors[group.key] = _floor(group, traces)
+                    i = _gap_start(g, i, floors[group.key])
                 sig = t.signatures[g.sig[i]]
                 w = Wait(rank, group, g.seq[i], False, sig, g.created_ns[i], t.call_site(g.site[i]),
-                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]))
+                         bool(g.flags[i] & TIMED_OUT), _age(t, g.created_ns[i]), issued=issued)
                 w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
@@ -148,7 +158,26 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                 w.all_in_ns = max(all_in, w.created_ns)
                 w.proven = _proven(w, traces[w.rank], w.all_in_ns, stall_after_ns, clock)
             _measure(w, traces, (w.rank,), clock, newest)
-    return waits
+    # an op known only to be issued that no member lacks says nothing: in flight, done, or hung alike
+    return [w for w in waits if not w.issued or w.edges or w.not_yet]
+
+
+def _floor(group, traces: dict[int, RankTrace]) -> int | None:
+    """The lowest newest seq among the members that recorded the group: the last op every one of them
+    issued, where their records reach."""
+    lasts = [g.seq[-1] for m in group.members if (t := traces.get(m)) is not None
+             and (g := t.groups.get(group.name)) is not None and len(g.seq)]
+    return min(lasts) if lasts else None
+
+
+def _gap_start(g: GroupTrace, i: int, floor: int | None) -> int:
+    """Where a rank whose frontier is position `i` (an op only known issued) waits for the members
+    behind it: the first op past the group's floor, which some member never issued (an asynchronous
+    backend lets a rank issue more ops before it blocks)."""
+    if floor is None or g.seq[i] <= floor:
+        return i
+    k = g.position(floor + 1)
+    return i if k is None else k
 
 
 def _measure(w: Wait, traces: dict[int, RankTrace], ranks: tuple[int, ...], clock: bool,
@@ -209,7 +238,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 all_in = max(all_in, g.created_ns[i])
             if i is not None and not g.flags[i] & FINISHED:
                 still.append(m)
-            if i is not None and g.flags[i] & FINISHED:
+            # (an op only known issued that the member went past: it issued it, nothing more is known)
+            if i is not None and g.flags[i] & FINISHED and not g.flags[i] & ISSUED:
                 left.append(m)
                 # it recorded ops after finishing this one: it completed, not failed (a collective
                 # completes only once every member issued it), so members that lack it or still

@@ -29,7 +29,7 @@ from frexport.decode.fields import (
     user_frame,
 )
 from frexport.decode.normalize import normalize, require_dump_fields
-from frexport.model.outcome import edges, settled, shows_completion
+from frexport.model.outcome import edges, settled, shows_events
 from frexport.model.rank_trace import ROW_CREATED, ROW_PARSED, ROW_STATE, RankTrace, add_rows, recorder_times
 from frexport.model.signature import OpSignature
 
@@ -66,14 +66,13 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
     sample = edges(rows)
     head = normalize({**raw, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes, recorder=recorder_backend(r[ROW_PARSED][0] for r in sample))
-    # outcome.tracks_completion
-    tracks = frozenset(r[ROW_PARSED][0] for r in sample if shows_completion(r[ROW_PARSED][0], r[ROW_STATE]))
+    events = frozenset(r[ROW_PARSED][0] for r in sample if shows_events(r[ROW_STATE]))  # outcome.event_backends
     created = [r[ROW_CREATED] for r in sample if r[ROW_CREATED]]
     trace = RankTrace(
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=len(rows), pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
-    add_rows(trace, rows, tracks)
+    add_rows(trace, rows, events)
     # rows are one per entry, in entry order: the sample's rows and raw entries line up
     recorder_times(trace, [(r[0], r[ROW_CREATED], r[-2], r[-1], t) for r, t in zip(sample, timeouts)])
     return trace

@@ -38,7 +38,7 @@ from frexport.decode.fields import (
 from frexport.decode.normalize import normalize, require_dump_fields
 from frexport.model.call_site import Frame, is_library_frame
 from frexport.model.dump import group_name
-from frexport.model.outcome import SAMPLE, settled, shows_completion
+from frexport.model.outcome import SAMPLE, settled, shows_events
 from frexport.model.rank_trace import RankTrace, add_columns, add_rows, recorder_times
 from frexport.model.signature import OpSignature
 
@@ -141,8 +141,7 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
         _complete_coalesced(info, which, seqs, p2p_seqs, started, completed)
     n = len(which)
     sample = list(range(n)) if n <= 2 * SAMPLE else [*range(SAMPLE), *range(n - SAMPLE, n)]  # outcome.edges
-    tracks = frozenset(info[which[i]][4][0] for i in sample
-                       if shows_completion(info[which[i]][4][0], info[which[i]][7]))
+    events = frozenset(info[which[i]][4][0] for i in sample if shows_events(info[which[i]][7]))
     first_last = [created[i] for i in sample if created[i]]
     edge_times = [(info[which[i]][0], created[i], started[i] or None, completed[i] or None, info[which[i]][9])
                   for i in sample]
@@ -152,13 +151,13 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
         rank=rank, source=source, format=fmt, version_text=head.version_text, notes=head.notes,
         dumped_at_ns=dumped_at_ns, n_entries=n, pg_config=head.pg_config, pg_status=head.pg_status,
         first_created_ns=min(first_last, default=None), last_created_ns=max(first_last, default=None))
-    if not add_columns(trace, info, which, seqs, p2p_seqs, created, started, dur, tracks):
+    if not add_columns(trace, info, which, seqs, p2p_seqs, created, started, dur, events):
         # ops of a coalesced collective: the row by row pass, on fast_trace's rows
         rows = [(k[0], k[1], k[2], k[3], seq, p2p, k[4], c, None if d != d else d, k[5], k[6], k[7], k[8],
                  st or None, co or None)
                 for k, seq, p2p, c, st, co, d in
                 zip(map(info.__getitem__, which), seqs, p2p_seqs, created, started, completed, dur)]
-        add_rows(trace, rows, tracks)
+        add_rows(trace, rows, events)
     recorder_times(trace, edge_times)
     return trace
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
-from frexport.model.outcome import Outcome, outcome_of, tracks_completion
+from frexport.model.outcome import Outcome, event_backends, outcome_of
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -99,6 +99,7 @@ class RankState:
     last_seen_ns: int = 0
     max_record: int = -1
     pending: set[int] = field(default_factory=set)
+    timed_out: set[int] = field(default_factory=set)  # settled, yet where the rank is stuck (Outcome.TIMED_OUT)
     by_record: dict[int, Entry] = field(default_factory=dict)
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
@@ -164,11 +165,11 @@ class LiveState:
                 return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
-                rs.max_record, rs.pending, rs.groups = -1, set(), {}
+                rs.max_record, rs.pending, rs.timed_out, rs.groups = -1, set(), set(), {}
             events, changed = self._advance(rs, dump, now_ns)
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
-            self._progress(rs, changed, now_ns)
+            self._progress(rs, changed, now_ns, {ev.entry.record_id: ev.outcome for ev in events})
             self._held(dump, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
@@ -269,7 +270,7 @@ class LiveState:
                 rs.dropped += oldest - rs.max_record - 1
         pending, max_record = rs.pending, rs.max_record
         world_size = dump.world_size
-        tracks = tracks_completion(dump.entries)
+        recorders = event_backends(dump.entries)
         for e in _unseen(dump.entries, max_record, pending):
             rid = e.record_id
             if rid <= max_record and rid not in pending:
@@ -277,7 +278,10 @@ class LiveState:
             changed.append(e)
             if e.finished:
                 pending.discard(rid)
-                events.append(self._finished(rs, e, outcome_of(e, tracks), now_ns, world_size))
+                outcome = outcome_of(e, recorders)
+                if outcome is Outcome.TIMED_OUT:
+                    rs.timed_out.add(rid)
+                events.append(self._finished(rs, e, outcome, now_ns, world_size))
             else:
                 pending.add(rid)
             if rid > max_record:
@@ -294,7 +298,7 @@ class LiveState:
         else:
             self.pair_seen_ns[pair] = now_ns
             self.collectives[(e.pg_desc, e.op, outcome)] += 1
-            seconds = _duration_s(e)
+            seconds = duration_s(e) if outcome.done else None
             if seconds is not None:
                 h = self.durations.get(pair)
                 if h is None:
@@ -311,10 +315,11 @@ class LiveState:
             if pair in seen:
                 seen[pair] = now_ns
 
-    def _progress(self, rs: RankState, changed: list[Entry], now_ns: int) -> None:
+    def _progress(self, rs: RankState, changed: list[Entry], now_ns: int, outcomes: dict[int, Outcome]) -> None:
         """Update each group's progress from the entries that are new or changed since the last
-        snapshot (values only grow within an epoch); pending is recounted by the caller, once the
-        status read with them is in too."""
+        snapshot (values only grow within an epoch; `outcomes`: those seen settled, by record id): only
+        an entry that proves its op over moves `last_completed`. Pending is recounted by the caller,
+        once the status read with them is in too."""
         first_sight = not rs.groups
         advanced: set[str] = set()
         e: Entry | None
@@ -333,7 +338,8 @@ class LiveState:
                 g.last_enqueued = seq
             if (e.state != "scheduled" or e.time_started_ns) and (g.last_started is None or seq > g.last_started):
                 g.last_started = seq
-            if e.finished and (g.last_completed is None or seq > g.last_completed):
+            outcome = outcomes.get(e.record_id)
+            if outcome is not None and outcome.done and (g.last_completed is None or seq > g.last_completed):
                 g.last_completed = seq
                 advanced.add(e.pg_name)
                 if first_sight or g.last_progress_ns is None:
@@ -365,11 +371,13 @@ class LiveState:
 
     @staticmethod
     def _recount_pending(rs: RankState) -> None:
-        """Each group's pending ops, by op: the entries not seen finished, less those the status read
-        since says finished."""
+        """Each group's pending ops, by op: the entries not seen settled and those that timed out (the
+        ranks are stuck there), less those the status read since says finished. An op known only to be
+        issued is not counted: nothing says it is still pending."""
         for group in rs.groups.values():
             group.pending = {}
-        for rid in rs.pending:
+        rs.timed_out &= rs.by_record.keys()
+        for rid in rs.pending | rs.timed_out:
             e = rs.by_record.get(rid)
             if e is None or e.is_p2p:
                 continue
@@ -415,7 +423,9 @@ def _newer(a: int | None, b: int | None) -> int | None:
     return b if a is None or (b is not None and b > a) else a
 
 
-def _duration_s(e: Entry) -> float | None:
+def duration_s(e: Entry) -> float | None:
+    """How long an op took by its recorder: duration_ms, else discovered start to completion (asked only
+    of an op proven over: Outcome.done)."""
     if e.duration_ms is not None:
         return e.duration_ms / 1000.0
     if e.time_started_ns and e.time_completed_ns and e.time_completed_ns >= e.time_started_ns:
@@ -426,7 +436,7 @@ def _duration_s(e: Entry) -> float | None:
 def _copy_rank(rs: RankState) -> RankState:
     groups = {name: replace(g, pending=dict(g.pending)) for name, g in rs.groups.items()}
     return RankState(rs.rank, rs.source, rs.epoch, rs.dump, rs.first_seen_ns, rs.last_seen_ns, rs.max_record,
-                     set(), {}, rs.dropped, groups)
+                     set(), set(), {}, rs.dropped, groups)
 
 
 @dataclass

@@ -1,14 +1,22 @@
-"""The one rule for how a recorded op ended: pending, completed, retired or timed out.
+"""The one rule for what a recorded op proves: pending, completed, retired, timed out, or only issued.
 
-PyTorch's recorder marks an entry `retired` when its watchdog is done with it. What that means
-depends on whether the recorder tracks completion:
-- NCCL-like backends record start and completion events; an entry retired without completing
-  was abandoned by the watchdog: it timed out.
-- gloo (and MPI, UCC, any backend without completion events) leaves every entry 'scheduled' and
-  retires finished and failed work alike: retired only says the work is over, not how it went.
-Whether a recorder tracks completion is a property of its backend, read from the backend's name or
-from any entry of that backend that shows a started/completed state. One rank's dump may hold
-several recorders (model/recorders.py: gloo's beside nccl2's), so the evidence is kept per backend.
+PyTorch's recorder marks an entry `retired` when it is done with it. What that proves depends on who
+recorded the entry, the recorder's kind (`Recorder`):
+- GLOO: gloo records itself, without events: every entry stays 'scheduled' and finished and failed work
+  are retired alike. Retired says the work is over, not how it went.
+- EVENTS: legacy NCCL and its vendor variants record start and completion events: an entry retired
+  without completing was abandoned by the watchdog, it timed out.
+- HOOK: from torch 2.15 every other backend (nccl2, the default `nccl` there; nccl-lazy, mpi, ucc,
+  out-of-tree backends) is recorded by PyTorch's FlightRecorderHook, in one of two forms that the entry
+  itself tells apart: where the backend has completion hooks (nccl2, nccl-lazy) the entry is retired
+  when the op finishes, as `completed` with the backend's duration, and a hung op stays unretired;
+  elsewhere (mpi, ucc, every backend written outside PyTorch) the entry is retired when the op is
+  issued, `scheduled`, with no duration: it proves only that the op was issued (ISSUED). There a hang
+  shows as a sequence gap (the ranks ahead issued an op the culprit never did), which the analysis
+  reads from each rank's newest issued op per group, its frontier (model/rank_trace.py).
+The kind comes from the backend's name where PyTorch fixes it (gloo; the self-recording NCCL family),
+and for a dump whose ops name no backend ("", older dumps) from its entries: any start or completion
+state means events. Every other backend is hooked: torch records no other backend by itself.
 Metrics, spans and the analysis all ask this module, so an op cannot be "timed out" in one and
 "finished" in another.
 """
@@ -37,25 +45,35 @@ SCHEDULED = "scheduled"
 STARTED = "started"
 COMPLETED = "completed"
 
-# Backends whose recorder marks work started/completed (the profiling-name prefixes of NCCL and its
-# vendor variants in PyTorch's analyzer); gloo (2.13) leaves every entry 'scheduled'.
-# torch 2.15's nccl2 (and nccl-lazy) are recorded by its FlightRecorderHook, which retires an entry from
-# the backend's completion hook: completed, with its duration.
-COMPLETION_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl", "nccl2", "nccl-lazy",
-                                 "nccl-legacy"})
 
-# How many entries at each end of a dump are enough to tell whether it tracks completion: a
-# backend that does shows it in any stretch, and a bounded sample keeps this O(1) on huge dumps.
+class Recorder(StrEnum):
+    """Who wrote an entry, so what its fields can prove."""
+
+    GLOO = "gloo"  # self-recorded without events: retired = over (done or failed)
+    EVENTS = "events"  # self-recorded with events: retired and not completed = timed out
+    HOOK = "hook"  # FlightRecorderHook: completed = done, retired and scheduled = issued, unretired = pending
+
+
+# Backends that record themselves with start and completion events (the profiling-name prefixes of
+# legacy NCCL and its vendor variants in PyTorch's analyzer; torch 2.15's `_FR_SELF_RECORDING_BACKENDS`
+# adds gloo, which has no events). torch 2.15's hook names an op by its real backend (`nccl2:all_reduce`),
+# so `nccl` is the legacy ProcessGroupNCCL's own recorder.
+SELF_EVENTS = frozenset({"nccl", "nccl-legacy", "ncclx", "rccl", "rcclx", "xccl", "hccl", "mccl"})
+GLOO_BACKEND = "gloo"
+
+# How many entries at each end of a dump are enough to tell whether its unnamed ops carry events: a
+# recorder that does shows it in any stretch, and a bounded sample keeps this O(1) on huge dumps.
 SAMPLE = 64
 
 
 class Outcome(StrEnum):
     """The values are the `outcome` label of frexport's metrics."""
 
-    PENDING = "pending"  # not retired yet: in flight, or not started
+    PENDING = "pending"  # not retired yet: in flight, hung, or not started
     COMPLETED = "completed"  # the backend reported completion
-    RETIRED = "retired"  # over, success not reported (gloo and backends that do not track completion)
-    TIMED_OUT = "timed_out"  # retired by the watchdog without completing, on a backend that tracks completion
+    RETIRED = "retired"  # over, success not reported (gloo)
+    TIMED_OUT = "timed_out"  # retired by the watchdog without completing (EVENTS)
+    ISSUED = "issued"  # a hook retired it when it was issued: whether it finished, nothing says (HOOK)
 
     @property
     def settled(self) -> bool:
@@ -64,13 +82,14 @@ class Outcome(StrEnum):
 
     @property
     def done(self) -> bool:
-        """Over, and nobody waits in it any more: a timed-out op is where its ranks are still stuck."""
+        """Proven over, and nobody waits in it any more: a timed-out op is where its ranks are still
+        stuck, and an op known only to be issued may be where they wait."""
         return self is Outcome.COMPLETED or self is Outcome.RETIRED
 
 
-def shows_completion(backend: str, state: str) -> bool:
-    """One entry's evidence that its recorder tracks completion."""
-    return backend in COMPLETION_BACKENDS or state != SCHEDULED
+def shows_events(state: str) -> bool:
+    """One entry's evidence that its recorder records start or completion events."""
+    return state != SCHEDULED
 
 
 def edges(entries: _Seq) -> _Seq:
@@ -78,33 +97,41 @@ def edges(entries: _Seq) -> _Seq:
     return entries if len(entries) <= 2 * SAMPLE else entries[:SAMPLE] + entries[-SAMPLE:]
 
 
-def tracks_completion(entries: tuple[Entry, ...]) -> frozenset[str]:
-    """The backends among these entries (one rank's dump) whose recorder shows that it reports
-    completion (with `tracked`, which adds the backends known to by name)."""
-    return frozenset(e.backend for e in edges(entries) if shows_completion(e.backend, e.state))
+def event_backends(entries: tuple[Entry, ...]) -> frozenset[str]:
+    """The backends among these entries (one rank's dump) whose sampled entries show events: what
+    `recorder_of` needs to know of a dump whose ops name no backend."""
+    return frozenset(e.backend for e in edges(entries) if e.state != SCHEDULED)
 
 
-def tracked(backend: str, tracking: frozenset[str]) -> bool:
-    """Whether ops of `backend` are tracked to completion, given a dump's `tracks_completion`."""
-    return backend in tracking or backend in COMPLETION_BACKENDS
+def recorder_of(backend: str, events: frozenset[str]) -> Recorder:
+    """The kind of recorder that wrote `backend`'s ops, given the dump's `event_backends`."""
+    if backend == GLOO_BACKEND:
+        return Recorder.GLOO
+    if backend in SELF_EVENTS:
+        return Recorder.EVENTS
+    if not backend:
+        return Recorder.EVENTS if backend in events else Recorder.GLOO
+    return Recorder.HOOK
 
 
-def classify(state: str, retired: bool | None, tracks_completion: bool) -> Outcome:
+def classify(state: str, retired: bool | None, recorder: Recorder) -> Outcome:
     """The rule on raw fields (the decode fast path has no Entry objects)."""
     if state == COMPLETED:
         return Outcome.COMPLETED
     if retired:
-        return Outcome.TIMED_OUT if tracks_completion else Outcome.RETIRED
+        if recorder is Recorder.GLOO:
+            return Outcome.RETIRED
+        return Outcome.TIMED_OUT if recorder is Recorder.EVENTS else Outcome.ISSUED
     return Outcome.PENDING
 
 
-def outcome_of(entry: Entry, tracking: frozenset[str]) -> Outcome:
-    """`tracking`: the value of `tracks_completion(...)` for the dump the entry came from."""
-    return classify(entry.state, entry.retired, tracked(entry.backend, tracking))
+def outcome_of(entry: Entry, events: frozenset[str]) -> Outcome:
+    """`events`: the value of `event_backends(...)` for the dump the entry came from."""
+    return classify(entry.state, entry.retired, recorder_of(entry.backend, events))
 
 
 def settled(state: str, retired: bool | None) -> bool:
-    """Completed or retired: `classify(...).settled`, which does not depend on the backend."""
+    """Completed or retired: `classify(...).settled`, which does not depend on the recorder."""
     return state == COMPLETED or bool(retired)
 
 

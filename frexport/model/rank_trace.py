@@ -19,20 +19,30 @@ from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import COMPLETED as STATE_COMPLETED
 from frexport.model.outcome import STARTED as STATE_STARTED
-from frexport.model.outcome import Outcome, classify, edges, first_unsettled, tracked, tracks_completion
+from frexport.model.outcome import Outcome, classify, edges, event_backends, first_unsettled, recorder_of
 from frexport.model.signature import OpSignature, Signature
 
 _new_tuple = tuple.__new__
 
 # Per-collective flags: a compact encoding of model/outcome.py's Outcome for the integer columns.
-FINISHED = 1  # Outcome.done: completed, or retired where completion is not tracked; nobody waits in it
+FINISHED = 1  # nobody waits in it: Outcome.done, or an op only known issued that the rank issued past
 COMPLETED = 2
 RETIRED = 4
 STARTED = 8
 TIMED_OUT = 16  # Outcome.TIMED_OUT
+# Outcome.ISSUED: a hook retired it at issue. The newest such op of a group is the rank's frontier, where
+# it may wait (nothing says whether it finished); an older one it issued past is FINISHED as well, which
+# says only that the rank moved on, never that the op completed (the analysis tells the two apart).
+ISSUED = 32
 
 _OUTCOME_FLAGS = {Outcome.PENDING: 0, Outcome.COMPLETED: COMPLETED | FINISHED, Outcome.RETIRED: FINISHED,
-                  Outcome.TIMED_OUT: TIMED_OUT}
+                  Outcome.TIMED_OUT: TIMED_OUT, Outcome.ISSUED: ISSUED}
+
+
+def outcome_flags(state: str, retired: bool | None, backend: str, events: frozenset[str]) -> int:
+    """The flags of an entry (before its start time and its group's frontier are looked at)."""
+    return (_OUTCOME_FLAGS[classify(state, retired, recorder_of(backend, events))] | (RETIRED if retired else 0)
+            | (STARTED if state == STATE_STARTED else 0))
 
 
 @dataclass
@@ -143,7 +153,7 @@ def build_rank_trace(dump: RankDump, rank: int | None = None, tail: int | None =
         raise ValueError(f"{dump.source}: the rank of this dump is unknown")
     entries = window(dump.entries, tail)
     trace = new_trace(dump, rank, entries)
-    add_rows(trace, entry_rows(entries), tracks_completion(entries))
+    add_rows(trace, entry_rows(entries), event_backends(entries))
     return trace
 
 
@@ -242,9 +252,9 @@ class RowIndex:
     heads: dict[str, list[int]] = field(default_factory=dict)  # pg_name -> row number of each position
 
 
-def add_rows(trace: RankTrace, rows: list, tracks: frozenset[str]) -> None:
-    """`tracks`: the dump's `tracks_completion` (model/outcome.py)."""
-    append_rows(trace, rows, tracks)
+def add_rows(trace: RankTrace, rows: list, events: frozenset[str]) -> None:
+    """`events`: the dump's `event_backends` (model/outcome.py)."""
+    append_rows(trace, rows, events)
     for g in trace.groups.values():
         finish_group(g)
 
@@ -254,16 +264,40 @@ def finish_group(g: GroupTrace) -> bool:
     unsorted = any(map(ge, g.seq, islice(g.seq, 1, None)))  # out of order: a wrapped or reset recorder
     if unsorted:
         _sort_group(g)
+    settle_issued(g)
     g.p2p = recent_p2p(g.p2p)
     return unsorted
 
 
-def append_rows(trace: RankTrace, rows: list, tracks: frozenset[str], index: RowIndex | None = None,
+_ISSUED_BYTE = bytes(1 if v & ISSUED else 0 for v in range(256))
+
+
+def settle_issued(g: GroupTrace) -> None:
+    """An op known only to be issued (Outcome.ISSUED) is where the rank may wait only while it is the
+    group's newest: the ones it issued past are FINISHED. Exact whatever was settled before (a trace
+    that follows its window calls this again after each append)."""
+    marks = g.flags.tobytes().translate(_ISSUED_BYTE)
+    last = len(marks) - 1
+    i = marks.find(1)
+    while 0 <= i < last:
+        g.flags[i] |= FINISHED
+        i = marks.find(1, i + 1)
+    if last >= 0 and marks[last]:
+        g.flags[last] &= ~FINISHED & 0xFF
+
+
+def p2p_flags(flags: int) -> int:
+    """A p2p op known only to be issued is FINISHED at once: a rank's p2p numbers count its ops with
+    every peer, so no other rank's records show which one it lacks (and gloo records none to compare)."""
+    return flags | FINISHED if flags & ISSUED else flags
+
+
+def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: RowIndex | None = None,
                 marks: list[RowMark] | None = None, first_row: int = 0) -> None:
     """Add rows at the end of the trace's columns. With `index` and `marks` (numbering rows from
     `first_row`) it can be called again with more rows: the way a trace follows a sliding window."""
     index = index or RowIndex()
-    sig_index, site_index, outcome_flags, heads = index.sig_index, index.site_index, index.outcome_flags, index.heads
+    sig_index, site_index, known_flags, heads = index.sig_index, index.site_index, index.outcome_flags, index.heads
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
     n = first_row - 1
@@ -277,11 +311,9 @@ def append_rows(trace: RankTrace, rows: list, tracks: frozenset[str], index: Row
         g = groups.get(pg_name)
         if g is None:
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
-        flags = outcome_flags.get((state, retired, backend))
+        flags = known_flags.get((state, retired, backend))
         if flags is None:
-            flags = outcome_flags[(state, retired, backend)] = (
-                _OUTCOME_FLAGS[classify(state, retired, tracked(backend, tracks))] | (RETIRED if retired else 0)
-                | (STARTED if state == STATE_STARTED else 0))
+            flags = known_flags[(state, retired, backend)] = outcome_flags(state, retired, backend, events)
         if started:
             flags |= STARTED
         site = -1
@@ -294,7 +326,7 @@ def append_rows(trace: RankTrace, rows: list, tracks: frozenset[str], index: Row
         if i is None:
             i = _intern(sig, sig_index, signatures)
         if is_p2p:
-            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, flags, created, site)))
+            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site)))
             if marks is not None:
                 marks.append(RowMark(pg_name, P2P, n, site >= 0))
             continue
@@ -322,7 +354,7 @@ def append_rows(trace: RankTrace, rows: list, tracks: frozenset[str], index: Row
 
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],
                 created: Sequence[int], started: Sequence[int], durations: Sequence[float],
-                tracks: frozenset[str]) -> bool:
+                events: frozenset[str]) -> bool:
     """add_rows for entries given as columns: `kinds` are the distinct (pg_name, pg_desc, pg_id, is_p2p,
     (backend, op, src, dst), signature 1-tuple, call site, state, retired, ...) of the entries, in the order
     of each one's first entry (a kind added later must repeat an earlier kind's group, signature and
@@ -363,8 +395,7 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
             if k_site[n] == len(call_sites):
                 call_sites.append(site)
         k_sig[n] = _intern(sig, sig_index, signatures)
-        k_flags[n] = (_OUTCOME_FLAGS[classify(state, retired, tracked(parsed[0], tracks))] | (RETIRED if retired else 0)
-                      | (STARTED if state == STATE_STARTED else 0))
+        k_flags[n] = outcome_flags(state, retired, parsed[0], events)
     # every entry's flags and duration (µs, -1 for none) at once, then each group's by index
     entry_flags = array("B", [f | STARTED if t else f for f, t in zip(map(k_flags.__getitem__, which), started)])
     timed = not all(map(ne, durations, durations))  # any duration known (NaN, an unknown one, is d != d)
@@ -381,15 +412,13 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
     for pg_name, idx in p2p.items():
         ks = list(map(which.__getitem__, idx))
         names = [kinds[k][4] for k in ks]
-        flags = list(map(entry_flags.__getitem__, idx))
+        flags = list(map(p2p_flags, map(entry_flags.__getitem__, idx)))
         groups[pg_name].p2p = list(map(_new_tuple, repeat(P2POp), zip(
             map(p2p_seqs.__getitem__, idx), map(itemgetter(1), names), map(itemgetter(2), names),
             map(itemgetter(3), names), map(k_sig.__getitem__, ks), flags, map(created.__getitem__, idx),
             map(k_site.__getitem__, ks))))
     for g in groups.values():
-        if any(map(ge, g.seq, islice(g.seq, 1, None))):
-            _sort_group(g)
-        g.p2p = recent_p2p(g.p2p)
+        finish_group(g)
     return True
 
 
@@ -423,7 +452,7 @@ def _intern(sig: Signature, index: dict[Signature, int], table: list[Signature])
 
 def _merge_flags(a: int, b: int) -> int:
     done = (a & b) & (FINISHED | COMPLETED)  # a group is finished when all its ops are
-    return done | ((a | b) & (RETIRED | STARTED | TIMED_OUT))
+    return done | ((a | b) & (RETIRED | STARTED | TIMED_OUT | ISSUED))
 
 
 def _sort_group(g: GroupTrace) -> None:

@@ -19,7 +19,7 @@ from bisect import bisect_left
 from operator import attrgetter, is_
 
 from frexport.model.dump import Entry, RankDump
-from frexport.model.outcome import tracks_completion
+from frexport.model.outcome import event_backends
 from frexport.model.rank_trace import (
     COLUMN,
     MERGED,
@@ -36,6 +36,7 @@ from frexport.model.rank_trace import (
     new_trace,
     recent_p2p,
     set_header,
+    settle_issued,
     window,
 )
 
@@ -54,7 +55,7 @@ class TraceWindow:
         self._base = 0  # row number of _entries[0]: numbers grow for good, so marks never shift
         self._index = RowIndex()
         self._p2p: dict[str, list[P2POp]] = {}  # every p2p op per group (the trace keeps the recent ones)
-        self._tracks: frozenset[str] = frozenset()
+        self._events: frozenset[str] = frozenset()
         self._followable = False  # the last build left columns in row order: it can be followed
         self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
 
@@ -74,8 +75,8 @@ class TraceWindow:
         self.rebuilds += 1
         trace = new_trace(dump, rank, entries)
         self._index, self._marks, self._base = RowIndex(), [], 0
-        self._tracks = tracks_completion(entries)
-        append_rows(trace, entry_rows(entries), self._tracks, self._index, self._marks, 0)
+        self._events = event_backends(entries)
+        append_rows(trace, entry_rows(entries), self._events, self._index, self._marks, 0)
         self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
         sorted_out = [finish_group(g) for g in trace.groups.values()]
         rids = list(map(_record_id, entries))
@@ -90,7 +91,7 @@ class TraceWindow:
         """Move the trace to `new`; False where only a rebuild is exact (the caller rebuilds, so an
         update given up half way leaves nothing behind)."""
         old, trace = self._entries, self.trace
-        if trace is None or not self._followable or not new or tracks_completion(new) != self._tracks:
+        if trace is None or not self._followable or not new or event_backends(new) != self._events:
             return False
         rids = list(map(_record_id, new))
         if not all(map(int.__lt__, rids, rids[1:])):
@@ -121,7 +122,7 @@ class TraceWindow:
             recent[name], g.p2p = g.p2p, self._p2p[name]
         n_kept = len(self._marks)
         columns_before = {name: len(g.seq) for name, g in trace.groups.items()}
-        append_rows(trace, entry_rows(added), self._tracks, self._index, self._marks, self._base + n_kept)
+        append_rows(trace, entry_rows(added), self._events, self._index, self._marks, self._base + n_kept)
         for i, m in enumerate(self._marks[n_kept:], n_kept):
             if m.kind == P2P:
                 touched.add(m.pg_name)
@@ -135,6 +136,8 @@ class TraceWindow:
         self._entries = kept + list(added)
         if not self._settle(columns_before):
             return False
+        for g in trace.groups.values():
+            settle_issued(g)
         set_header(trace, dump, new)
         return True
 

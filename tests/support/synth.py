@@ -50,6 +50,26 @@ def entry(record_id: int, seq: int, op: str = "all_reduce", pg: tuple = ("0", "d
     return e
 
 
+def hook_entry(record_id: int, seq: int, push: bool, done: bool = True, backend: str = "nccl2",
+               duration_ms: float | None = 1.0, **kw) -> dict:
+    """An entry as torch 2.15's FlightRecorderHook writes it. Built from its source, not captured (no GPU
+    was lent to capture nccl2): hooks/FlightRecorderHook.hpp and FlightRecorder.hpp `retire_completed`
+    in the 2.15.0 wheel.
+    - push (a backend with completion hooks: nccl2, nccl-lazy): the completion hook retires a finished op
+      as `completed`, its discovered start and completion both the moment it was reported, with the
+      backend's duration (None where the backend cannot time); an op not finished (hung, in flight)
+      stays `scheduled` and unretired, with no times. No entry ever reads `started`.
+    - no push (mpi, ucc, out-of-tree and Python backends): retired when issued, `scheduled`, no times,
+      no duration, whether the op finished or not (`done` is not recorded)."""
+    e = entry(record_id, seq, backend=backend, state="scheduled", retired=not push, **kw)
+    if push and done:
+        at = e["time_created_ns"] + int((duration_ms or 1.0) * 1e6) + 50_000
+        e.update(state="completed", retired=True, time_discovered_started_ns=at, time_discovered_completed_ns=at)
+        if duration_ms is not None:
+            e["duration_ms"] = duration_ms
+    return e
+
+
 def dump(entries: list[dict], world: int | None = None, groups: dict | None = None, version: str = "2.10",
          pg_status: dict | None = None) -> dict:
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world))) if world else "[]"}}

@@ -104,9 +104,13 @@ class Resources:
         return r
 
 
-def end_time(e: Entry, observed_ns: int) -> tuple[int, str]:
+def end_time(e: Entry, observed_ns: int, outcome: Outcome) -> tuple[int, str]:
     """When the entry ended, and how we know (the span's end_time_source)."""
-    if e.duration_ms is not None and e.time_started_ns:
+    if outcome is Outcome.ISSUED:  # a hook retired it when it was issued: how long it ran, nothing says
+        return e.time_created_ns, "unknown"
+    # torch 2.15's hook stamps start and completion with one time, when the backend reported it done:
+    # that is the end, and the duration ran before it
+    if e.duration_ms is not None and e.time_started_ns and e.time_started_ns != e.time_completed_ns:
         return e.time_started_ns + int(e.duration_ms * 1e6), "duration"
     if e.time_completed_ns:
         return e.time_completed_ns, "discovered"
@@ -149,7 +153,7 @@ def finding_index(findings: list[Finding]) -> dict[tuple[str, int, int], Finding
 
 def entry_span(ev: EntryEvent, job_id: str, resource: Resource, finding: Finding | None = None) -> ReadableSpan:
     e = ev.entry
-    end, source = end_time(e, ev.observed_ns)
+    end, source = end_time(e, ev.observed_ns, ev.outcome)
     status = Status(StatusCode.UNSET)
     events = []
     if ev.outcome is Outcome.TIMED_OUT:

@@ -7,16 +7,15 @@ source is `recv <dst><-?`."""
 
 from frexport.analysis.engine import analyze
 from frexport.decode.fields import parse_profiling_name
-from tests.support.synth import dump, entry, traces
+from tests.support.synth import dump, entry, hook_entry, traces
 
 
 def _job(stuck: int | None = None, steps: int = 6) -> dict[int, dict]:
     out = {}
     for r in range(4):
-        es = [entry(i, i + 1, backend="nccl2", state="completed", retired=True, duration_ms=2.5)
-              for i in range(steps - 1)]
+        es = [hook_entry(i, i + 1, push=True, duration_ms=2.5) for i in range(steps - 1)]
         if r != stuck:  # the last all_reduce: issued, in flight (not retired), by every rank but `stuck`
-            es.append(entry(steps - 1, steps, backend="nccl2", state="started", retired=False, duration_ms=None))
+            es.append(hook_entry(steps - 1, steps, push=True, done=False))
         out[r] = dump(es, world=4)
     return out
 

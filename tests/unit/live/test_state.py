@@ -2,6 +2,8 @@
 
 import pickle
 
+import pytest
+
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from tests.support.synth import T0, dump, entry
@@ -69,16 +71,43 @@ def test_gone_process_group_expires_while_the_rank_stays():
 
 
 def test_outcome_follows_the_one_rule_per_backend():
-    """A retired, never-started op is timed out only where the backend reports completion: the same
-    rule as the analysis (an mpi/ucc/gloo op that retired is over, not timed out)."""
-    for backend, expected in (("nccl", "timed_out"), ("gloo", "retired"), ("mpi", "retired"), ("ucc", "retired"),
-                              ("custom", "retired")):
+    """A retired, never-completed op is timed out on NCCL, over on gloo, and only issued on a backend
+    torch 2.15 records with its hook (mpi, ucc, out-of-tree): the same rule as the analysis."""
+    for backend, expected in (("nccl", "timed_out"), ("gloo", "retired"), ("mpi", "issued"), ("ucc", "issued"),
+                              ("custom", "issued")):
         state = LiveState()
         entries = [entry(i, i + 1, backend=backend, state="scheduled", retired=True, duration_ms=None)
                    for i in range(3)]
         events = state.ingest(_snap(entries), "s", T0)
         assert {e.outcome for e in events} == {expected}, backend
         assert state.view().collectives == {("default_pg", "all_reduce", expected): 3}, backend
+
+
+def test_only_an_op_proven_over_moves_last_completed_or_gives_a_duration():
+    """Ops a hook retired at issue (no completion push) are not completed ones: the group's last
+    completed collective is unknown, not its last issued one. A timed-out NCCL op is where the rank is
+    stuck: pending, not completed. A hook's completed op (nccl2) is done, with its own duration."""
+    from tests.support.synth import hook_entry
+
+    state = LiveState()
+    state.ingest(_snap([hook_entry(i, i + 1, push=False, backend="ucc") for i in range(3)]), "s", T0)
+    g = state.view().ranks[0].groups["ucc:0"]
+    assert g.current() == (3, None, None) and g.pending == {} and state.view().durations == {}
+
+    state = LiveState()
+    entries = [entry(0, 1, backend="nccl"), entry(1, 2, backend="nccl", state="started", retired=True)]
+    state.ingest(_snap(entries), "s", T0)
+    g = state.view().ranks[0].groups["nccl:0"]
+    assert g.current() == (2, 2, 1) and g.pending == {"all_reduce": (1, entries[1]["time_created_ns"])}
+
+    state = LiveState()
+    entries = [hook_entry(i, i + 1, push=True, duration_ms=2.5) for i in range(2)] + [hook_entry(2, 3, push=True,
+                                                                                                 done=False)]
+    state.ingest(_snap(entries), "s", T0)
+    g = state.view().ranks[0].groups["nccl2:0"]
+    assert g.current()[0] == 3 and g.current()[2] == 2 and set(g.pending) == {"all_reduce"}
+    h = state.view().durations[("default_pg", "all_reduce")]
+    assert h.count == 2 and h.total == pytest.approx(0.005)
 
 
 def test_unseen_entries_are_those_the_full_loop_would_look_at():

@@ -1,8 +1,10 @@
-"""The one outcome rule, per backend, and the analysis columns agreeing with it on both decode paths.
+"""The one outcome rule, per recorder kind, and the analysis columns agreeing with it on both decode paths.
 
-A backend that tracks completion (NCCL and its variants, or any dump whose entries show started /
-completed states) reports a retired-but-not-completed entry as timed out; every other backend
-(gloo, MPI, UCC, an unknown or missing prefix) retires finished and failed work alike.
+gloo retires finished and failed work alike (retired: over). Legacy NCCL and its vendor variants record
+events: retired without completing is timed out. Every other backend is recorded by torch 2.15's
+FlightRecorderHook: completed is done, unretired is pending, retired and scheduled proves only that the
+op was issued (a backend without completion hooks retires at issue). A dump whose ops name no backend
+is read as NCCL where its entries show events, else as gloo.
 """
 
 import pytest
@@ -10,12 +12,12 @@ import pytest
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.normalize import normalize
 from frexport.model.dump import group_name
-from frexport.model.outcome import Outcome, outcome_of, tracks_completion
-from frexport.model.rank_trace import FINISHED, TIMED_OUT, build_rank_trace
+from frexport.model.outcome import Outcome, Recorder, classify, event_backends, outcome_of, recorder_of
+from frexport.model.rank_trace import FINISHED, ISSUED, TIMED_OUT, build_rank_trace
 from tests.support.synth import dump, entry
 
-BACKENDS = ["nccl", "gloo", "mpi", "ucc", "somelib", ""]  # "": a profiling name without a prefix
-NOT_TRACKING = ["gloo", "mpi", "ucc", "somelib", ""]
+BACKENDS = ["nccl", "gloo", "mpi", "ucc", "somelib", "nccl2", ""]  # "": a profiling name without a prefix
+HOOKED = ["mpi", "ucc", "somelib", "nccl2", "nccl-lazy"]
 
 
 def _raw(backend: str, states: list[tuple[str, bool]]) -> dict:
@@ -31,8 +33,34 @@ def _raw(backend: str, states: list[tuple[str, bool]]) -> dict:
 def _outcomes(backend: str, states: list[tuple[str, bool]]) -> list[Outcome]:
     d = normalize(_raw(backend, states), "x", "pickle", rank=0)
     assert all(e.backend == backend for e in d.entries)
-    tracks = tracks_completion(d.entries)
-    return [outcome_of(e, tracks) for e in d.entries]
+    events = event_backends(d.entries)
+    return [outcome_of(e, events) for e in d.entries]
+
+
+@pytest.mark.parametrize(("recorder", "state", "retired", "outcome"), [
+    (Recorder.GLOO, "scheduled", False, Outcome.PENDING),
+    (Recorder.GLOO, "scheduled", True, Outcome.RETIRED),
+    (Recorder.EVENTS, "scheduled", False, Outcome.PENDING),
+    (Recorder.EVENTS, "started", False, Outcome.PENDING),
+    (Recorder.EVENTS, "completed", True, Outcome.COMPLETED),
+    (Recorder.EVENTS, "scheduled", True, Outcome.TIMED_OUT),
+    (Recorder.EVENTS, "started", True, Outcome.TIMED_OUT),
+    (Recorder.HOOK, "scheduled", False, Outcome.PENDING),  # with completion hooks: in flight or hung
+    (Recorder.HOOK, "completed", True, Outcome.COMPLETED),
+    (Recorder.HOOK, "scheduled", True, Outcome.ISSUED),  # retired at issue: nothing says how it went
+])
+def test_what_an_entry_proves_per_recorder_kind(recorder, state, retired, outcome):
+    assert classify(state, retired, recorder) is outcome
+
+
+def test_the_recorder_kind_comes_from_the_backend_and_for_unnamed_ops_from_the_data():
+    assert recorder_of("gloo", frozenset()) is Recorder.GLOO
+    for name in ("nccl", "nccl-legacy", "xccl", "hccl", "rccl"):
+        assert recorder_of(name, frozenset()) is Recorder.EVENTS
+    for name in HOOKED:  # whatever its entries show: torch records no other backend by itself
+        assert recorder_of(name, frozenset({name})) is Recorder.HOOK
+    assert recorder_of("", frozenset()) is Recorder.GLOO
+    assert recorder_of("", frozenset({""})) is Recorder.EVENTS
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -48,38 +76,47 @@ def test_completion_tracking_backend_retired_without_completing_timed_out(backen
     assert _outcomes(backend, [("started", True)]) == [Outcome.TIMED_OUT]
 
 
-@pytest.mark.parametrize("backend", NOT_TRACKING)
-def test_backend_without_completion_events_retired_is_over_not_timed_out(backend):
-    # the defect this rule fixes: `mpi:all_reduce` retired + scheduled was timed_out in the metrics
+@pytest.mark.parametrize("backend", ["gloo", ""])
+def test_gloo_retired_is_over_not_timed_out(backend):
     assert _outcomes(backend, [("scheduled", True), ("scheduled", False)]) == [Outcome.RETIRED, Outcome.PENDING]
 
 
-@pytest.mark.parametrize("backend", NOT_TRACKING)
-def test_a_dump_showing_completion_states_tracks_completion_whatever_its_prefix(backend):
-    # one entry completed: this recorder reports completion, so a retired, never-completed one timed out
-    assert _outcomes(backend, [("completed", True), ("scheduled", True)]) == [Outcome.COMPLETED, Outcome.TIMED_OUT]
-    assert _outcomes(backend, [("started", True)]) == [Outcome.TIMED_OUT]
+@pytest.mark.parametrize("backend", HOOKED)
+def test_a_hooked_backend_retired_at_issue_proves_only_the_issue(backend):
+    # the defects this rule fixes: retired at issue read as over (a hang read as healthy), and, in a
+    # mixed group of nccl2 that falls back to retiring at issue, as timed out
+    assert _outcomes(backend, [("scheduled", True), ("scheduled", False)]) == [Outcome.ISSUED, Outcome.PENDING]
+    assert _outcomes(backend, [("completed", True), ("scheduled", True)]) == [Outcome.COMPLETED, Outcome.ISSUED]
+
+
+def test_a_dump_without_backend_names_that_shows_events_reads_as_nccl():
+    assert _outcomes("", [("completed", True), ("scheduled", True)]) == [Outcome.COMPLETED, Outcome.TIMED_OUT]
+    assert _outcomes("", [("started", True)]) == [Outcome.TIMED_OUT]
 
 
 def test_outcome_values_are_the_metric_labels():
-    assert [o.value for o in Outcome] == ["pending", "completed", "retired", "timed_out"]
-    assert [o.settled for o in Outcome] == [False, True, True, True]
-    assert [o.done for o in Outcome] == [False, True, True, False]
+    assert [o.value for o in Outcome] == ["pending", "completed", "retired", "timed_out", "issued"]
+    assert [o.settled for o in Outcome] == [False, True, True, True, True]
+    assert [o.done for o in Outcome] == [False, True, True, False, False]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("states", [[("scheduled", True)] * 3, [("completed", True), ("scheduled", True)],
                                     [("started", False), ("scheduled", True)], [("scheduled", False)] * 2])
 def test_analysis_flags_follow_the_rule_on_both_decode_paths(backend, states):
-    """The analysis waits on a timed-out or pending op and not on a done one, as metrics and spans say."""
+    """The analysis waits on a timed-out or pending op and not on a done one, as metrics and spans say;
+    of the ops known only to be issued, on the newest alone (the rank's frontier)."""
     raw = _raw(backend, states)
     expected = _outcomes(backend, states)
     general = build_rank_trace(normalize(raw, "x", "pickle", rank=0, keep_frames=False))
     fast = trace_from_raw(raw, "x", "pickle", 0, None, 0)
     assert fast == general
     flags = list(general.groups[group_name("0", backend)].flags)
-    assert [bool(f & FINISHED) for f in flags] == [o.done for o in expected]
+    frontier = len(expected) - 1
+    assert [bool(f & FINISHED) for f in flags] == \
+        [o.done or (o is Outcome.ISSUED and i < frontier) for i, o in enumerate(expected)]
     assert [bool(f & TIMED_OUT) for f in flags] == [o is Outcome.TIMED_OUT for o in expected]
+    assert [bool(f & ISSUED) for f in flags] == [o is Outcome.ISSUED for o in expected]
 
 
 def test_a_live_window_keeps_the_older_unfinished_entries_only():
@@ -103,21 +140,21 @@ def test_a_live_window_keeps_the_older_unfinished_entries_only():
 
 
 def test_in_one_rank_of_two_recorders_each_backend_keeps_its_own_rule():
-    """A rank read from gloo's recorder and nccl2's (model/recorders.py): nccl2 reports completion, gloo
-    does not. gloo's retired ops are over, not timed out, and nccl2's retired-without-completing one
-    timed out, in the live state and in the analysis alike."""
+    """A rank read from gloo's recorder and nccl2's (model/recorders.py). gloo's retired ops are over;
+    nccl2's completed one is done, its retired-at-issue one (a group whose default backend pushes no
+    completion) only issued: in the live state and in the analysis alike."""
     from frexport.live.state import LiveState
-    from frexport.model.rank_trace import FINISHED, TIMED_OUT, build_rank_trace
+    from frexport.model.rank_trace import FINISHED, build_rank_trace
     from frexport.model.recorders import merge_recorders
 
     gloo = normalize(_raw("gloo", [("scheduled", True)] * 3), "g", "json", rank=0)
     nccl2 = normalize(_raw("nccl2", [("completed", True), ("scheduled", True)]), "n", "json", rank=0)
     merged = merge_recorders({"gloo": gloo, "nccl2": nccl2})
-    tracks = tracks_completion(merged.entries)
-    assert [outcome_of(e, tracks) for e in merged.entries] == \
-        [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.TIMED_OUT]
-    events = LiveState().ingest(merged, "x", 10**18)
-    assert [ev.outcome for ev in events] == [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.TIMED_OUT]
+    events = event_backends(merged.entries)
+    assert [outcome_of(e, events) for e in merged.entries] == \
+        [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.ISSUED]
+    seen = LiveState().ingest(merged, "x", 10**18)
+    assert [ev.outcome for ev in seen] == [Outcome.RETIRED] * 3 + [Outcome.COMPLETED, Outcome.ISSUED]
     trace = build_rank_trace(merged)
     assert all(f & FINISHED for f in trace.groups["0"].flags)
-    assert trace.groups["nccl2:0"].flags[-1] & TIMED_OUT
+    assert trace.groups["nccl2:0"].flags[-1] & ISSUED and not trace.groups["nccl2:0"].flags[-1] & FINISHED

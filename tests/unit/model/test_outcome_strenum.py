@@ -30,4 +30,4 @@ def test_outcomes_are_their_label_values_as_strings(monkeypatch, version):
     assert str(o) == f"{o}" == "{}".format(o) == "%s" % o == "timed_out"
     assert json.dumps({"outcome": o}) == '{"outcome": "timed_out"}'
     assert m.Outcome("pending") is m.Outcome.PENDING and {o: 1}["timed_out"] == 1
-    assert m.classify("scheduled", True, True) is m.Outcome.TIMED_OUT
+    assert m.classify("scheduled", True, m.Recorder.EVENTS) is m.Outcome.TIMED_OUT
