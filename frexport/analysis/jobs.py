@@ -5,7 +5,9 @@ and a culprit named across them is wrong. Each source (a directory, a prefix, th
 directory) is one job's ranks or a part of them (a node's directory). Sources join one job only when
 their data agrees:
 - no rank twice (a rank's JSON twin, the same dump in another format, is not a second rank: the
-  same rank with the same first recorded entry is kept once);
+  same rank with the same first recorded entry is kept once; and a rank's other recorder, such as
+  torch's dump file of its nccl2 recorder beside its gloo dump, is the same rank: its groups are
+  other groups, and they are read together, model/recorders.py `merge_traces`);
 - the same group layout where both dumps carry one (pg_config: each group's name and ranks, so the
   world size too), the same description for a group name both use, no rank beyond the other's world;
 - recorder times that overlap: a job's ranks record the same minutes.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 from frexport.analysis.engine import format_ranks
 from frexport.model.rank_trace import RankTrace
+from frexport.model.recorders import merge_traces, other_recorder
 
 
 @dataclass
@@ -52,7 +55,8 @@ def layout(traces: list[RankTrace]) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for t in traces:
         for pg in t.pg_config:
-            out.setdefault(str(pg.name), tuple(pg.ranks))
+            if pg.ranks is not None:  # (a group whose dump does not say: gloo's placeholder)
+                out.setdefault(str(pg.name), tuple(pg.ranks))
     return out
 
 
@@ -74,7 +78,8 @@ def _span(traces: list[RankTrace]) -> tuple[int, int] | None:
 def conflict(job: list[RankTrace], other: list[RankTrace]) -> str | None:
     """Why `other` cannot be ranks of the same job as `job`, or None where nothing says so."""
     mine = {t.rank: t for t in job}
-    twice = sorted(t.rank for t in other if t.rank in mine and not _twin(mine[t.rank], t))
+    twice = sorted(t.rank for t in other
+                   if t.rank in mine and not _twin(mine[t.rank], t) and not other_recorder(mine[t.rank], t))
     if twice:
         return f"rank {twice[0]} twice"
     a, b = layout(job), layout(other)
@@ -110,8 +115,17 @@ def split(sources: list[Source]) -> list[Job]:
             raise Ambiguous(f"cannot tell which job {src.label} belongs to: it fits "
                             + " and ".join(describe(j) for j in fits) + "; analyse each job's dumps on their own")
         job = fits[0] if fits else _new(jobs)
-        have = {t.rank for t in job.traces}
-        src.traces = [t for t in src.traces if t.rank not in have]  # a twin: the first source's copy stays
+        have = {t.rank: (s, i) for s in job.sources for i, t in enumerate(s.traces)}
+        kept = []
+        for t in src.traces:
+            if t.rank not in have:
+                kept.append(t)
+                continue
+            s, i = have[t.rank]
+            if other_recorder(s.traces[i], t):  # the rank's other recorder: one trace of both
+                s.traces[i] = merge_traces(s.traces[i], t)
+            # else a twin: the first source's copy stays
+        src.traces = kept
         job.sources.append(src)
     return jobs
 

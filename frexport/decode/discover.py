@@ -110,7 +110,8 @@ def discover(paths: list[str], prefix: str | None = None, follow_symlinks: bool 
 
 # `frexport snapshot` writes a rank's other recorders (model/recorders.py: gloo's beside nccl2's, say)
 # into recorder-<name>/ beside the first: the same ranks, other groups. Read with the first, their
-# files would compete with its own as "several files of one rank"; each is a dump directory of its own.
+# files would compete with its own as "several files of one rank": each is a dump directory of its own,
+# which `frexport analyze` reads beside this one and joins rank by rank (cli/analyze_jobs.py).
 RECORDER_DIR = "recorder-"
 
 
@@ -119,8 +120,8 @@ def _walk(root: Path, prefix: str | None, follow: bool, out: list[DumpFile], fou
         others = [d for d in dirnames if d.startswith(RECORDER_DIR)]
         if others and Path(dirpath) == root:
             dirnames[:] = [d for d in dirnames if not d.startswith(RECORDER_DIR)]
-            found.notes.append(f"{', '.join(sorted(others))}: the ranks' other Flight Recorders, not read with "
-                               f"this one: analyze each on its own (frexport analyze {root}/{sorted(others)[0]})")
+            found.notes.append(f"{', '.join(sorted(others))}: the ranks' other Flight Recorders, each a dump "
+                               f"directory of its own (frexport analyze {root} reads them with it)")
         dirnames.sort()
         for name in sorted(filenames):
             p = Path(dirpath) / name

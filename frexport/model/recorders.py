@@ -14,9 +14,18 @@ rank's dump is their union:
 from __future__ import annotations
 
 import zlib
+from array import array
 from dataclasses import replace
 
-from frexport.model.dump import DEFAULT_RECORDER, Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
+from frexport.model.dump import (
+    DEFAULT_RECORDER,
+    Entry,
+    ProcessGroupConfig,
+    ProcessGroupStatus,
+    RankDump,
+    split_group_name,
+)
+from frexport.model.rank_trace import RankTrace
 
 # A recorder's records are numbered from 0 by one counter per process: 2**40 of them would take a
 # million collectives a second for 12 days. Ranges are picked by a hash of the recorder's name, so
@@ -113,3 +122,44 @@ def group_statuses(statuses: dict[str, tuple[ProcessGroupStatus, ...]],
             if name is not None:
                 out[name] = row
     return out
+
+
+def trace_recorders(trace: RankTrace) -> frozenset[str]:
+    """The recorders a trace's groups were read from (their filed names say: `group_name`)."""
+    return frozenset(split_group_name(name)[1] or DEFAULT_RECORDER for name in trace.groups)
+
+
+def other_recorder(a: RankTrace, b: RankTrace) -> bool:
+    """`b` is another recorder of the same process as `a`: the same rank, no group in common, times that
+    overlap (a rank read from torch's dump file of its nccl2 recorder and from its gloo dump)."""
+    if a.rank != b.rank or not a.groups or not b.groups or a.groups.keys() & b.groups.keys():
+        return False
+    if trace_recorders(a) & trace_recorders(b):
+        return False
+    first = [t.first_created_ns for t in (a, b) if t.first_created_ns]
+    last = [x for t in (a, b) if (x := t.last_event_ns or t.last_created_ns)]
+    return len(first) < 2 or len(last) < 2 or max(first) <= min(last)
+
+
+def merge_traces(a: RankTrace, b: RankTrace) -> RankTrace:
+    """One rank's trace from two of its recorders' traces (post-mortem: each recorder is its own file),
+    as `merge_recorders` does for dumps: their groups side by side, each with its own rule."""
+    sig_off, site_off = len(a.signatures), len(a.call_sites)
+    groups = dict(a.groups)
+    for name, g in b.groups.items():
+        groups[name] = replace(
+            g, sig=array("i", [i + sig_off for i in g.sig]),
+            site=array("i", [s + site_off if s >= 0 else s for s in g.site]),
+            p2p=[op._replace(sig=op.sig + sig_off, site=op.site + site_off if op.site >= 0 else op.site)
+                 for op in g.p2p])
+    firsts = [t.first_created_ns for t in (a, b) if t.first_created_ns is not None]
+    lasts = [t.last_created_ns for t in (a, b) if t.last_created_ns is not None]
+    events = [t.last_event_ns for t in (a, b) if t.last_event_ns]
+    dumped = [t.dumped_at_ns for t in (a, b) if t.dumped_at_ns]
+    return replace(
+        a, source=f"{a.source} + {b.source}", notes=a.notes + b.notes, n_entries=a.n_entries + b.n_entries,
+        pg_config=tuple(a.pg_config) + tuple(b.pg_config), pg_status=tuple(a.pg_status) + tuple(b.pg_status),
+        first_created_ns=min(firsts, default=None), last_created_ns=max(lasts, default=None),
+        signatures=a.signatures + b.signatures, call_sites=a.call_sites + b.call_sites, groups=groups,
+        last_event_ns=max(events, default=None), timeouts_ms={**a.timeouts_ms, **b.timeouts_ms},
+        dumped_at_ns=max(dumped, default=None), dumped_at_is_clock=a.dumped_at_is_clock and b.dumped_at_is_clock)

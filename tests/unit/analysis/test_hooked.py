@@ -9,8 +9,9 @@ ever reads `started`: never "not launched" for want of a start."""
 import pytest
 
 from frexport.analysis.engine import Options, analyze
+from frexport.decode.sandbox import Limits
 from frexport.live.diagnosis import BLOCKED, OK, STALLED, statuses_of
-from tests.support.synth import STEP_NS, T0, dump, entry, hook_entry, traces
+from tests.support.synth import STEP_NS, T0, dump, entry, hook_entry, traces, write
 
 TP = {"1": ("tp", [0, 1, 2, 3]), "2": ("tp", [4, 5, 6, 7])}
 DP = {"3": ("dp", [0, 4]), "4": ("dp", [1, 5]), "5": ("dp", [2, 6]), "6": ("dp", [3, 7])}
@@ -138,3 +139,71 @@ def test_gloo_beside_a_hooked_backend_each_group_by_its_own_rule():
         out[r] = dump(es, world=4, groups={"1": ("cpu", [0, 1, 2, 3])})
     f = analyze(list(traces(out).values())).findings[0]
     assert (f.kind, f.culprit_ranks, f.pg_name, f.collective_seq_id) == ("missing_rank", (2,), "1", 4)
+
+
+def _two_recorders(root, stuck_in_gloo: bool) -> None:
+    """4 ranks, each with gloo's recorder (group 1, in `root`) and a hooked backend's (group 0, in
+    root/recorder-custom/, as `frexport snapshot` writes them). Each step: a hooked all_reduce, then a
+    gloo one. Rank 2 stops before step 4's hooked op, or (`stuck_in_gloo`) waits in step 4's gloo op that
+    its peers never issue, because they issued the hooked op of step 5 first: a wait across backends."""
+    gloo, hooked = {}, {}
+    for r in range(4):
+        hs, gs = [], []
+        for step in range(1, 6):
+            t = T0 + step * STEP_NS + r * 1000
+            in_hooked = step < 4 or (r != 2 and (step == 4 or stuck_in_gloo))
+            if stuck_in_gloo and r == 2 and step == 4:
+                in_hooked = True
+            if stuck_in_gloo and r == 2 and step == 5:
+                in_hooked = False
+            if in_hooked:
+                hs.append(hook_entry(len(hs), step, push=False, backend="custom", created=t))
+            in_gloo = step < 4 or (stuck_in_gloo and r == 2 and step == 4)
+            if in_gloo:
+                gs.append(entry(len(gs), step, backend="gloo", pg=("1", "cpu"), pg_id=1, state="scheduled",
+                                retired=step < 4, duration_ms=None, created=t + 500))
+        hooked[r] = dump(hs, world=4)
+        gloo[r] = dump(gs, groups={"1": ("cpu", [0, 1, 2, 3])})
+    write(root, gloo, prefix="trace_")
+    write(root / "recorder-custom", hooked, prefix="trace_")
+
+
+def _analyze_paths(paths):
+    import argparse
+
+    from frexport.cli.analyze_jobs import load_jobs
+    args = argparse.Namespace(prefix=None, workers=1, max_file_bytes=None, follow_symlinks=False)
+    return load_jobs([str(p) for p in paths], args, Limits(require_memory_limit=False))
+
+
+def test_a_snapshot_directory_of_two_recorders_is_one_job_and_names_the_culprit(tmp_path):
+    _two_recorders(tmp_path, stuck_in_gloo=False)
+    jobs = _analyze_paths([tmp_path])
+    assert len(jobs) == 1
+    traces = jobs[0][2].traces
+    assert sorted(t.rank for t in traces) == [0, 1, 2, 3]
+    assert all(set(t.groups) == {"1", "custom:0"} for t in traces)
+    f = analyze(traces).findings[0]
+    assert (f.kind, f.culprit_ranks, f.pg_name, f.collective_seq_id) == ("missing_rank", (2,), "custom:0", 4)
+
+
+def test_each_recorder_in_a_directory_of_its_own_is_one_job_not_two(tmp_path):
+    _two_recorders(tmp_path / "snap", stuck_in_gloo=False)
+    jobs = _analyze_paths([tmp_path / "snap" / "recorder-custom", tmp_path / "snap" / "trace_0",
+                           tmp_path / "snap" / "trace_1", tmp_path / "snap" / "trace_2", tmp_path / "snap" / "trace_3"])
+    assert len(jobs) == 1, [j[0] for j in jobs]
+    f = analyze(jobs[0][2].traces).findings[0]
+    assert (f.culprit_ranks, f.pg_name) == ((2,), "custom:0")
+
+
+def test_a_wait_across_backends_is_found(tmp_path):
+    """Rank 2 waits in gloo for peers that wait in the hooked group for it: a deadlock across backends,
+    visible only with both recorders read as one rank."""
+    _two_recorders(tmp_path, stuck_in_gloo=True)
+    traces = _analyze_paths([tmp_path])[0][2].traces
+    d = analyze(traces)
+    assert d.findings and d.findings[0].root_cause, [f.message for f in d.findings]
+    f = d.findings[0]
+    assert f.kind == "desync" and 2 in f.culprit_ranks + f.blocked_ranks and "cycle" in f.reason, f.message
+    alone = analyze(_analyze_paths([tmp_path / "recorder-custom"])[0][2].traces)
+    assert [g.culprit_ranks for g in alone.findings] == [(2,)]  # one recorder alone sees half the story
