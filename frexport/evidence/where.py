@@ -12,6 +12,7 @@ from frexport.decode.stacks import rank_threads
 from frexport.evidence.fetch import Stacks
 from frexport.model.call_site import frame_text, site_text
 from frexport.model.dump import Entry, RankDump
+from frexport.model.outcome import waited_in
 
 
 def now_line(texts: dict[str, str]) -> str | None:
@@ -36,7 +37,7 @@ def where_ranks(dumps: dict[int, RankDump], framed: dict[int, RankDump], stacks:
                 sites.setdefault((e.pg_name, e.seq_id, e.is_p2p), site_text(e.call_site) or "")
     groups: dict[str, list[int]] = {}
     for rank, d in dumps.items():
-        waiting = next((e for e in d.entries if not e.finished), None)
+        waiting = next(iter(waited_in(d.entries)), None)
         if waiting is not None and rank not in culprits:
             key = (f"wait in {waiting.op} ({_coll(waiting)} of group {waiting.pg_name} ({waiting.pg_desc}))"
                    + (f" at {site}" if (site := sites.get((waiting.pg_name, waiting.seq_id, waiting.is_p2p)))

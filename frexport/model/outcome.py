@@ -130,6 +130,23 @@ def outcome_of(entry: Entry, events: frozenset[str]) -> Outcome:
     return classify(entry.state, entry.retired, recorder_of(entry.backend, events))
 
 
+def waited_in(entries: Sequence[Entry]) -> list[Entry]:
+    """The entries of one rank's dump it may still wait in, in their order: those not settled, those that
+    timed out, and of each group whose newest op is known only to be issued, that op (its frontier)."""
+    events = event_backends(tuple(entries))
+    keep: set[int] = set()  # positions
+    newest: dict[str, tuple[int, int, Outcome]] = {}  # group -> (seq, position, outcome) of its newest op
+    for i, e in enumerate(entries):
+        outcome = outcome_of(e, events)
+        if outcome is Outcome.PENDING or outcome is Outcome.TIMED_OUT:
+            keep.add(i)
+        last = newest.get(e.pg_name)
+        if not e.is_p2p and (last is None or e.collective_seq_id >= last[0]):
+            newest[e.pg_name] = (e.collective_seq_id, i, outcome)
+    keep.update(i for _, i, outcome in newest.values() if outcome is Outcome.ISSUED)
+    return [entries[i] for i in sorted(keep)]
+
+
 def settled(state: str, retired: bool | None) -> bool:
     """Completed or retired: `classify(...).settled`, which does not depend on the recorder."""
     return state == COMPLETED or bool(retired)

@@ -34,7 +34,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.read import decode_bytes, read_checked
 from frexport.decode.sandbox import DecoderPool, Limits
 from frexport.model.dump import RankDump
-from frexport.model.outcome import settled
+from frexport.model.outcome import waited_in
 from frexport.sources.base import Snapshot
 from frexport.sources.health import HealthRegistry
 
@@ -228,7 +228,7 @@ def file_time_can_be_dump_time(dump: RankDump, mtime_ns: int) -> bool:
     A rank cannot wait in an op longer than its group's timeout, the watchdog ends the wait and dumps
     on the way, so a time later than that after the oldest op the dump still waits in is not its dump
     time. Without such an op the time times nothing; without a timeout it cannot be checked."""
-    pending = [e for e in dump.entries if not settled(e.state, e.retired) and e.time_created_ns]
+    pending = [e for e in waited_in(dump.entries) if e.time_created_ns]
     if not pending:
         return True
     oldest = min(pending, key=lambda e: e.time_created_ns)

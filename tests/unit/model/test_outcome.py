@@ -158,3 +158,14 @@ def test_in_one_rank_of_two_recorders_each_backend_keeps_its_own_rule():
     trace = build_rank_trace(merged)
     assert all(f & FINISHED for f in trace.groups["0"].flags)
     assert trace.groups["nccl2:0"].flags[-1] & ISSUED and not trace.groups["nccl2:0"].flags[-1] & FINISHED
+
+
+def test_a_rank_may_wait_in_its_pending_and_timed_out_ops_and_each_issue_only_groups_newest():
+    from frexport.model.outcome import waited_in
+    from tests.support.synth import hook_entry
+
+    raw = dump([entry(0, 1, backend="nccl"), entry(1, 2, backend="nccl", state="scheduled", retired=True),
+                entry(2, 3, backend="nccl", state="scheduled", retired=False)]
+               + [hook_entry(3 + i, i + 1, push=False, backend="ucc") for i in range(3)], world=1)
+    d = normalize(raw, "x", "pickle", rank=0)
+    assert [(e.backend, e.collective_seq_id) for e in waited_in(d.entries)] == [("nccl", 2), ("nccl", 3), ("ucc", 3)]

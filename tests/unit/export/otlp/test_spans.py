@@ -1,6 +1,7 @@
 """Span mapping: what a user sees in Jaeger for an entry, a finding and a stall."""
 
 import dataclasses
+import pickle
 
 from opentelemetry.trace import StatusCode
 
@@ -46,6 +47,25 @@ def test_end_time_without_nccl_timing_is_the_discovered_or_observed_one():
     s = _span(dataclasses.replace(gloo, observed_ns=T0 + 5 * 10**9))
     assert s.attributes[NS + "end_time_source"] == "observed" and s.end_time == T0 + 5 * 10**9
     assert s.attributes[NS + "outcome"] == "retired"
+
+
+def test_a_hooked_backends_spans_end_when_the_backend_reported_or_say_the_end_is_unknown():
+    """torch 2.15's hook stamps start and completion with the moment the backend reported completion:
+    that moment is the end (not that moment plus the duration). An op retired at issue (no completion
+    pushed) has no known end: a zero-length span that says so, never the time the sidecar saw it."""
+    from tests.support.synth import dump, hook_entry
+
+    def one(e):
+        d = decode_bytes(pickle.dumps(dump([e], world=1)), "x", rank=0)
+        return LiveState().ingest(d, "s", T0 + 10**10)[0]
+
+    pushed = one(hook_entry(0, 1, push=True, duration_ms=3.0))
+    s = _span(pushed)
+    assert (s.end_time, s.attributes[NS + "end_time_source"]) == (pushed.entry.time_completed_ns, "discovered")
+    issued = one(hook_entry(0, 1, push=False, backend="ucc"))
+    s = _span(issued)
+    assert (s.end_time, s.attributes[NS + "end_time_source"], s.attributes[NS + "outcome"]) == \
+        (issued.entry.time_created_ns, "unknown", "issued")
 
 
 def test_timed_out_entry_and_an_entry_a_finding_names_are_errors():
