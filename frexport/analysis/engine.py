@@ -34,7 +34,7 @@ from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
-from frexport.model.rank_trace import STARTED, GroupTrace, RankTrace
+from frexport.model.rank_trace import FINISHED, ISSUED, STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
 
 
@@ -184,7 +184,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
         explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
         records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
-        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained) + findings
+        issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
+        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained, issue_only) + findings
     findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
@@ -193,6 +194,18 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                      notes=notes, matched=matched, waits=waits,
                      # groups someone recorded ops in: gloo's pg_config adds an unnamed placeholder entry
                      groups=sum(1 for cols in all_cols.values() if cols))
+
+
+_ISSUED_BYTE = bytes(1 if v & ISSUED else 0 for v in range(256))
+_PENDING_NOT_ISSUED = bytes(1 if not v & FINISHED and not v & ISSUED else 0 for v in range(256))
+
+
+def _issue_only(t: RankTrace) -> bool:
+    """The rank's recorder shows ops known only to be issued (a hooked backend that reports no
+    completion), and nothing else unfinished: whether it waits in a collective, only its stack says."""
+    cols = [g.flags.tobytes() for g in t.groups.values()]
+    return any(1 in c.translate(_ISSUED_BYTE) for c in cols) and \
+        not any(1 in c.translate(_PENDING_NOT_ISSUED) for c in cols)
 
 
 def _mismatch_findings(ctx: _Context, group: Group, cols, disagreements: list[Disagreement]):

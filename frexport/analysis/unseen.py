@@ -6,9 +6,11 @@ point-to-point ops leaves dumps that look like a healthy job. Only the ranks' st
 look beside the dumps, show each rank blocked in send or recv. So the stacks are read as evidence:
 
 - every rank the stacks show inside a send or recv, whose recorder holds no point-to-point op at all
-  (gloo's), waits where the recorder cannot see; the job is never `healthy` then. (Collectives are
-  always recorded: a stack inside one its dump shows finished was taken a moment later than the dump,
-  which is no hidden wait.)
+  (gloo's), waits where the recorder cannot see; the job is never `healthy` then. So does a rank the
+  stacks show inside a collective whose recorder shows nothing unfinished but ops known only to be
+  issued (torch 2.15's hook on a backend that reports no completion: every rank stuck inside the same
+  collective reads like a job between collectives). (Elsewhere collectives are recorded to the end: a
+  stack inside one its dump shows finished was taken a moment later than the dump, no hidden wait.)
 - where the stacks hold each call's arguments (py-spy's `dump --locals`), each send and recv names its
   peer, and the point-to-point wait-for graph decides: a rank that sends to a peer which receives from
   another rank, while a third rank waits to receive from the sender, sent to the wrong peer (the
@@ -66,13 +68,16 @@ def _ranks(ranks) -> str:
     return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
 
 
-def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: set[int]) -> list[Finding]:
+def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: set[int],
+                 issue_only: set[int] | frozenset[int] = frozenset()) -> list[Finding]:
     """`records_p2p`: ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): there the
-    recorder shows such waits itself. Collectives are always recorded, so a stack inside one that its
-    dump shows finished was taken at another moment than the dump, not a hidden wait. `explained`:
-    ranks a finding already names. One finding for the ranks left, which wait where the recorder
-    cannot see."""
-    unseen = {r: b for r, b in blocked.items() if b.call in P2P and r not in records_p2p and r not in explained}
+    recorder shows such waits itself. `issue_only`: ranks whose recorder shows nothing unfinished but
+    ops known only to be issued: there a collective is not seen to the end either. Elsewhere a stack
+    inside a collective that its dump shows finished was taken at another moment than the dump, not a
+    hidden wait. `explained`: ranks a finding already names. One finding for the ranks left, which wait
+    where the recorder cannot see."""
+    unseen = {r: b for r, b in blocked.items() if r not in explained
+              and ((b.call in P2P and r not in records_p2p) or (b.call not in P2P and r in issue_only))}
     if not unseen:
         return []
     where = tuple(f"rank {r} waits in torch.distributed {b.call}"
@@ -111,7 +116,8 @@ def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: 
         f"the recorder cannot see, or ops caught in flight; who is at fault the stacks do not say",
         where, True, None,
         "the stacks beside the dumps show these ranks inside the calls and their recorders show no unfinished "
-        "op (gloo records no point-to-point op); the stacks name no peer (py-spy dump --locals would)",
+        "op (gloo records no point-to-point op; a backend that reports no completion has its collectives "
+        "retired when issued); the stacks name no peer (py-spy dump --locals would)",
         False)]
 
 

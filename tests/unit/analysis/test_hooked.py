@@ -207,3 +207,24 @@ def test_a_wait_across_backends_is_found(tmp_path):
     assert f.kind == "desync" and 2 in f.culprit_ranks + f.blocked_ranks and "cycle" in f.reason, f.message
     alone = analyze(_analyze_paths([tmp_path / "recorder-custom"])[0][2].traces)
     assert [g.culprit_ranks for g in alone.findings] == [(2,)]  # one recorder alone sees half the story
+
+
+def test_issue_only_every_rank_stuck_inside_one_collective_shows_only_in_the_stacks():
+    """Every rank issued the same last op and blocks in it (a network hang): the recorder of a backend that
+    reports no completion reads like a job between collectives. The ranks' stacks, inside the call, are
+    the only evidence, and the verdict is not healthy (a suspect: one look cannot time it)."""
+    from frexport.decode.stacks import parse_traceback
+
+    dumps = {r: dump([hook_entry(i, i + 1, push=False, backend="custom") for i in range(5)], world=4)
+             for r in range(4)}
+    tr = list(traces(dumps).values())
+    assert analyze(tr).findings == []
+    text = ('Thread 0x1 (most recent call first):\n'
+            '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2950 in '
+            'all_reduce\n'
+            '  File "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper\n'
+            '  File "/job/train.py", line 10 in step\n')
+    d = analyze(tr, stacks={r: parse_traceback(text) for r in range(4)})
+    assert d.verdict == "inconclusive" and d.findings[0].blocked_ranks == (0, 1, 2, 3), \
+        [f.message for f in d.findings]
+    assert "all_reduce" in d.findings[0].message
