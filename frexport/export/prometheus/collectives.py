@@ -1,6 +1,6 @@
 """Finished collectives per (pg_desc, op): how many, by outcome, and how long they took.
 
-    # HELP frexport_collective_duration_seconds Durations of collectives proven finished (duration_ms, else discovered start to completion)
+    # HELP frexport_collective_duration_seconds Durations of collectives proven finished (duration_ms, ...)
     # TYPE frexport_collective_duration_seconds histogram
     frexport_collective_duration_seconds_bucket{le="0.001",op="all_reduce",pg_desc="default_pg"} 10.0
     ...
@@ -32,9 +32,11 @@ class _Families(NamedTuple):
 def _families() -> _Families:
     return _Families(
         HistogramMetricFamily("frexport_collective_duration_seconds",
-                              "Durations of collectives proven finished (duration_ms, else discovered start to completion)",
+                              "Durations of collectives proven finished (duration_ms, else discovered start to "
+                              "completion)",
                               labels=["pg_desc", "op"]),
-        CounterMetricFamily("frexport_collectives", "Collectives seen settled, by outcome (issued: known only to be issued)",
+        CounterMetricFamily("frexport_collectives",
+                            "Collectives seen settled, by outcome (issued: known only to be issued)",
                             labels=["pg_desc", "op", "state"]),
     )
 

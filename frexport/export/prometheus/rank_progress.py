@@ -1,6 +1,6 @@
 """Per rank and process group: how far each rank got, what it waits on, and its status.
 
-    # HELP frexport_pg_last_completed_collective collective_seq_id of the newest collective proven finished (completed; gloo: retired); absent where the recorder proves none
+    # HELP frexport_pg_last_completed_collective collective_seq_id of the newest collective proven finished ...
     # TYPE frexport_pg_last_completed_collective gauge
     frexport_pg_last_completed_collective{backend="gloo",pg="0",pg_desc="default_pg",rank="1"} 9.0
     # HELP frexport_pending_collectives Collectives enqueued and not finished
@@ -62,7 +62,8 @@ def _families() -> _Families:
                           "collective_seq_id of the newest collective that started (NCCL with timing only)",
                           labels=_PG),
         GaugeMetricFamily("frexport_pg_last_completed_collective",
-                          "collective_seq_id of the newest collective proven finished (completed; gloo: retired); absent where the recorder proves none", labels=_PG),
+                          "collective_seq_id of the newest collective proven finished (completed; gloo: "
+                          "retired); absent where the recorder proves none", labels=_PG),
         GaugeMetricFamily("frexport_pg_last_progress_timestamp_seconds",
                           "When the group's last completed collective last advanced on this rank", labels=_PG),
         GaugeMetricFamily("frexport_pg_timeout_seconds", "The group's collective timeout (timeout_ms)", labels=_PG),
