@@ -174,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--rounds", type=int, default=1, metavar="N",
                    help="take N looks (OUTDIR/look_1, look_2, ...): `analyze OUTDIR` then says per process group "
                         "whether it is progressing or hung (default 1)")
-    n.add_argument("--gap", type=_positive_float, default=5.0, metavar="SECONDS",
-                   help="seconds between the starts of two looks (default 5)")
+    n.add_argument("--gap", type=_positive_float, default=None, metavar="SECONDS",
+                   help="each rank is looked at again no sooner than this after it answered the look before "
+                        "(default: analyze's stall threshold, 5 s: the least that can show a hang)")
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)

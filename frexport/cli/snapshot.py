@@ -8,7 +8,8 @@ import os
 import sys
 import time
 
-from frexport.analysis.looks import LOOKS_FILE
+from frexport.analysis.engine import Options
+from frexport.analysis.looks import LOOKS_FILE, gap_seconds
 from frexport.cli.serve import parse_urls
 from frexport.config import ConfigError, WorkerServers
 from frexport.files import atomic_write
@@ -17,8 +18,20 @@ from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError
 from frexport.sources.worker_server import RankTarget, WorkerServerSource
 
+# the threshold `frexport analyze` decides a hang by, unless told otherwise: two looks closer than it
+# cannot show one
+STALL_AFTER_DEFAULT = Options().stall_after_s
+
+
+# Looks one snapshot takes at most: each holds every rank's recorders, and two decide (analysis/looks.py).
+MAX_ROUNDS = 10
+
 
 def run_snapshot(args: argparse.Namespace) -> int:
+    if not 1 <= (getattr(args, "rounds", 1) or 1) <= MAX_ROUNDS:
+        print(f"frexport snapshot: --rounds {args.rounds}: from 1 to {MAX_ROUNDS} looks (two decide whether a "
+              "group moves; each look keeps every rank's recorders)", file=sys.stderr)
+        return 2
     try:
         urls = parse_urls(args.url)
     except ConfigError as exc:
@@ -39,35 +52,51 @@ def run_snapshot(args: argparse.Namespace) -> int:
         return 2
     os.makedirs(args.output, exist_ok=True)
     rounds = max(1, getattr(args, "rounds", 1) or 1)
+    gap = args.gap if args.gap is not None else STALL_AFTER_DEFAULT
+    if rounds > 1 and gap < STALL_AFTER_DEFAULT:
+        print(f"frexport snapshot: note: looks {gap:g} s apart cannot show a hang to `frexport analyze` at its "
+              f"default stall threshold ({STALL_AFTER_DEFAULT:g} s): analyze it with --stall-after {gap:g}, or "
+              f"take the looks with --gap {STALL_AFTER_DEFAULT:g} or more", file=sys.stderr)
     f: list[str] | str  # (for mypy) one look's failures, then each line of them
     if rounds == 1:
         saved, failed, _ = _look(source, targets, args.output, args.stacks)
+        apart = ""
     else:
-        # Two looks some seconds apart: `analyze` says per group whether any rank moved between them
+        # Looks some seconds apart: `analyze` says per group whether any rank moved between them
         # (analysis/looks.py). When each rank was seen is measured here, on this process's monotonic
-        # clock, and written down: file times are no clock.
+        # clock, and written down: file times are no clock. Each rank is looked at again no sooner
+        # than `gap` after it answered the look before (a look of many ranks takes seconds: spacing
+        # the looks' starts alone left the last rank of a slow look 3.1 s apart when 6 were asked).
         saved, failed, seen = [], [], []
         start = time.monotonic()
+        answered: dict[int, float] = {}
         for i in range(rounds):
-            if i:
-                time.sleep(max(0.0, start + i * args.gap - time.monotonic()))
-            s, f, when = _look(source, targets, os.path.join(args.output, f"look_{i + 1}"), args.stacks, start)
+            not_before = {r: start + t + gap for r, t in answered.items()}
+            s, f, answered = _look(source, targets, os.path.join(args.output, f"look_{i + 1}"), args.stacks,
+                                   start, not_before)
             saved, failed = s, failed + [f"look {i + 1}: {x}" for x in f]
-            seen.append({str(r): t for r, t in when.items()})
-        atomic_write(os.path.join(args.output, LOOKS_FILE),
-                     json.dumps({"rounds": rounds, "gap_s": args.gap, "seen_s": seen}, indent=2).encode())
-    print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}"
-          + (f" ({rounds} looks {args.gap:g} s apart)" if rounds > 1 else ""))
+            seen.append({str(r): t for r, t in answered.items()})
+            # the looks' record as they go: a snapshot stopped half way still tells what it saw
+            atomic_write(os.path.join(args.output, LOOKS_FILE),
+                         json.dumps({"rounds": rounds, "gap_s": gap, "seen_s": seen}, indent=2).encode())
+        measured = gap_seconds(args.output)
+        apart = f" ({rounds} looks, each rank seen {measured:.1f} s or more apart)" if measured is not None else \
+            f" ({rounds} looks; no rank answered two of them)"
+    print(f"frexport snapshot: saved {len(saved)} of {len(targets)} ranks into {args.output}{apart}")
     for f in failed:
         print(f"  failed: {f}", file=sys.stderr)
     return 0 if saved else 1
 
 
-def _look(source: WorkerServerSource, targets, output: str, stacks: bool,
-          start: float | None = None) -> tuple[list[str], list[str], dict[int, float]]:
-    """One round over every rank: (files saved, failures, when each rank answered, seconds since `start`)."""
+def _look(source: WorkerServerSource, targets, output: str, stacks: bool, start: float | None = None,
+          not_before: dict[int, float] | None = None) -> tuple[list[str], list[str], dict[int, float]]:
+    """One round over every rank: (files saved, failures, when each rank answered, seconds since `start`).
+    `not_before`: per rank, the monotonic time before which it is not asked."""
     saved, failed, when = [], [], {}
     for t in targets:
+        wait = (not_before or {}).get(t.rank, 0.0) - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         try:
             recorders = source.recorders(t)
         except PeerError as exc:

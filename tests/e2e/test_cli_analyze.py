@@ -369,7 +369,8 @@ def test_snapshot_takes_two_looks_and_analyze_decides_by_them(tmp_path):
     ranks = [FakeRank(r, str(sockets / f"rank-{r}.sock"), 2, time.time() - 5) for r in range(2)]
     try:
         out = _run("snapshot", outdir, "--sockets-dir", sockets, "--rounds", "2", "--gap", "1")
-        assert out.returncode == 0 and "2 looks 1 s apart" in out.stdout, out.stderr
+        assert out.returncode == 0 and "2 looks, each rank seen 1." in out.stdout, out.stdout + out.stderr
+        assert "cannot show a hang" in out.stderr and "--stall-after 1" in out.stderr
     finally:
         for rank in ranks:
             rank.close()
@@ -385,3 +386,29 @@ def test_analyze_of_two_looks_of_a_hung_real_job_is_certain(tmp_path):
     assert out.returncode == 1 and out.stdout.startswith("unhealthy: 1 finding"), out.stdout
     assert "between two looks (6.0 s apart):\n  group 0 (default_pg): hung, no rank moved; ranks 0, 1, 3 wait in it" \
         in out.stdout
+
+
+def test_two_looks_are_as_far_apart_as_asked_for_every_rank_even_when_a_look_is_slow(tmp_path):
+    """The README's two looks decide: each rank is looked at again no sooner than the gap after it
+    answered the first look (looks of many ranks take seconds; spacing only their starts left the last
+    rank 3.1 s apart when 6 s were asked), the gap reported is the one measured, and the default gap
+    is the least that can show a hang to `analyze` at its default threshold."""
+    sockets, outdir = tmp_path / "sockets", tmp_path / "snap"
+    sockets.mkdir()
+    # a cold first answer per rank: the first look takes about 3 s, the second a moment
+    ranks = [FakeRank(r, str(sockets / f"rank-{r}.sock"), 3, time.time() - 5, first_answer_s=1.0) for r in range(3)]
+    try:
+        out = _run("snapshot", outdir, "--sockets-dir", sockets, "--rounds", "2", "--gap", "2")
+    finally:
+        for rank in ranks:
+            rank.close()
+    assert out.returncode == 0, out.stderr
+    seen = json.loads((outdir / "looks.json").read_text())["seen_s"]
+    apart = [seen[1][r] - seen[0][r] for r in ("0", "1", "2")]
+    assert min(apart) >= 2.0, apart
+    assert f"each rank seen {min(apart):.1f} s or more apart" in out.stdout, out.stdout
+
+
+def test_snapshot_rounds_are_bounded():
+    out = _run("snapshot", "/nonexistent-out", "--sockets-dir", "/nonexistent", "--rounds", "1000")
+    assert out.returncode == 2 and "--rounds" in out.stderr and out.stderr.count("\n") == 1, out.stderr

@@ -25,9 +25,10 @@ class FakeRank:
 
     def __init__(self, rank: int, path: str, world: int, start: float, period_s: float = 0.1,
                  stop_at: float | None = None, stuck: str = "inside", hang_stacks: bool = False,
-                 pyspy: bool = False) -> None:
+                 pyspy: bool = False, first_answer_s: float = 0.0) -> None:
         self.rank, self.world, self.start, self.period_s = rank, world, start, period_s
         self.stop_at, self.stuck, self.hang_stacks = stop_at, stuck, hang_stacks
+        self.first_answer_s = first_answer_s  # the first recorder answer takes this long (a cold handler)
         self.polls: list[float] = []  # monotonic times of recorder requests
         self.stack_requests = 0
         self.pyspy_requests = 0
@@ -43,6 +44,8 @@ class FakeRank:
                 name = self.path.rsplit("/", 1)[-1]
                 if name == "fr_trace_json":
                     fake.polls.append(time.monotonic())
+                    if len(fake.polls) == 1:
+                        time.sleep(fake.first_answer_s)
                     self.send(fake.body())
                 elif name == "dump_traceback":
                     fake.stack_requests += 1
