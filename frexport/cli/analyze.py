@@ -24,7 +24,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.load import Loaded, load
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_file
 from frexport.decode.sandbox import Limits, SandboxPool, SandboxUnavailable
-from frexport.decode.stacks import callee, read_stack_dir, read_stack_dirs
+from frexport.decode.stacks import callee, read_stack_dir
 from frexport.model.call_site import site_text
 
 
@@ -138,9 +138,9 @@ def _load(paths: list[str], args: argparse.Namespace, limits: Limits) -> Loaded:
 def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagnosis, dict[int, str]]:
     """The analysis of what was loaded, with the stacks the directories hold (analysis/report.py: the
     same for `analyze` and evidence bundles)."""
-    stacks, calls = read_stack_dirs(paths)
-    return report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes, stacks, calls,
-                           options, callee)
+    found = loaded.stacks_beside(paths)
+    return report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes, found.threads,
+                           found.calls, options, callee)
 
 
 def _has_files(prefix: str) -> bool:

@@ -19,6 +19,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_raw, read_checked, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
 from frexport.decode.scanned import trace_from_pickle
+from frexport.decode.stacks import StackFiles, read_stack_dirs
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import RankTrace, build_rank_trace
 
@@ -29,6 +30,15 @@ class Loaded:
     errors: list[InputError]
     discovery: Discovery
     notes: list[str] = field(default_factory=list)
+
+    def stacks_beside(self, paths: list[str]) -> StackFiles:
+        """The Python stacks beside these dumps (decode/stacks.py finds them by content): what was read
+        as a rank's stack leaves the list of files skipped as no dump, and what could not be placed is
+        noted."""
+        found = read_stack_dirs(paths)
+        self.discovery.skipped = [(p, why) for p, why in self.discovery.skipped if p not in found.read]
+        self.notes.extend(found.notes)
+        return found
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import NamedTuple
 
 from frexport.model.call_site import Frame
 
@@ -28,7 +29,6 @@ _MAX_FRAMES = 512  # per thread
 _HEADER = re.compile(r"^((Current thread|Thread) 0x[0-9a-fA-F]+|Stack \(most recent call first\))")
 # faulthandler writes `line 8 in f`; traceback-style text has `line 8, in f`
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]{1,1024})", line (?P<line>\d{1,9}),? in (?P<name>\S{1,256})')
-_NAME = re.compile(r"^rank_(\d{1,7})(\.traceback)?\.txt$")  # bundles, snapshot --stacks; captured fixtures
 _CALL = re.compile(r"([A-Za-z_][\w.]{0,120})\s*\(")
 
 
@@ -50,7 +50,6 @@ def parse_traceback(text: str) -> list[tuple[Frame, ...]]:
 _PYSPY_THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]+ \([\w+ ]{1,64}\)(?:: "(?P<name>[^"]{0,256})")?')
 _PYSPY_FRAME = re.compile(r"^ {4}(?P<name>\S[^()]{0,256}?) \((?P<file>[^()]{1,1024}):(?P<line>\d{1,9})\)\s*$")
 _PYSPY_ARG = re.compile(r"^ {12}(?P<key>\w{1,64}): (?P<value>.{0,256})$")
-_PYSPY_NAME = re.compile(r"^rank_(\d{1,7})\.pyspy_dump\.txt$")
 Args = dict[str, str]  # a frame's arguments as py-spy printed them (repr text, never evaluated)
 
 
@@ -94,44 +93,108 @@ def _api_call(frames: list[tuple[Frame, ...]], args: list[tuple[Args, ...]]) -> 
     return None
 
 
-def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
-    """(rank -> threads, rank -> the torch.distributed call its main thread is in, with its arguments)
-    from `<directory>/stacks/`: faulthandler text (`rank_<r>.traceback.txt`, captured fixtures'
-    `rank_<r>.txt`) and py-spy dumps (`rank_<r>.pyspy_dump.txt`). Where a rank has both, faulthandler's
-    frames (full file names) are its threads and py-spy's give the call's arguments."""
+class StackFiles(NamedTuple):
+    threads: dict[int, list[tuple[Frame, ...]]]  # rank -> its threads
+    calls: dict[int, tuple[str, Args]]  # rank -> the torch.distributed call its main thread is in, with arguments
+    read: dict[str, int]  # path -> the rank it was read as
+    notes: list[str]
+
+
+def scan_stacks(directory: str) -> StackFiles:
+    """The Python stacks beside a directory's dumps, found by what they are: every file of its `stacks/`
+    folder, and every text file (`.txt`, `.log`, `.out`, `.err`) beside the dumps, whose content is
+    faulthandler's `dump_traceback` text or py-spy's `dump`, is the stack of the rank its name holds
+    (`rank_3.traceback.txt`, `stacks_3.txt`, `host-a.rank3.log`: an explicit `rank<N>`, else the one
+    number in the name). One that names no rank, or several, is noted with how to name it. Where a
+    rank has both kinds, faulthandler's frames (full file names) are its threads and py-spy's give the
+    call's arguments; of one kind, the `stacks/` folder's file first."""
     threads: dict[int, list[tuple[Frame, ...]]] = {}
-    args: dict[int, tuple[str, Args]] = {}
+    calls: dict[int, tuple[str, Args]] = {}
     spied: dict[int, list[tuple[Frame, ...]]] = {}
-    folder = os.path.join(directory, "stacks")
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return threads, args
-    for name in names:
-        m, p = _NAME.search(name), _PYSPY_NAME.search(name)
-        path = os.path.join(folder, name)
-        if not (m or p) or os.path.islink(path):
-            continue
+    read: dict[str, int] = {}
+    notes: list[str] = []
+    budget = _MAX_TOTAL_BYTES
+    for path in _candidates(directory):
         try:
             with open(path, "rb") as f:
-                text = f.read(_MAX_BYTES).decode(errors="replace")
+                head = f.read(_SNIFF_BYTES)
+                if not _LOOKS_LIKE_STACKS.search(head):
+                    continue  # a log, a config: not read further
+                if budget <= 0:
+                    notes.append(f"{path}: not read: the stack files beside the dumps passed "
+                                 f"{_MAX_TOTAL_BYTES >> 20} MiB")
+                    break
+                data = head + f.read(_MAX_BYTES - len(head))
         except OSError:
             continue
-        if m:
-            parsed = parse_traceback(text)
-            if parsed:
-                threads[int(m.group(1))] = parsed
-        else:
-            assert p is not None  # (for mypy) m or p matched the name
+        budget -= len(data)
+        text = data.decode(errors="replace")
+        frames = parse_traceback(text)
+        frame_args: list[tuple[Args, ...]] = []
+        if not frames:
             frames, frame_args = parse_pyspy(text)
-            if frames:
-                spied[int(p.group(1))] = frames
-                call = _api_call(frames, frame_args)
-                if call is not None:
-                    args[int(p.group(1))] = call
+        if not frames:
+            continue  # not a stack dump: a log, a config
+        rank = _rank_of(os.path.basename(path))
+        if rank is None:
+            notes.append(f"{path}: a Python stack dump whose name holds no rank number (or several): not read; "
+                         "name it stacks_<rank>.txt")
+            continue
+        read[path] = rank
+        if frame_args:  # py-spy's
+            spied.setdefault(rank, frames)
+            call = _api_call(frames, frame_args)
+            if call is not None:
+                calls.setdefault(rank, call)
+        else:
+            threads.setdefault(rank, frames)
     for rank, frames in spied.items():
         threads.setdefault(rank, frames)
-    return threads, args
+    return StackFiles(threads, calls, read, notes)
+
+
+def read_stack_dir(directory: str) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
+    """(rank -> threads, rank -> the torch.distributed call its main thread is in, with its arguments):
+    `scan_stacks` without what it read and noted."""
+    found = scan_stacks(directory)
+    return found.threads, found.calls
+
+
+_STACK_TEXT = (".txt", ".log", ".out", ".err")
+_SNIFF_BYTES = 64 << 10
+_MAX_TOTAL_BYTES = 256 << 20  # stack text read per directory: a planted directory cannot make it read more
+# a faulthandler thread header or py-spy's, within the first bytes
+_LOOKS_LIKE_STACKS = re.compile(rb"(?m)^(?:(?:Current thread|Thread) (?:0x)?[0-9a-fA-F]+"
+                                rb"|Stack \(most recent call first\))")
+_MAX_CANDIDATES = 65536  # files looked into per directory: a hostile one holds millions
+_EXPLICIT_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
+_NUMBER = re.compile(r"\d{1,7}")
+
+
+def _candidates(directory: str) -> list[str]:
+    """Every regular file of `stacks/`, then the text files beside the dumps (never followed links)."""
+    out: list[str] = []
+    for folder, any_name in ((os.path.join(directory, "stacks"), True), (directory, False)):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if len(out) >= _MAX_CANDIDATES:
+                return out
+            if (any_name or e.name.lower().endswith(_STACK_TEXT)) and e.is_file(follow_symlinks=False):
+                out.append(e.path)
+    return out
+
+
+def _rank_of(name: str) -> int | None:
+    """The rank a stack file's name holds: an explicit `rank<N>`, else its one number (the name before
+    its first dot: `stacks_3.txt`, `rank_3.pyspy_dump.txt`); None for none or several."""
+    explicit = _EXPLICIT_RANK.findall(name)
+    if explicit:
+        return int(explicit[-1]) if len(set(explicit)) == 1 else None
+    numbers = _NUMBER.findall(name.split(".", 1)[0])
+    return int(numbers[0]) if len(numbers) == 1 else None
 
 
 def rank_threads(texts: dict[str, str]) -> list[tuple[Frame, ...]]:
@@ -142,16 +205,17 @@ def rank_threads(texts: dict[str, str]) -> list[tuple[Frame, ...]]:
     return threads or parse_pyspy(texts.get("pyspy_dump", "")[:_MAX_BYTES])[0]
 
 
-def read_stack_dirs(paths: list[str]) -> tuple[dict[int, list[tuple[Frame, ...]]], dict[int, tuple[str, Args]]]:
-    """`read_stack_dir` of every directory among `paths` (files are skipped), later ones winning."""
-    threads: dict[int, list[tuple[Frame, ...]]] = {}
-    calls: dict[int, tuple[str, Args]] = {}
+def read_stack_dirs(paths: list[str]) -> StackFiles:
+    """`scan_stacks` of every directory among `paths` (files are skipped), later ones winning."""
+    out = StackFiles({}, {}, {}, [])
     for p in paths:
         if os.path.isdir(p):
-            more, args = read_stack_dir(p)
-            threads.update(more)
-            calls.update(args)
-    return threads, calls
+            found = scan_stacks(p)
+            out.threads.update(found.threads)
+            out.calls.update(found.calls)
+            out.read.update(found.read)
+            out.notes.extend(found.notes)
+    return out
 
 
 def read_stacks(directory: str) -> dict[int, list[tuple[Frame, ...]]]:

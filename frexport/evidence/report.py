@@ -15,7 +15,7 @@ from frexport.analysis import report
 from frexport.analysis.engine import Options
 from frexport.decode.load import load
 from frexport.decode.sandbox import Limits
-from frexport.decode.stacks import callee, read_stack_dirs
+from frexport.decode.stacks import callee
 from frexport.evidence.bundle import Bundle
 
 # (bundle directory, the live stall threshold) -> its report (text, JSON)
@@ -25,9 +25,10 @@ Reporter = Callable[[str, float], tuple[str, dict]]
 def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = None) -> tuple[str, dict]:
     """The report of the bundle in `directory`, as `frexport analyze DIR` makes it."""
     loaded = load([directory], workers=1, limits=limits)
-    stacks, calls = read_stack_dirs([directory])
+    found = loaded.stacks_beside([directory])
     diagnosis, where = report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes,
-                                       stacks, calls, Options(stall_after_s=stall_after_s, clock=True), callee)
+                                       found.threads, found.calls, Options(stall_after_s=stall_after_s, clock=True),
+                                       callee)
     return report.render_text(diagnosis, loaded.discovery.skipped), report.report_json(diagnosis, where)
 
 

@@ -97,3 +97,32 @@ def test_a_thread_header_line_of_py_spy_variants_is_read():
             'Thread 4242 (idle): "Thread-1"\n    wait (threading.py:320)\n')
     frames, args = parse_pyspy(text)
     assert [f[0].name for f in frames] == ["recv", "wait"] and args[0][0] == {"src": "3"}
+
+
+def test_stacks_are_found_by_what_they_are_not_by_their_name(tmp_path):
+    """A user saves each rank's stacks beside the dumps under names of their own (curl of PyTorch's
+    dump_traceback into stacks_<rank>.txt, py-spy into host names): they are read, the same diagnosis
+    as from the bundle's names; a stack dump whose name holds no rank is noted with how to name it; a
+    log beside them is not a stack."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in SRC.glob("trace_*"):
+        shutil.copy2(p, src / p.name)
+    for r in range(4):
+        shutil.copy2(SRC / "stacks" / f"rank_{r}.txt", src / f"stacks_{r}.txt")
+        shutil.copy2(SRC / "stacks" / f"rank_{r}.pyspy_dump.txt", src / f"node-a.rank{r}.pyspy.log")
+    shutil.copy2(SRC / "stacks" / "rank_0.txt", src / "stacks_unnamed.txt")
+    (src / "train_3.log").write_text("epoch 3 loss 0.25\nThread count 4\n")
+    out = subprocess.run([sys.executable, "-m", "frexport", "analyze", str(src), "--format", "json"],
+                         capture_output=True, text=True, timeout=180)
+    doc = json.loads(out.stdout)
+    f = doc["findings"][0]
+    assert (f["kind"], f["culprit_ranks"], f["certain"]) == ("unmatched_p2p", [2], True), doc
+    text = subprocess.run([sys.executable, "-m", "frexport", "analyze", str(src), "--verbose"], capture_output=True,
+                          text=True, timeout=180).stdout
+    assert "stacks_unnamed.txt: a Python stack dump whose name holds no rank number" in text, text
+    assert "name it stacks_<rank>.txt" in text
+    assert "stacks_1.txt" not in text and "train_3.log" in text  # read, not "skipped"; the log is skipped
