@@ -31,6 +31,7 @@ from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, W
 from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
+from frexport.analysis.placement import behind
 from frexport.analysis.unseen import blocked_ranks, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
@@ -63,6 +64,9 @@ class _Context:
         # ranks that answered at the look that took the stacks beside the dumps (none: no stacks)
         self.alive = frozenset(self.stacks)
         self.seen_waiting: frozenset[int] = frozenset()  # ranks a live poll saw waiting past the threshold
+        # ranks whose records end before ops their peers completed and went past (placement.py): stale
+        # dumps or not the job's: their absence from a later op casts no vote on who is out of step
+        self.behind: frozenset[int] = frozenset()
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
@@ -141,8 +145,14 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     # a rank whose file could not be read is still a rank of the job (its dump is missing)
     known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
-    membership = build_membership(by_rank, known)
+    stale = behind(by_rank)
+    membership = build_membership(by_rank, known, stale)
+    # dumps that cannot be placed in the job are input errors, never voters (placement.py)
+    input_errors = list(input_errors or []) + [
+        InputError(by_rank[r].source, "not placed in the job: its records end before ops the other ranks completed "
+                   "and went past, and its rank lies beyond a gap after theirs", r) for r in membership.unplaced]
     ctx = _Context(by_rank, membership, stacks)
+    ctx.behind = frozenset(stale)
     stall_after_ns = int(options.stall_after_s * 1e9)
 
     matched = 0
@@ -182,7 +192,11 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
     if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
+        # (a mismatch explains a rank's wait too: on a backend that reports no completion, the collective
+        # it cannot complete is not a root here, every member having issued it)
         explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
+        explained.update(r for f in findings if f.kind in F.MISMATCH_KINDS for g in membership.groups.values()
+                         if g.name == f.pg_name for r in g.members)
         records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
         issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
         findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained, issue_only) + findings
@@ -571,10 +585,11 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     peers_sites = set().union(*(ctx.sites_of(r) for r in ranks))
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
+    absent = [r for r in ranks if r not in ctx.behind]  # those whose absence votes (see _Context.behind)
     # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
     gone = not set(ranks) & ctx.alive and ctx.answered_but(ranks)
     extra = not p2p and alone and not failed and not gone and (
-        (certain and len(ranks) > len(joined)) or ((len(ranks) == len(joined) or not certain) and unknown_site))
+        (certain and len(absent) > len(joined)) or ((len(absent) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait
     for r in ranks:
         last = ctx.last_site(r)

@@ -41,13 +41,17 @@ class Membership:
     world_size: int
     world_size_inferred: bool
     notes: list[str]
+    unplaced: tuple[int, ...] = ()  # ranks left out of the inferred world (placement.py): not the job's
 
 
 def _is_default(name: str, desc: str) -> bool:
     return desc == DEFAULT_PG_DESC or (name == "0" and desc in ("", DEFAULT_PG_DESC))
 
 
-def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None = None) -> Membership:
+def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None = None,
+                     behind: dict[int, tuple[str, int]] | None = None) -> Membership:
+    """`behind`: ranks whose records end before an op their peers completed and went past (placement.py):
+    where no config says how big the world is, those beyond a gap after the other ranks do not stretch it."""
     notes: list[str] = []
     configs: dict[str, dict[tuple[int, ...], set[int]]] = {}  # name -> members -> ranks reporting it
     descs: dict[str, str] = {}
@@ -85,6 +89,24 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
     for variants in configs.values():
         for members in variants:
             seen.update(members)
+    unplaced: tuple[int, ...] = ()
+    if world_from_config is None and behind:
+        current = seen - set(behind)
+        top = max(current, default=-1)
+        while top + 1 in behind:  # the job's own ranks dumped early (their numbers carry on the job's)
+            top += 1
+        unplaced = tuple(sorted(r for r in behind if current and r > top))
+        if unplaced:
+            seen -= set(unplaced)
+            for ranks in users.values():
+                ranks.difference_update(unplaced)
+            name, seq = behind[unplaced[0]]
+            notes.append(f"rank{'s' if len(unplaced) > 1 else ''} {', '.join(map(str, unplaced[:8]))}"
+                         f"{', ...' if len(unplaced) > 8 else ''} not placed in the job: "
+                         f"{'their' if len(unplaced) > 1 else 'its'} records of group {name!r} end before "
+                         f"collective {seq}, which other ranks completed and went past, and "
+                         f"{'their numbers lie' if len(unplaced) > 1 else 'its number lies'} beyond a gap after "
+                         "the job's ranks (a dump from before, or not this job's)")
     world = world_from_config or (max(seen) + 1 if seen else 0)
     world_inferred = world_from_config is None
 
@@ -124,7 +146,7 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
         notes.append(
             "process-group membership inferred from the recorded ops (the dumps' pg_config lists no ranks, "
             "as gloo writes it): a member that never recorded an op in a group is not visible")
-    return Membership(groups, group_of, world, world_inferred, notes)
+    return Membership(groups, group_of, world, world_inferred, notes, unplaced)
 
 
 def _drop_outside_world(configs: dict[str, dict[tuple[int, ...], set[int]]], descs: dict[str, str],

@@ -9,9 +9,10 @@ stops the others.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from frexport.decode.discover import Discovery, discover
+from frexport.decode.discover import RECORDER_DIR, Discovery, discover
 from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.json_decode import trace as trace_from_json
@@ -22,6 +23,7 @@ from frexport.decode.scanned import trace_from_pickle
 from frexport.decode.stacks import StackFiles, read_stack_dirs
 from frexport.model.dump import InputError
 from frexport.model.rank_trace import RankTrace, build_rank_trace
+from frexport.model.recorders import merge_traces, other_recorder
 
 
 @dataclass
@@ -104,7 +106,67 @@ def load_sources(sources: list[list[str]], prefix: str | None = None, workers: i
                  max_bytes: int = DEFAULT_MAX_BYTES, limits: Limits | None = None,
                  follow_symlinks: bool = False) -> list[Loaded]:
     """Each source (a list of paths) discovered on its own, so that one source's rank 0 never hides
-    another's (`analyze dirA dirB` of two jobs); all decoded by one pool."""
+    another's (`analyze dirA dirB` of two jobs); all decoded by one pool. A directory's `recorder-<name>/`
+    subdirectories (`frexport snapshot`, evidence bundles: the ranks' other recorders) are read with it,
+    each rank one trace of all its recorders."""
+    extra = [_recorder_dirs(paths) for paths in sources]
+    loaded = _load_each(sources + [[d] for ds in extra for d in ds], prefix, workers, max_bytes, limits,
+                        follow_symlinks)
+    rest = iter(loaded[len(sources):])
+    return [with_recorders(one, [next(rest) for _ in ds]) for one, ds in zip(loaded, extra)]
+
+
+def _recorder_dirs(paths: list[str]) -> list[str]:
+    """A directory's `recorder-<name>/` subdirectories (discover.py RECORDER_DIR)."""
+    if len(paths) != 1 or not os.path.isdir(paths[0]):
+        return []
+    try:
+        names = sorted(n for n in os.listdir(paths[0]) if n.startswith(RECORDER_DIR))
+    except OSError:
+        return []
+    return [os.path.join(paths[0], n) for n in names if os.path.isdir(os.path.join(paths[0], n))]
+
+
+def with_recorders(main: Loaded, others: list[Loaded]) -> Loaded:
+    """`main` with its ranks' other recorders read in: each rank one trace of all its recorders (a rank
+    only one of them holds, as it is). Two copies of one recorder (torch's dump file beside a scrape):
+    the one that carries stack frames, and a note."""
+    if not others:
+        return main
+    by_rank = {t.rank: i for i, t in enumerate(main.traces)}
+    traces, notes = list(main.traces), list(main.notes)
+    for other in others:
+        for t in other.traces:
+            i = by_rank.get(t.rank)
+            if i is None:
+                by_rank[t.rank] = len(traces)
+                traces.append(t)
+            elif other_recorder(traces[i], t):
+                traces[i] = merge_traces(traces[i], t)
+            else:
+                kept, dropped = (t, traces[i]) if len(t.call_sites) > len(traces[i].call_sites) else (traces[i], t)
+                traces[i] = kept
+                notes.append(f"rank {t.rank}: {dropped.source} left out: it records the groups {kept.source} "
+                             "records" + (", which carries stack frames" if kept.call_sites else ""))
+    discovery = merged_discovery([main.discovery] + [o.discovery for o in others])
+    discovery.notes = [n for n in discovery.notes if not n.startswith(RECORDER_DIR)]  # they were read
+    return Loaded(traces, main.errors + [e for o in others for e in o.errors], discovery,
+                  notes + [n for o in others for n in o.notes])
+
+
+def merged_discovery(parts: list[Discovery]) -> Discovery:
+    """What several sources' discovery found, as one (a rank's files: the first source's)."""
+    d = Discovery()
+    for p in parts:
+        for rank, files in p.by_rank.items():
+            d.by_rank.setdefault(rank, files)
+        d.skipped += p.skipped
+        d.notes += p.notes
+    return d
+
+
+def _load_each(sources: list[list[str]], prefix: str | None, workers: int | None, max_bytes: int,
+               limits: Limits | None, follow_symlinks: bool) -> list[Loaded]:
     found = [discover(paths, prefix=prefix, follow_symlinks=follow_symlinks) for paths in sources]
     tasks = [(i, _Task(rank, tuple(f.path for f in files), max_bytes, follow_symlinks))
              for i, d in enumerate(found) for rank, files in d.by_rank.items()]

@@ -1,4 +1,4 @@
-"""Run a real torch gloo scenario under torchrun and capture every rank's Flight Recorder while it hangs.
+"""Run a real torch scenario under torchrun and capture every rank's Flight Recorder while it hangs.
 
     python tests/realjobs/capture.py SCENARIO OUTDIR      # one scenario
     python tests/realjobs/capture.py --all                # every scenario into tests/fixtures/real/
@@ -8,6 +8,13 @@ every 0.5 s, keeps each rank's latest answers, and stops once nothing has change
 --stable seconds (the job is hung, or held at its end), or when the job exits. It saves, per
 rank, the pickle dump with stack frames (trace_<rank>), the JSON dump (json/trace_<rank>.json)
 and the Python stacks (stacks/rank_<rank>.txt), then kills the whole job.
+
+The hooked_* scenarios (torch 2.15, `"recorders"` in SETTINGS) put groups on an out-of-tree backend that
+torch records with its FlightRecorderHook into a recorder of its own. Each such recorder is saved as
+`frexport snapshot` saves a rank's other recorders, under recorder-<name>/ (trace_<rank>,
+json/trace_<rank>.json); gloo's stays at the top, and only where it holds entries. Torch's own dump file
+of the hooked recorder (the `fr_dump_file?backend=<name>` handler, `_dump_fr_trace_file`, written to
+<TORCH_FR_DUMP_TEMP_FILE><rank>) goes to torch_dump/nccl_trace_rank_<rank>.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mism
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
              "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
              "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p"]
+HOOKED = ["hooked_stuck_tp", "hooked_mixed_wait_hooked", "hooked_mixed_wait_gloo", "hooked_split_group",
+          "hooked_size_mismatch", "hooked_op_mismatch"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
 # `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
 SETTINGS: dict[str, dict] = {
@@ -56,6 +65,18 @@ SETTINGS: dict[str, dict] = {
     "two_looks_running": {"script": "straggler_2d", "snapshot_after": 2.0, "looks": 6.0},
     "two_looks_p2p": {"script": "p2p_wrong_peer", "looks": 6.0},
 }
+# Hooked scenarios: the torch 2.15 environment runs them (an out-of-tree backend gets the hook from 2.15),
+# `recorders` are the hooked recorders dumped beside gloo's. A small ring keeps the fixtures small.
+_H = {"torch": ".torch/2.15.0", "recorders": ["asyncstore"], "backend": "asyncstore", "buffer": 200}
+SETTINGS.update({
+    "hooked_stuck_tp": {**_H, "world": 8},
+    "hooked_mixed_wait_hooked": {**_H, "script": "hooked_mixed", "env": {"STUCK_BEFORE": "hooked"}},
+    "hooked_mixed_wait_gloo": {**_H, "script": "hooked_mixed", "env": {"STUCK_BEFORE": "gloo"}},
+    "hooked_split_group": {**_H, "backend": "gloo+asyncstore"},
+    "hooked_size_mismatch": _H,
+    "hooked_op_mismatch": _H,
+})
+TORCH_DUMP_PREFIX = "nccl_trace_rank_"  # torch's default name for <TORCH_FR_DUMP_TEMP_FILE> (frexport knows it)
 DESCRIPTIONS = {
     "healthy": "default group plus tp and dp subgroups, async ops and p2p; every collective completes. No culprit.",
     "extra_allreduce": "rank 0 issues one extra all_reduce on the default group (the FR tutorial's crash.py); it "
@@ -97,7 +118,36 @@ DESCRIPTIONS = {
                          "progresses. No hang.",
     "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "
                       "blocks in send/recv, which gloo does not record. Culprit: rank 2 (from the stacks).",
+    "hooked_stuck_tp": "8 ranks, every group on asyncstore (async out-of-tree backend, hook-recorded, entries retired "
+                       "at issue); tp {0-3},{4-7}, dp {i,i+4}; each step tp all_gather, dp all_reduce, default "
+                       "all_reduce. At step 4 rank 5 sticks in its data loader: 4, 6, 7 wait in the tp all_gather. "
+                       "Culprit: rank 5 (missing from asyncstore tp all_gather).",
+    "hooked_mixed_wait_hooked": "default group on asyncstore, a gloo group of all ranks; each step an asyncstore "
+                                "all_reduce then a gloo all_reduce. At step 3 rank 2 sticks before the asyncstore "
+                                "all_reduce. Culprit: rank 2 (asyncstore:0).",
+    "hooked_mixed_wait_gloo": "the same job; at step 3 rank 2 sticks after the asyncstore all_reduce, before the gloo "
+                              "one. Culprit: rank 2 (gloo group 1).",
+    "hooked_split_group": "one group `cpu:gloo,privateuseone:asyncstore` (as cpu:gloo,cuda:nccl): a gloo all_reduce of "
+                          "CPU metadata, then an asyncstore all_reduce of device tensors per step; at step 3 rank 2 "
+                          "sticks between them. Culprit: rank 2 (asyncstore:0).",
+    "hooked_size_mismatch": "all on asyncstore; at step 1 rank 3 broadcasts into a 32-element buffer where its peers "
+                            "use 16 (completes silently, like NCCL). Culprit: rank 3 (size_mismatch).",
+    "hooked_op_mismatch": "all on asyncstore; at step 2 rank 1 calls broadcast where its peers call all_reduce; "
+                          "asyncstore never completes it, every rank hangs. Culprit: rank 1 (desync).",
 }
+
+
+def _answers(sock: str, recorders: list[str]) -> dict[str, tuple[bytes, bytes]] | None:
+    """One rank's recorders: name -> (JSON, pickle); None unless every one answered. Without hooked
+    recorders, gloo's through the handlers' plain names (every torch's worker server has them)."""
+    out = {}
+    for name in ["gloo", *recorders]:
+        query = f"?backend={name}" if recorders else ""
+        js, pk = _post(sock, f"fr_trace_json{query}"), _post(sock, f"fr_trace_pickle{query}")
+        if not (js and pk):
+            return None
+        out[name] = (js, pk)
+    return out
 
 
 def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
@@ -127,15 +177,20 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
     world = settings.get("world", 4)
     snapshot_after = settings.get("snapshot_after")
 
+    recorders = settings.get("recorders", [])
+    if torch_bin is None and settings.get("torch"):
+        torch_bin = ROOT / settings["torch"] / "bin"
     sockdir = Path(tempfile.mkdtemp(prefix="frx-sock-"))
+    dumpdir = Path(tempfile.mkdtemp(prefix="frx-dump-"))  # torch's own dump files (fr_dump_file)
     env = dict(os.environ, FR_SOCKET_DIR=str(sockdir), TORCH_FR_BUFFER_SIZE=str(settings.get("buffer", 2000)),
-               OMP_NUM_THREADS="1", **settings.get("env", {}))
+               TORCH_FR_DUMP_TEMP_FILE=str(dumpdir / TORCH_DUMP_PREFIX), OMP_NUM_THREADS="1",
+               **settings.get("env", {}))
     torchrun = (torch_bin or Path(sys.executable).parent) / "torchrun"
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={world}", *settings.get("torchrun_args", []),
            str(HERE / "scenarios" / f"{settings.get('script', scenario)}.py")]
     job = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE)
-    last: dict[int, tuple[bytes, bytes]] = {}
+    last: dict[int, dict[str, tuple[bytes, bytes]]] = {}  # rank -> recorder -> (JSON, pickle)
     fingerprint, changed_at = None, time.monotonic()
     start = time.monotonic()
     all_answered_at = None
@@ -146,15 +201,16 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                 sock = str(sockdir / f"rank-{r}.sock")
                 if not os.path.exists(sock):
                     continue
-                js, pk = _post(sock, "fr_trace_json"), _post(sock, "fr_trace_pickle")
-                if js and pk:
-                    last[r] = (js, pk)
-            fp = hashlib.sha256(b"".join(last[r][0] for r in sorted(last))).hexdigest()
+                answers = _answers(sock, recorders)
+                if answers:
+                    last[r] = answers
+            fp = hashlib.sha256(b"".join(js for r in sorted(last) for js, _ in last[r].values())).hexdigest()
             if fp != fingerprint:
                 fingerprint, changed_at = fp, time.monotonic()
             # the snapshot clock starts once every rank has recorded a collective (a loaded machine
             # can take many seconds to get 8 ranks through init and new_group)
-            if all_answered_at is None and len(last) == world and all(b'"entries"' in last[r][0] for r in last):
+            if all_answered_at is None and len(last) == world and all(
+                    any(b'"entries"' in js for js, _ in last[r].values()) for r in last):
                 all_answered_at = time.monotonic()
             if snapshot_after is not None:
                 if all_answered_at is not None and time.monotonic() - all_answered_at >= snapshot_after:
@@ -170,50 +226,81 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                            timeout=120, stdout=subprocess.DEVNULL)
             last = {}  # the snapshot wrote the looks
         stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
+        torch_dumps = _torch_dumps(sockdir, dumpdir, world, recorders)
         pyspy = {r: _pyspy(sockdir / f"rank-{r}.pid") for r in range(world)} if settings.get("pyspy") else {}
     finally:
         kill_tree(job.pid)  # torchrun's workers run in sessions of their own: kill the whole tree
         job.wait(30)
-        for p in sockdir.iterdir():
-            p.unlink()
-        sockdir.rmdir()
+        shutil.rmtree(sockdir, ignore_errors=True)
+        shutil.rmtree(dumpdir, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     if last:
-        (out / "json").mkdir(exist_ok=True)
         (out / "stacks").mkdir(exist_ok=True)
     if settings.get("looks"):
         stacks = {}
-    for r, (js, pk) in sorted(last.items()):
-        (out / f"trace_{r}").write_bytes(pk)
-        (out / "json" / f"trace_{r}.json").write_bytes(js)
+    for r, answers in sorted(last.items()):
+        for name, (js, pk) in answers.items():
+            if recorders and b'"entries"' not in js:
+                continue  # this recorder holds nothing of this rank (a job with no gloo group)
+            where = out if name == "gloo" else out / f"recorder-{name}"
+            (where / "json").mkdir(parents=True, exist_ok=True)
+            (where / f"trace_{r}").write_bytes(pk)
+            (where / "json" / f"trace_{r}.json").write_bytes(js)
         if stacks.get(r):
             (out / "stacks" / f"rank_{r}.txt").write_bytes(stacks[r])
         if pyspy.get(r):
             (out / "stacks" / f"rank_{r}.pyspy_dump.txt").write_bytes(pyspy[r])
+    for r, body in sorted(torch_dumps.items()):
+        (out / "torch_dump").mkdir(exist_ok=True)
+        (out / "torch_dump" / f"{TORCH_DUMP_PREFIX}{r}").write_bytes(body)
     version = torch.__version__ if torch_bin is None else subprocess.run(
         [str(torch_bin / "python"), "-W", "ignore", "-c", "import torch; print(torch.__version__)"],
         capture_output=True, text=True, check=True).stdout.strip()
-    meta = {"scenario": scenario, "world_size": world, "torch": version, "backend": "gloo",
+    meta = {"scenario": scenario, "world_size": world, "torch": version, "backend": settings.get("backend", "gloo"),
             "description": DESCRIPTIONS[scenario],
             "captured_ranks": sorted(last) if not settings.get("looks") else list(range(world)),
             "stable_for_s": None if snapshot_after else stable_s, "snapshot_after_s": snapshot_after}
+    if recorders:
+        meta["recorders"] = {name: sorted(r for r in last if b'"entries"' in last[r][name][0])
+                             for name in ["gloo", *recorders]}  # which ranks' dumps each recorder holds
+        meta["torch_dump"] = f"torch_dump/{TORCH_DUMP_PREFIX}<rank>: fr_dump_file?backend={recorders[0]}"
     (out / "scenario.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 
 
+def _torch_dumps(sockdir: Path, dumpdir: Path, world: int, recorders: list[str]) -> dict[int, bytes]:
+    """Each rank's dump file of the hooked recorder, written by torch itself (`fr_dump_file?backend=`,
+    i.e. `_dump_fr_trace_file`) to <TORCH_FR_DUMP_TEMP_FILE><rank>, as its abort hook writes it."""
+    if not recorders:
+        return {}
+    if len(recorders) > 1:
+        raise ValueError("torch writes every recorder's dump file to the same <prefix><rank>: one recorder only")
+    asked = [r for r in range(world)
+             if _post(str(sockdir / f"rank-{r}.sock"), f"fr_dump_file?backend={recorders[0]}") is not None]
+    # the handler answers "dump initiated": the file is written after it, in the rank's background
+    paths = {r: dumpdir / f"{TORCH_DUMP_PREFIX}{r}" for r in asked}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(p.exists() for p in paths.values()):
+        time.sleep(0.2)
+    time.sleep(0.5)  # (a write still in progress: torch writes the file in place)
+    return {r: p.read_bytes() for r, p in paths.items() if p.exists()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", nargs="?", choices=SCENARIOS)
+    ap.add_argument("scenario", nargs="?", choices=SCENARIOS + HOOKED)
     ap.add_argument("outdir", nargs="?")
-    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--all", action="store_true", help="every gloo scenario (torch 2.13)")
+    ap.add_argument("--hooked", action="store_true", help="every hooked_* scenario (torch 2.15, .torch/2.15.0)")
     ap.add_argument("--torch", type=Path, help="the bin directory of another torch's environment "
                     "(.torch/2.15.0/bin): its torchrun runs the job")
     args = ap.parse_args()
-    todo = SCENARIOS if args.all else [args.scenario]
-    if not args.all and (not args.scenario or not args.outdir):
-        ap.error("give SCENARIO OUTDIR, or --all")
+    every = args.all or args.hooked
+    todo = (SCENARIOS if args.all else []) + (HOOKED if args.hooked else []) if every else [args.scenario]
+    if not every and (not args.scenario or not args.outdir):
+        ap.error("give SCENARIO OUTDIR, or --all / --hooked")
     for s in todo:
-        out = ROOT / "tests" / "fixtures" / "real" / s if args.all else Path(args.outdir)
+        out = ROOT / "tests" / "fixtures" / "real" / s if every else Path(args.outdir)
         t = time.monotonic()
         meta = capture(s, out, torch_bin=args.torch)
         print(f"{s}: ranks {meta['captured_ranks']} in {time.monotonic() - t:.0f} s -> {out}")
