@@ -271,7 +271,8 @@ class Page:
                       "Prometheus (not a Grafana screenshot)", fontsize=14, fontweight="bold", color=TEXT, va="top")
         self.fig.text(0.1 / self.w_in, 1 - 0.47 / self.h_in,
                       f"dashboards/{stem}.json, drawn by dashboards/render.py (matplotlib); Prometheus scrapes a real "
-                      "frexport sidecar on the demo's dumps: a 4-rank job in which rank 2 stops.\n"
+                      "frexport sidecar reading a live 4-rank job (tests/support/dashboard_job.py) in which rank 2 "
+                      "stops.\n"
                       f"Variables: namespace=ml, job=train, pg=All, rank=All.   Time range: last {SPAN_S} s, "
                       f"{t0} – {t1}.",
                       fontsize=9, color=MUTED, va="top")
@@ -551,31 +552,9 @@ def draw(dashboard: dict, stem: str, data: dict, out: Path) -> None:
 
 
 def run_scenario() -> dict:
-    from tests.support.promserver import PromServer
-    from tests.support.sidecar import Sidecar
-    from tests.support.synth import STEP_NS, T0, dump, entry, write
+    from tests.support.dashboard_job import stalled_job
 
-    d = Path(tempfile.mkdtemp(prefix="frx-render-"))
-
-    def snapshot(steps):
-        job = {r: [entry(i, i + 1, created=T0 + i * STEP_NS + r * 1000, duration_ms=1.0 + (i % 7) * 3 + r,
-                         dtype="BFloat16" if (r == 1 and i == 5) else "Float") for i in range(steps)]
-               for r in range(4)}
-        for r in (0, 1, 3):
-            job[r].append(entry(steps, steps + 1, state="started", created=T0 + steps * STEP_NS))
-        write(d, {r: dump(es, world=4) for r, es in job.items()})
-
-    rules = HERE.parent / "config" / "prometheus" / "frexport-rules.yaml"
-    snapshot(10)
-    with Sidecar("--dump-dir", str(d), "--stall-after", "1s", env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as sc, \
-            PromServer(targets=[(f"127.0.0.1:{sc.port}", {"job": "train", "namespace": "ml", "pod": "p0"})],
-                       rule_files=[str(rules)]) as prom:
-        for steps in range(12, 40, 2):  # the job progresses, then rank 2 stalls at the last step
-            time.sleep(4)
-            snapshot(steps)
-        time.sleep(20)
-        firing = 'ALERTS{alertname="FrexportRankStalled", alertstate="firing"}'
-        prom.wait_for(lambda: prom.query(firing) != [], timeout=60, what="the stalled-rank alert to fire")
+    with tempfile.TemporaryDirectory(prefix="frx-render-") as d, stalled_job(Path(d)) as prom:
         return collect(_dashboards(), prom)
 
 

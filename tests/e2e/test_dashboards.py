@@ -5,18 +5,13 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.support import paths
-from tests.support.promserver import PromServer
-from tests.support.sidecar import Sidecar
-from tests.support.synth import STEP_NS, T0, dump, entry, write
+from tests.support import dashboard_job, paths
 
 ROOT = paths.ROOT
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
-RULES = paths.RULES
 BUILTINS = {"__rate_interval", "__interval", "__range", "__all", "__data"}
 SUBST = {"$namespace": "ml", "$job": "train", "$pg": ".*", "$rank": ".*", "$__rate_interval": "1m"}
 
@@ -77,31 +72,13 @@ def test_valid_for_grafana_11(path):
 
 @pytest.fixture(scope="module")
 def stalled_job(tmp_path_factory):
-    """Real `frexport serve` on NCCL-shaped dumps of 4 ranks: rank 2 never issues seq 21 that the
-    others wait in, rank 1 once used the wrong dtype; a real Prometheus scrapes it."""
-    d = tmp_path_factory.mktemp("dumps")
-
-    def snapshot(steps):
-        job = {r: [entry(i, i + 1, created=T0 + i * STEP_NS + r * 1000,
-                         dtype="BFloat16" if (r == 1 and i == 5) else "Float") for i in range(steps)]
-               for r in range(4)}
-        for r in (0, 1, 3):
-            job[r].append(entry(steps, steps + 1, state="started", created=T0 + steps * STEP_NS))
-        write(d, {r: dump(es, world=4) for r, es in job.items()})
-
-    snapshot(10)
-    with Sidecar("--dump-dir", str(d), "--stall-after", "1s", env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as sc, \
-            PromServer(targets=[(f"127.0.0.1:{sc.port}", {"job": "train", "namespace": "ml", "pod": "p0"})],
-                       rule_files=[str(RULES)]) as prom:
-        prom.wait_for(lambda: prom.query("frexport_rank_status"), timeout=30, what="first scrapes")
-        time.sleep(3)
-        snapshot(20)  # the job progressed before it stuck: counters rise between scrapes
-        prom.wait_for(lambda: prom.query('frexport_pg_last_completed_collective{rank="0"} >= 20'), timeout=30,
-                      what="the second snapshot")
-        time.sleep(4)
+    """The dashboards' scenario (tests/support/dashboard_job.py): rank 2 never issues the all_reduce its
+    peers wait in, rank 1 once used the wrong dtype; yields its Prometheus once FrexportRankStalled fires."""
+    with dashboard_job.stalled_job(tmp_path_factory.mktemp("job")) as prom:
         yield prom
 
 
+@pytest.mark.slow  # the scenario: about 100 s, shared by the module
 def test_every_query_is_accepted_by_prometheus(stalled_job):
     checked = 0
     for path in DASHBOARDS:
@@ -128,6 +105,7 @@ MUST_SHOW_DATA = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUST_SHOW_DATA))
 def test_key_panels_show_data_for_a_stalled_job(stalled_job, name):
     d = _load(ROOT / "dashboards" / name)
