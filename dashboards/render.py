@@ -12,13 +12,18 @@ series on a clock axis with a right-hand legend of last values, heatmaps from th
 buckets, Markdown rendered as text. Each picture says in its title that it is such a rendering,
 not a Grafana screenshot.
 
-    --save-data FILE   also write the query results (JSON)
-    --from-data FILE   draw from saved results, without running the scenario (to iterate on drawing)
+    --save-data        also write each picture's query results beside it, as <dashboard>.data.json
+                       (tests/e2e/test_dashboards.py checks the committed ones against the scenario's)
+    --from-data DIR    draw from results saved there, without running the scenario (to iterate on drawing)
+
+Each picture carries the SHA-256 of its results in its PNG text (DATA_KEY), so a picture drawn from other
+data than the file beside it is seen.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -36,12 +41,14 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator  # noqa: E402
 
 SUBST = {"$namespace": "ml", "$job": "train", "$pg": ".*", "$rank": ".*", "$__rate_interval": "30s"}
 SPAN_S = 90  # the time range drawn: the scenario's last 90 s
 STEP_S = 2
+DATA_KEY = "frexport-data-sha256"  # the PNG text chunk naming the results a picture was drawn from
 
 # Grafana 11 light theme
 BG, PANEL, BORDER, TEXT, MUTED, GRID = "#f4f5f5", "#ffffff", "#d8d9da", "#24292e", "#6e7178", "#e9eaeb"
@@ -250,6 +257,39 @@ def table_rows(panel: dict, results: list[list[dict]]) -> tuple[list[str], list[
     return columns, rows
 
 
+def stat_value(results: list[list[dict]]) -> float | None:
+    """A stat panel's value: its first query's first series."""
+    res = results[0] if results else []
+    return float(res[0]["value"][1]) if res else None
+
+
+def last_not_null(ys: list[float]) -> float | None:
+    """A series' value in the legend (Grafana's lastNotNull)."""
+    return next((v for v in reversed(ys) if math.isfinite(v)), None)
+
+
+def heatmap_unit(panel: dict) -> str:
+    return panel.get("options", {}).get("yAxis", {}).get("unit") or _unit_of(panel)
+
+
+def heat_grid(results: list[list[dict]]) -> tuple[list[float], list[str], np.ndarray]:
+    """A heatmap's cells: sample times, the `le` of each row drawn (those between the lowest and highest
+    with counts) and the counts per row and time."""
+    buckets = sorted(results[0], key=lambda s: float(s["metric"].get("le", "inf").replace("+Inf", "inf")))
+    times = sorted({float(v[0]) for s in buckets for v in s["values"]})
+    idx = {t: i for i, t in enumerate(times)}
+    cum = np.zeros((len(buckets), len(times)))
+    for j, s in enumerate(buckets):
+        for t, v in s["values"]:
+            cum[j, idx[float(t)]] = float(v)
+    grid = np.diff(cum, axis=0, prepend=0)  # cumulative buckets -> counts per bucket, as Grafana does
+    grid = np.clip(grid, 0, None)
+    keep = np.where(grid.sum(axis=1) > 0)[0]
+    lo_j, hi_j = (keep.min(), keep.max()) if len(keep) else (0, len(buckets) - 1)
+    les = [s["metric"].get("le", "+Inf") for s in buckets][lo_j:hi_j + 1]
+    return times, les, grid[lo_j:hi_j + 1]
+
+
 def _legend(fmt_: str, metric: dict) -> str:
     if fmt_ == "__auto" or not fmt_:
         return "{" + ", ".join(f'{k}="{v}"' for k, v in metric.items() if k != "__name__") + "}"
@@ -271,7 +311,8 @@ class Page:
                       "Prometheus (not a Grafana screenshot)", fontsize=14, fontweight="bold", color=TEXT, va="top")
         self.fig.text(0.1 / self.w_in, 1 - 0.47 / self.h_in,
                       f"dashboards/{stem}.json, drawn by dashboards/render.py (matplotlib); Prometheus scrapes a real "
-                      "frexport sidecar on the demo's dumps: a 4-rank job in which rank 2 stops.\n"
+                      "frexport sidecar reading a live 4-rank job (tests/support/dashboard_job.py) in which rank 2 "
+                      "stops.\n"
                       f"Variables: namespace=ml, job=train, pg=All, rank=All.   Time range: last {SPAN_S} s, "
                       f"{t0} – {t1}.",
                       fontsize=9, color=MUTED, va="top")
@@ -302,8 +343,7 @@ class Page:
                       fontweight="bold", color=TEXT, va="center")
 
     def stat(self, p: dict, results: list[list[dict]]) -> None:
-        res = results[0] if results else []
-        v = float(res[0]["value"][1]) if res else None
+        v = stat_value(results)
         color = _threshold_color(p, v) if v is not None else PANEL
         x, y, w, h = self.frame(p, face=color, title_color="white" if v is not None else TEXT)
         ax = self.fig.add_axes(self.box(x, y, w, h))
@@ -406,7 +446,7 @@ class Page:
                 xs = [datetime.fromtimestamp(float(v[0]), timezone.utc) for v in s["values"]]
                 ys = [float(v[1]) for v in s["values"]]
                 ax.plot(xs, ys, color=color, linewidth=1.6, drawstyle="steps-post" if unit == "short" else "default")
-                last = next((v for v in reversed(ys) if math.isfinite(v)), None)  # lastNotNull
+                last = last_not_null(ys)
                 entries.append((_legend(t.get("legendFormat", ""), s["metric"]), color, fmt(last, unit)))
         ax.set_xlim(datetime.fromtimestamp(self.end - SPAN_S, timezone.utc),
                     datetime.fromtimestamp(self.end, timezone.utc))
@@ -432,28 +472,13 @@ class Page:
             self._legend_table(lax, entries, "Last *", int((h - 0.1) / 0.21) - 1)
 
     def heatmap(self, p: dict, results: list[list[dict]]) -> None:
-        import numpy as np
-
         x, y, w, h = self.frame(p)
-        unit = p.get("options", {}).get("yAxis", {}).get("unit") or _unit_of(p)
-        res = results[0] if results else []
-        buckets = sorted(res, key=lambda s: float(s["metric"].get("le", "inf").replace("+Inf", "inf")))
+        unit = heatmap_unit(p)
         ax = self._time_axes(p, x, y, w, h, 1.1)
-        if not buckets:
+        if not results or not results[0]:
             ax.text(0.5, 0.5, "No data", transform=ax.transAxes, ha="center", va="center", color=MUTED)
             return
-        times = sorted({float(v[0]) for s in buckets for v in s["values"]})
-        idx = {t: i for i, t in enumerate(times)}
-        cum = np.zeros((len(buckets), len(times)))
-        for j, s in enumerate(buckets):
-            for t, v in s["values"]:
-                cum[j, idx[float(t)]] = float(v)
-        grid = np.diff(cum, axis=0, prepend=0)  # cumulative buckets -> counts per bucket, as Grafana does
-        grid = np.clip(grid, 0, None)
-        keep = np.where(grid.sum(axis=1) > 0)[0]
-        lo_j, hi_j = (keep.min(), keep.max()) if len(keep) else (0, len(buckets) - 1)
-        grid = grid[lo_j:hi_j + 1]
-        les = [s["metric"].get("le", "+Inf") for s in buckets][lo_j:hi_j + 1]
+        times, les, grid = heat_grid(results)
         t_edges = [datetime.fromtimestamp(t, timezone.utc) for t in times]
         t_edges.append(datetime.fromtimestamp(times[-1] + STEP_S, timezone.utc))
         masked = np.ma.masked_where(grid <= 0, grid)
@@ -525,7 +550,7 @@ class Page:
         return wid
 
 
-def draw(dashboard: dict, stem: str, data: dict, out: Path) -> None:
+def draw(dashboard: dict, stem: str, data: dict, out: Path, digest: str | None = None) -> None:
     plt.rcParams.update({"font.family": "DejaVu Sans", "figure.dpi": DPI})
     page = Page(dashboard, stem, data["end"])
     page.end = data["end"]
@@ -546,56 +571,49 @@ def draw(dashboard: dict, stem: str, data: dict, out: Path) -> None:
             page.text(p)
         else:
             raise ValueError(f"{stem}: panel type {kind!r} has no renderer")
-    page.fig.savefig(out, dpi=DPI, facecolor=BG, pil_kwargs={"optimize": True})
+    page.fig.savefig(out, dpi=DPI, facecolor=BG, pil_kwargs={"optimize": True}, metadata={DATA_KEY: digest})
     plt.close(page.fig)
 
 
 def run_scenario() -> dict:
-    from tests.support.promserver import PromServer
-    from tests.support.sidecar import Sidecar
-    from tests.support.synth import STEP_NS, T0, dump, entry, write
+    from tests.support.dashboard_job import stalled_job
 
-    d = Path(tempfile.mkdtemp(prefix="frx-render-"))
-
-    def snapshot(steps):
-        job = {r: [entry(i, i + 1, created=T0 + i * STEP_NS + r * 1000, duration_ms=1.0 + (i % 7) * 3 + r,
-                         dtype="BFloat16" if (r == 1 and i == 5) else "Float") for i in range(steps)]
-               for r in range(4)}
-        for r in (0, 1, 3):
-            job[r].append(entry(steps, steps + 1, state="started", created=T0 + steps * STEP_NS))
-        write(d, {r: dump(es, world=4) for r, es in job.items()})
-
-    rules = HERE.parent / "config" / "prometheus" / "frexport-rules.yaml"
-    snapshot(10)
-    with Sidecar("--dump-dir", str(d), "--stall-after", "1s", env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as sc, \
-            PromServer(targets=[(f"127.0.0.1:{sc.port}", {"job": "train", "namespace": "ml", "pod": "p0"})],
-                       rule_files=[str(rules)]) as prom:
-        for steps in range(12, 40, 2):  # the job progresses, then rank 2 stalls at the last step
-            time.sleep(4)
-            snapshot(steps)
-        time.sleep(20)
-        firing = 'ALERTS{alertname="FrexportRankStalled", alertstate="firing"}'
-        prom.wait_for(lambda: prom.query(firing) != [], timeout=60, what="the stalled-rank alert to fire")
-        return collect(_dashboards(), prom)
+    with tempfile.TemporaryDirectory(prefix="frx-render-") as d, stalled_job(Path(d)) as prom:
+        return collect(load_dashboards(), prom)
 
 
-def _dashboards() -> dict[str, dict]:
+def load_dashboards() -> dict[str, dict]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(HERE.glob("*.json"))}
+
+
+def picture_data(data: dict, stem: str) -> str:
+    """One picture's query results, as saved beside it."""
+    return json.dumps({"end": data["end"], "panels": {k: v for k, v in data["panels"].items()
+                                                      if k.split("/")[0] == stem}})
+
+
+def load_data(directory: Path) -> dict:
+    """The results of every picture saved in `directory`, as collect() gave them."""
+    saved = [json.loads(p.read_text()) for p in sorted(directory.glob("*.data.json"))]
+    if not saved:
+        raise SystemExit(f"{directory}: no *.data.json (render with --save-data first)")
+    return {"end": saved[0]["end"], "panels": {k: v for d in saved for k, v in d["panels"].items()}}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(HERE.parent / "docs" / "images"))
-    ap.add_argument("--save-data", help="also write the query results to this JSON file")
-    ap.add_argument("--from-data", help="draw from query results saved with --save-data")
+    ap.add_argument("--save-data", action="store_true", help="also write each picture's query results beside it")
+    ap.add_argument("--from-data", metavar="DIR", help="draw from query results saved there with --save-data")
     args = ap.parse_args()
-    data = json.loads(Path(args.from_data).read_text()) if args.from_data else run_scenario()
-    if args.save_data:
-        Path(args.save_data).write_text(json.dumps(data))
+    data = load_data(Path(args.from_data)) if args.from_data else run_scenario()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for stem, dashboard in _dashboards().items():
-        draw(dashboard, stem, data, out / f"{stem}.png")
+    for stem, dashboard in load_dashboards().items():
+        text = picture_data(data, stem)
+        if args.save_data:
+            (out / f"{stem}.data.json").write_text(text)
+        draw(dashboard, stem, data, out / f"{stem}.png", hashlib.sha256(text.encode()).hexdigest())
         print(f"wrote {out / stem}.png ({(out / f'{stem}.png').stat().st_size // 1024} KB)")
     return 0
 

@@ -1,22 +1,26 @@
-"""Grafana dashboards: valid for Grafana 11, every query accepted by a real Prometheus, and the
-panels that matter show data for a real stalled scenario (no "No data" when it counts)."""
+"""Grafana dashboards: valid for Grafana 11, every query accepted by a real Prometheus, the panels
+that matter show data for a real stalled scenario (no "No data" when it counts), and the pictures of
+them in docs/ still show what that scenario gives."""
 
+import hashlib
+import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
-import time
 
 import pytest
+from PIL import Image
 
-from tests.support import paths
-from tests.support.promserver import PromServer
-from tests.support.sidecar import Sidecar
-from tests.support.synth import STEP_NS, T0, dump, entry, write
+from tests.support import dashboard_job, paths
 
 ROOT = paths.ROOT
+IMAGES = ROOT / "docs" / "images"
+_spec = importlib.util.spec_from_file_location("render", ROOT / "dashboards" / "render.py")
+render = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render)
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
-RULES = paths.RULES
 BUILTINS = {"__rate_interval", "__interval", "__range", "__all", "__data"}
 SUBST = {"$namespace": "ml", "$job": "train", "$pg": ".*", "$rank": ".*", "$__rate_interval": "1m"}
 
@@ -76,32 +80,20 @@ def test_valid_for_grafana_11(path):
 
 
 @pytest.fixture(scope="module")
-def stalled_job(tmp_path_factory):
-    """Real `frexport serve` on NCCL-shaped dumps of 4 ranks: rank 2 never issues seq 21 that the
-    others wait in, rank 1 once used the wrong dtype; a real Prometheus scrapes it."""
-    d = tmp_path_factory.mktemp("dumps")
-
-    def snapshot(steps):
-        job = {r: [entry(i, i + 1, created=T0 + i * STEP_NS + r * 1000,
-                         dtype="BFloat16" if (r == 1 and i == 5) else "Float") for i in range(steps)]
-               for r in range(4)}
-        for r in (0, 1, 3):
-            job[r].append(entry(steps, steps + 1, state="started", created=T0 + steps * STEP_NS))
-        write(d, {r: dump(es, world=4) for r, es in job.items()})
-
-    snapshot(10)
-    with Sidecar("--dump-dir", str(d), "--stall-after", "1s", env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}) as sc, \
-            PromServer(targets=[(f"127.0.0.1:{sc.port}", {"job": "train", "namespace": "ml", "pod": "p0"})],
-                       rule_files=[str(RULES)]) as prom:
-        prom.wait_for(lambda: prom.query("frexport_rank_status"), timeout=30, what="first scrapes")
-        time.sleep(3)
-        snapshot(20)  # the job progressed before it stuck: counters rise between scrapes
-        prom.wait_for(lambda: prom.query('frexport_pg_last_completed_collective{rank="0"} >= 20'), timeout=30,
-                      what="the second snapshot")
-        time.sleep(4)
-        yield prom
+def scenario(tmp_path_factory):
+    """The dashboards' scenario (tests/support/dashboard_job.py: rank 2 never issues the all_reduce its
+    peers wait in, rank 1 once used the wrong dtype) and every panel's query results at the moment
+    dashboards/render.py draws them: when FrexportRankStalled fires."""
+    with dashboard_job.stalled_job(tmp_path_factory.mktemp("job")) as prom:
+        yield prom, render.collect(render.load_dashboards(), prom)
 
 
+@pytest.fixture(scope="module")
+def stalled_job(scenario):
+    return scenario[0]
+
+
+@pytest.mark.slow  # the scenario: about 100 s, shared by the module
 def test_every_query_is_accepted_by_prometheus(stalled_job):
     checked = 0
     for path in DASHBOARDS:
@@ -128,6 +120,7 @@ MUST_SHOW_DATA = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MUST_SHOW_DATA))
 def test_key_panels_show_data_for_a_stalled_job(stalled_job, name):
     d = _load(ROOT / "dashboards" / name)
@@ -143,3 +136,74 @@ def test_key_panels_show_data_for_a_stalled_job(stalled_job, name):
             ("2", "stalled"), ("0", "blocked"), ("1", "desynced"), ("3", "blocked")}
         stall = stalled_job.query(_promql(by_title["Ranks that are not ok"]["targets"][1]["expr"]))
         assert [(s["metric"]["rank"], s["metric"]["op"]) for s in stall] == [("2", "all_reduce")]
+
+
+# ---------------------------------------------------------------- the pictures in docs/
+
+DURATIONS = {"s": 1, "ms": 1e-3, "m": 60}  # panel units: seconds per unit
+SCALES = ((1, "under a second"), (3600, "seconds to minutes"), (86400, "hours"), (math.inf, "days or more"))
+RUN_SPECIFIC = ((re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:PORT"), (re.compile(r"dumps:/\S+"), "dumps:DIR"))
+
+
+def _gist(v, unit: str):
+    """What a reader takes from a value, without what differs from run to run: text and counts exactly,
+    durations by their scale (a wait of seconds or minutes, not weeks), other measures (rates) as 0 or not."""
+    if isinstance(v, str):
+        for pattern, placeholder in RUN_SPECIFIC:
+            v = pattern.sub(placeholder, v)
+        return v
+    if v is None or math.isnan(v):
+        return None
+    if unit in DURATIONS:
+        return "0" if v == 0 else next(name for limit, name in SCALES if abs(v) * DURATIONS[unit] < limit)
+    if unit in ("short", "none") and float(v).is_integer():
+        return int(v)
+    return "0" if v == 0 else "not 0"
+
+
+def story(data: dict) -> dict[str, object]:
+    """What each panel of each picture shows, as _gist reads it: a stat's value, a table's rows, a graph's
+    series with their last value (the legend), a heatmap's non-empty buckets."""
+    out: dict[str, object] = {}
+    for stem, d in render.load_dashboards().items():
+        for i, p in enumerate(d["panels"]):
+            results = data["panels"].get(f"{stem}/{i}", [])
+            key, unit = f"{stem}: {p['title']}", render._unit_of(p)
+            if p["type"] == "stat":
+                out[key] = _gist(render.stat_value(results), unit)
+            elif p["type"] == "table":
+                columns, rows = render.table_rows(p, results)
+                out[key] = [tuple(columns), *sorted((tuple(_gist(r.get(c), render._unit_of(p, c)) for c in columns)
+                                                     for r in rows), key=repr)]
+            elif p["type"] == "timeseries":
+                out[key] = sorted(((_gist(render._legend(t.get("legendFormat", ""), s["metric"]), unit),
+                                    _gist(render.last_not_null([float(v) for _, v in s["values"]]), unit))
+                                   for t, res in zip(p["targets"], results) for s in res), key=repr)
+            elif p["type"] == "heatmap" and results and results[0]:
+                _, les, grid = render.heat_grid(results)
+                out[key] = sorted({_gist(float(le), render.heatmap_unit(p)) for le, row in zip(les, grid)
+                                   if row.sum() > 0})
+    return out
+
+
+def _difference(pictured, now) -> str:
+    if isinstance(pictured, list) and isinstance(now, list):  # rows or series: name only those that differ
+        pictured, now = [x for x in pictured if x not in now], [x for x in now if x not in pictured]
+    return f"the picture shows {pictured!r}, the scenario gives {now!r}"
+
+
+@pytest.mark.slow
+def test_the_pictures_show_what_the_scenario_gives_now(scenario):
+    """A picture in docs/ that no longer tells what the code gives (its data, saved beside it) fails like
+    any test."""
+    pictured, now = story(render.load_data(IMAGES)), story(scenario[1])
+    stale = [f"{k}: {_difference(pictured.get(k), now.get(k))}"
+             for k in sorted(pictured.keys() | now.keys()) if pictured.get(k) != now.get(k)]
+    assert not stale, "docs/images/ is stale: python dashboards/render.py --save-data\n" + "\n".join(stale)
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.stem)
+def test_each_picture_is_drawn_from_the_data_beside_it(path):
+    data = IMAGES / f"{path.stem}.data.json"
+    drawn_from = Image.open(IMAGES / f"{path.stem}.png").text.get(render.DATA_KEY)
+    assert drawn_from == hashlib.sha256(data.read_bytes()).hexdigest(), f"{path.stem}.png is not drawn from {data}"
