@@ -60,6 +60,15 @@ class WorkerServers:
     max_body_bytes: int = 64 * 1024 * 1024  # 2000 entries are about 1 MB of JSON
     max_entries: int = 20000  # per rank snapshot; older entries are dropped (noted), memory stays bounded
     startup_grace: float = 60.0  # a sockets dir without a socket this long (the trainer starting) is down
+    # backends whose torch 2.15 recorders to look for through PyTorch's own handlers, beyond those torch
+    # ships (out-of-tree backends: PyTorch lists no recorders; frexport.agent does, and needs none of this)
+    recorders: list[str] = field(default_factory=list)
+
+
+def recorder_name_ok(name: object) -> bool:
+    """A recorder (backend) name that may go into a URL, a label and a directory name: short, plain ASCII."""
+    return isinstance(name, str) and 0 < len(name) <= 64 and name.isascii() and \
+        all(c.isalnum() or c in "-_." for c in name) and name not in (".", "..")
 
 
 @dataclass
@@ -410,6 +419,10 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
             problems.append(f"sources.worker_servers.urls.{rank}: {exc}")
     if cfg.world_size is not None and cfg.world_size < 1:
         problems.append("world_size: must be at least 1")
+    for i, name in enumerate(ws.recorders):
+        if not recorder_name_ok(name):
+            problems.append(f"sources.worker_servers.recorders[{i}]: {name!r} is not a backend name "
+                            "(1 to 64 ASCII letters, digits, '-', '_', '.')")
     for name in ("poll_interval", "status_interval", "entries_interval", "suspect_after"):
         if getattr(ws, name) <= 0:
             problems.append(f"sources.worker_servers.{name}: must be positive")

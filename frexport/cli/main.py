@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sockets-dir", help="directory of rank-<N>.sock worker-server sockets (frexport.agent)")
     s.add_argument("--url", action="append", default=[], metavar="RANK=URL",
                    help="a rank's worker server over TCP, e.g. 3=http://10.0.0.7:25999 (repeatable)")
+    s.add_argument("--recorder", action="append", default=[], metavar="BACKEND",
+                   help="also read this backend's torch 2.15 recorder through PyTorch's handlers (an out-of-tree "
+                        "backend, which only frexport.agent can list; repeatable)")
     s.add_argument("--dump-dir", action="append", default=[], metavar="DIR",
                    help="directory PyTorch writes dumps into (repeatable)")
     s.add_argument("--polling", action="store_true", help="poll dump dirs instead of inotify (NFS, shared volumes)")

@@ -55,6 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "web.listen": args.listen,
             "web.config_file": args.web_config_file,
             "sources.worker_servers.sockets_dir": args.sockets_dir,
+            "sources.worker_servers.recorders": args.recorder or None,
             "sources.worker_servers.poll_interval": args.poll_interval,
             "sources.worker_servers.status_interval": args.status_interval,
             "sources.worker_servers.entries_interval": args.entries_interval,

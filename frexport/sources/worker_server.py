@@ -408,7 +408,7 @@ class WorkerServerSource:
         if LEGACY_NCCL_HANDLER in b.names:
             candidates.append(LEGACY_NCCL)
         if PER_BACKEND_MARKER in b.names:
-            candidates.extend(n for n in PROBED_RECORDERS if n not in candidates)
+            candidates.extend(n for n in (*PROBED_RECORDERS, *self.cfg.recorders) if n not in candidates)
         found = []
         for name in candidates if len(candidates) > 1 else ():  # one candidate: nothing to choose
             try:

@@ -183,14 +183,15 @@ def test_a_stuck_rank_of_an_async_hooked_backend_is_named_live(tmp_path, version
 @pytest.mark.torchjob
 @pytest.mark.parametrize("version", HOOK_VERSIONS or ["none"])
 def test_a_stuck_rank_of_an_async_hooked_backend_without_the_agent(tmp_path, version):
-    """The same job with PyTorch's worker server only: the sidecar asks PyTorch's handlers, which know no
-    list of recorders, so an out-of-tree backend's recorder is found only through the agent. What the
-    sidecar makes of gloo's recorder alone (every gloo op of rank 2 issued and done): it must not call the
-    job healthy while rank 2 hangs."""
+    """The same job with PyTorch's worker server only. Its handlers list no recorders, so an out-of-tree
+    backend's is read where the user names the backend (`serve --recorder asyncstore`; torch's own
+    backends are probed by name): rank 2 stalled, its peers blocked, read through PyTorch's handlers."""
     if version == "none":
         pytest.fail("no torch >= 2.15 environment under .torch/: run scripts/setup.sh")
-    with _stalled(tmp_path, "train_hooked_async_worker_server.py", ENVS[version], launch=False) as (_j, sc, _s):
+    with _stalled(tmp_path, "train_hooked_async_worker_server.py", ENVS[version], launch=False,
+                  serve_args=("--recorder", "asyncstore")) as (_j, sc, _s):
         statuses, samples = sc.statuses(), sc.samples()
         explained = _explain(sc, statuses)
     recorders = _recorders(samples)
     assert statuses == STALLED, (version, sorted(recorders), explained)
+    assert {(r, "asyncstore", "pytorch") for r in range(4)} <= recorders, sorted(recorders)

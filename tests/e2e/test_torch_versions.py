@@ -23,7 +23,7 @@ EXPECTED = {0: "blocked", 1: "blocked", 2: "stalled", 3: "blocked"}
 
 
 @contextmanager
-def _stalled(tmp_path, script: str, bin_dir, launch: bool = True):
+def _stalled(tmp_path, script: str, bin_dir, launch: bool = True, serve_args: tuple[str, ...] = ()):
     """A 4-rank job whose rank 2 hangs before its 11th step, with `frexport serve` beside it: yields the
     job, the sidecar and the sockets dir once the sidecar names rank 2 stalled and its peers blocked (or
     20 s after it could). Not at the first pass that calls rank 2 stalled: on a loaded machine the
@@ -35,7 +35,7 @@ def _stalled(tmp_path, script: str, bin_dir, launch: bool = True):
            "SOCKETS_DIR": str(shared)}
     with TorchJob(script, shared, env=env, bin_dir=bin_dir, launch=launch) as job, \
             Sidecar("--sockets-dir", str(shared), "--poll-interval", f"{POLL_S}s", "--stall-after", f"{STALL_S}s",
-                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
+                    *serve_args, env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"}, log=tmp_path / "serve.log") as sc:
         job.wait_for(lambda: (tmp_path / "stuck").exists(), timeout=120, what="rank 2 to get stuck")
         stuck_at = float((tmp_path / "stuck").read_text())
         while time.time() < stuck_at + STALL_S + 20 and sc.statuses() != EXPECTED:
