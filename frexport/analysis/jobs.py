@@ -36,6 +36,9 @@ class Source:
 @dataclass
 class Job:
     sources: list[Source] = field(default_factory=list)
+    # ranks two sources claim with different records: (the copy kept, the one left out). Never silent:
+    # the caller reports the one left out as an input error
+    claimed_twice: list[tuple[RankTrace, RankTrace]] = field(default_factory=list)
 
     @property
     def traces(self) -> list[RankTrace]:
@@ -75,13 +78,15 @@ def _span(traces: list[RankTrace]) -> tuple[int, int] | None:
     return (min(firsts), max(lasts)) if firsts and lasts else None
 
 
-def conflict(job: list[RankTrace], other: list[RankTrace]) -> str | None:
-    """Why `other` cannot be ranks of the same job as `job`, or None where nothing says so."""
+def conflict(job: list[RankTrace], other: list[RankTrace], twice: bool = True) -> str | None:
+    """Why `other` cannot be ranks of the same job as `job`, or None where nothing says so. `twice`:
+    a rank both hold with other records is such a reason (else only the rest is looked at)."""
     mine = {t.rank: t for t in job}
-    twice = sorted(t.rank for t in other
-                   if t.rank in mine and not _twin(mine[t.rank], t) and not other_recorder(mine[t.rank], t))
     if twice:
-        return f"rank {twice[0]} twice"
+        dup = sorted(t.rank for t in other
+                     if t.rank in mine and not _twin(mine[t.rank], t) and not other_recorder(mine[t.rank], t))
+        if dup:
+            return f"rank {dup[0]} twice"
     a, b = layout(job), layout(other)
     for name in a.keys() & b.keys():
         if a[name] != b[name]:
@@ -100,21 +105,35 @@ def conflict(job: list[RankTrace], other: list[RankTrace]) -> str | None:
 
 
 def _twin(a: RankTrace, b: RankTrace) -> bool:
-    return a.first_created_ns is not None and a.first_created_ns == b.first_created_ns
+    """The same dump in another format (a pickle and its JSON twin): the same records, not merely the
+    same first one (a planted copy can give its first entry the real one's time)."""
+    return (a.first_created_ns is not None and a.first_created_ns == b.first_created_ns
+            and a.last_created_ns == b.last_created_ns and a.n_entries == b.n_entries
+            and {n: (g.seq.tobytes(), g.flags.tobytes()) for n, g in a.groups.items()}
+            == {n: (g.seq.tobytes(), g.flags.tobytes()) for n, g in b.groups.items()})
 
 
 def split(sources: list[Source]) -> list[Job]:
-    """Sources grouped into jobs, in the order given; raises Ambiguous where a source fits two."""
+    """Sources grouped into jobs; raises Ambiguous where a source fits two. The largest sources are
+    placed first, so that a job is what most of its ranks say, whatever the order of the arguments: a
+    source that sorts first cannot make the job's own ranks look like another job. A source whose only
+    disagreement with a job is ranks both hold, with other records, is not another job: those ranks
+    are claimed twice, the larger source's copy is kept and the other reported (Job.claimed_twice)."""
     jobs: list[Job] = []
-    for src in sources:
+    placed: list[tuple[int, Job]] = []
+    for order, src in sorted(enumerate(sources), key=lambda p: (-len(p[1].traces), p[0])):
         if not src.traces:  # nothing readable: a job of its own, whose report says so
-            _new(jobs).sources.append(src)
+            job = _new(jobs)
+            job.sources.append(src)
+            placed.append((order, job))
             continue
         fits = [j for j in jobs if j.traces and conflict(j.traces, src.traces) is None]
-        if len(fits) > 1:
+        claimed = [] if fits else [j for j in jobs if j.traces and conflict(j.traces, src.traces, twice=False) is None]
+        if len(fits) > 1 or len(claimed) > 1:
             raise Ambiguous(f"cannot tell which job {src.label} belongs to: it fits "
-                            + " and ".join(describe(j) for j in fits) + "; analyse each job's dumps on their own")
-        job = fits[0] if fits else _new(jobs)
+                            + " and ".join(describe(j) for j in fits or claimed)
+                            + "; analyse each job's dumps on their own")
+        job = (fits or claimed)[0] if fits or claimed else _new(jobs)
         have = {t.rank: (s, i) for s in job.sources for i, t in enumerate(s.traces)}
         kept = []
         for t in src.traces:
@@ -124,10 +143,16 @@ def split(sources: list[Source]) -> list[Job]:
             s, i = have[t.rank]
             if other_recorder(s.traces[i], t):  # the rank's other recorder: one trace of both
                 s.traces[i] = merge_traces(s.traces[i], t)
-            # else a twin: the first source's copy stays
+            elif not _twin(s.traces[i], t):
+                job.claimed_twice.append((s.traces[i], t))
+            # else a twin: the first copy stays
         src.traces = kept
         job.sources.append(src)
-    return jobs
+        placed.append((order, job))
+    for job in jobs:  # each job's sources in the order given
+        job.sources.sort(key=lambda s: s.key)
+    first = {id(j): min(o for o, pj in placed if pj is j) for j in jobs}
+    return sorted(jobs, key=lambda j: first[id(j)])
 
 
 def _new(jobs: list[Job]) -> Job:

@@ -12,6 +12,7 @@ from frexport.analysis.jobs import split as split_jobs
 from frexport.decode.load import Loaded, load_sources, merged_discovery
 from frexport.decode.read import DEFAULT_MAX_BYTES
 from frexport.decode.sandbox import Limits
+from frexport.model.dump import InputError
 
 
 def load_jobs(paths: list[str], args: argparse.Namespace, limits: Limits) -> list[tuple[str, list[str], Loaded]] | str:
@@ -35,7 +36,10 @@ def load_jobs(paths: list[str], args: argparse.Namespace, limits: Limits) -> lis
         parts = [loaded[s.key] for s in job.sources]
         # the sources' traces as the split left them: a twin of another source's rank dropped, a rank's
         # other recorder merged into its trace
-        merged = Loaded([t for s in job.sources for t in s.traces], [e for p in parts for e in p.errors],
+        twice = [InputError(dropped.source, f"claims rank {dropped.rank}, which {kept.source} (from a larger "
+                            "source) holds with other records: not read, the analysis rests on the other", dropped.rank)
+                 for kept, dropped in job.claimed_twice]
+        merged = Loaded([t for s in job.sources for t in s.traces], [e for p in parts for e in p.errors] + twice,
                         merged_discovery([p.discovery for p in parts]), [n for p in parts for n in p.notes])
         out.append((describe_job(job), [p for s in job.sources for p in groups[s.key]], merged))
     if len(out) > 1:

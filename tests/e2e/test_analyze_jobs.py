@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from frexport.analysis.jobs import Source, conflict, split
 from frexport.decode.load import load
 from tests.support.paths import REAL_FIXTURES
@@ -84,3 +86,33 @@ def test_what_tells_jobs_apart():
     assert conflict([t for t in healthy.traces if t.rank < 2], [t for t in wide.traces if t.rank >= 4]) \
         == "recorded at different times"
     assert len(split([stuck, healthy, wide])) == 3
+
+
+KILLED8 = REAL_FIXTURES / "killed_in_allreduce_8"
+
+
+def _planted(tmp_path, rank: int):
+    """A directory that sorts before the job's: one JSON dump claiming `rank`, holding the first entry of
+    the real rank 2's (so its first recorded time is the real one's), nothing after."""
+    doc = json.loads((KILLED8 / "json" / "trace_2.json").read_text())
+    doc["entries"] = doc["entries"][:1]
+    d = tmp_path / "aaa"
+    d.mkdir()
+    (d / f"trace_{rank}.json").write_text(json.dumps(doc))
+    return d
+
+
+@pytest.mark.parametrize("rank", [2, 3, 4])
+def test_one_planted_directory_cannot_drop_split_or_veto_the_jobs_ranks(tmp_path, rank):
+    """A planted rank sorting first: with the same first record as the real rank 2 it was taken as its
+    twin and the real dump dropped without a word (the verdict blamed the waiting ranks); a fake rank 4
+    split the job in two, rank 2 named in neither; a fake rank 3 refused the run. Now the job is what
+    most of its dumps say, the planted dump is an input error, and the culprit is named."""
+    node0, node1 = _ranks(KILLED8, tmp_path / "node0", range(4)), _ranks(KILLED8, tmp_path / "node1", range(4, 8))
+    out = _run(_planted(tmp_path, rank), node0, node1, "--format", "json")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert "jobs" not in doc and doc["ranks"] == list(range(8)), out.stderr
+    assert doc["findings"][0]["culprit_ranks"] == [2], doc["findings"][0]
+    errors = [e for e in doc["input_errors"] if "aaa" in e["file"]]
+    assert len(errors) == 1 and f"claims rank {rank}" in errors[0]["error"], doc["input_errors"]
