@@ -300,6 +300,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
     sig_index, site_index, known_flags, heads = index.sig_index, index.site_index, index.outcome_flags, index.heads
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
+    by_id: dict[int, int] = {}  # id of a signature object in `rows` (alive while they are) -> its index
     n = first_row - 1
     for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (backend, op, src, dst), created, duration, sig,
          call_site, state, retired, started, _completed) in rows:
@@ -322,9 +323,12 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
             if site < 0:
                 site = site_index[call_site] = len(call_sites)
                 call_sites.append(call_site)
-        i = sig_index.get(sig)
-        if i is None:
-            i = _intern(sig, sig_index, signatures)
+        i = by_id.get(id(sig))  # rows of one entry object share their signature: hashing it again (CPython
+        if i is None:           # caches no tuple hash) costs its every shape, per row
+            i = sig_index.get(sig)
+            if i is None:
+                i = _intern(sig, sig_index, signatures)
+            by_id[id(sig)] = i
         if is_p2p:
             g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site)))
             if marks is not None:
@@ -333,8 +337,10 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
             k = len(gseq) - 1
-            if len(signatures[g.sig[k]]) < MAX_COALESCED_OPS:  # beyond: each merge would copy the whole group
-                g.sig[k] = _intern(signatures[g.sig[k]] + sig, sig_index, signatures)
+            merged = signatures[g.sig[k]]
+            # beyond either bound each merge would copy and hash the whole group again (quadratic)
+            if len(merged) < MAX_COALESCED_OPS and _shapes(merged) + _shapes(sig) <= MAX_COALESCED_SHAPES:
+                g.sig[k] = _intern(merged + sig, sig_index, signatures)
             g.flags[k] = _merge_flags(g.flags[k], flags)
             if g.site[k] < 0:
                 g.site[k] = site
@@ -426,6 +432,13 @@ def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Seque
 # more are merged into its state only. A real group has a few dozen; thousands would make building
 # the signature quadratic (a hostile dump with 12,000 unfinished entries of one seq).
 MAX_COALESCED_OPS = 256
+# and the shapes they hold in all: an op can list thousands (an all_gather's outputs, one per rank), and a
+# hostile dump 65,536 in each of 256 entries of one seq: 179 CPU-s of merging for one trace before this
+MAX_COALESCED_SHAPES = 1 << 16
+
+
+def _shapes(sig: Signature) -> int:
+    return sum(len(o.input_sizes) + len(o.output_sizes) for o in sig)
 
 
 def recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
