@@ -43,6 +43,8 @@ import sysconfig
 import threading
 import time
 
+from frexport.files import atomic_write
+
 ENV_DIR = "FREXPORT_AGENT_DIR"
 ENV_RANK_PID = "FREXPORT_AGENT_RANK_PID"  # the rank process's pid, inherited by its children
 PICKLE_HANDLER = "frexport_fr_pickle"
@@ -351,7 +353,7 @@ def _snapshots(c10d, directory: str, rank: int, torch_version: str) -> None:
         try:
             # (torch's getattr above: not None where dump_json is; mypy cannot tell)
             data = dump_json() if dump_json is not None else dump_pickle()  # type: ignore[misc]
-            _atomic_write(os.path.join(out, name), data if isinstance(data, bytes) else data.encode())
+            atomic_write(os.path.join(out, name), data if isinstance(data, bytes) else data.encode())
         except Exception as exc:  # noqa: BLE001
             _warn(f"snapshot failed: {exc}")
         time.sleep(interval)
@@ -366,7 +368,7 @@ def _write_metadata(directory: str, rank: int, torch_version: str, mode: str, so
         "restart_count": _int_env("TORCHELASTIC_RESTART_COUNT"), "mode": mode,
         "pid_ns": _pid_ns(),  # lets a sidecar tell whether "pid" means the same process where it runs
     }
-    _atomic_write(os.path.join(directory, f"rank-{rank}.json"), json.dumps(meta).encode())
+    atomic_write(os.path.join(directory, f"rank-{rank}.json"), json.dumps(meta).encode())
 
 
 def _pid_ns() -> str | None:
@@ -379,13 +381,6 @@ def _pid_ns() -> str | None:
 def _int_env(name: str) -> int | None:
     v = os.environ.get(name)
     return int(v) if v and v.isdecimal() else None
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + f".{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 if os.environ.get(ENV_DIR):

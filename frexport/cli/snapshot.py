@@ -59,7 +59,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
               f"take the looks with --gap {STALL_AFTER_DEFAULT:g} or more", file=sys.stderr)
     f: list[str] | str  # (for mypy) one look's failures, then each line of them
     if rounds == 1:
-        saved, failed, _ = _look(source, targets, args.output, args.stacks)
+        saved, failed, _ = _look(source, targets, args.output, args.stacks, args.output)
         apart = ""
     else:
         # Looks some seconds apart: `analyze` says per group whether any rank moved between them
@@ -73,7 +73,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
         for i in range(rounds):
             not_before = {r: start + t + gap for r, t in answered.items()}
             s, f, answered = _look(source, targets, os.path.join(args.output, f"look_{i + 1}"), args.stacks,
-                                   start, not_before)
+                                   args.output, start, not_before)
             saved, failed = s, failed + [f"look {i + 1}: {x}" for x in f]
             seen.append({str(r): t for r, t in answered.items()})
             # the looks' record as they go: a snapshot stopped half way still tells what it saw
@@ -88,10 +88,11 @@ def run_snapshot(args: argparse.Namespace) -> int:
     return 0 if saved else 1
 
 
-def _look(source: WorkerServerSource, targets, output: str, stacks: bool, start: float | None = None,
+def _look(source: WorkerServerSource, targets, output: str, stacks: bool, top: str, start: float | None = None,
           not_before: dict[int, float] | None = None) -> tuple[list[str], list[str], dict[int, float]]:
     """One round over every rank: (files saved, failures, when each rank answered, seconds since `start`).
-    `not_before`: per rank, the monotonic time before which it is not asked."""
+    `not_before`: per rank, the monotonic time before which it is not asked. `top`: the snapshot's
+    directory, below which nothing is written through a link (files.py)."""
     saved, failed, when = [], [], {}
     for t in targets:
         wait = (not_before or {}).get(t.rank, 0.0) - time.monotonic()
@@ -109,32 +110,40 @@ def _look(source: WorkerServerSource, targets, output: str, stacks: bool, start:
         # recorder per rank.
         for n, recorder in enumerate(recorders):
             where = output if n == 0 else os.path.join(output, f"recorder-{recorder}")
-            name = _fetch_one(source, t, recorder, where, failed)
+            name = _fetch_one(source, t, recorder, where, failed, top)
             if name is not None:
                 saved.append(os.path.relpath(os.path.join(where, name), output))
         if stacks:
             try:
                 atomic_write(os.path.join(output, "stacks", f"rank_{t.rank}.traceback.txt"),
-                             source.fetch(t, TRACEBACK_HANDLER), make_dirs=True)
+                             source.fetch(t, TRACEBACK_HANDLER), make_dirs=True, within=top)
             except PeerError as exc:
                 failed.append(f"rank {t.rank} stacks: {exc.detail}")
+            except OSError as exc:
+                failed.append(f"rank {t.rank} stacks: not written: {exc}")
     return saved, failed, when
 
 
 def _fetch_one(source: WorkerServerSource, t: RankTarget, recorder: str, where: str,
-               failed: list[str]) -> str | None:
+               failed: list[str], top: str) -> str | None:
     """One recorder's dump of one rank into `where`: the agent's pickle (it carries stack frames), else
     PyTorch's JSON handler. The file name, or None (said in `failed`)."""
     last: PeerError | None = None
     pickle_handler, json_handler = source.dump_handlers(t, recorder)
     for handler, filename in ((pickle_handler, f"trace_{t.rank}"), (json_handler, f"trace_{t.rank}.json")):
         try:
-            atomic_write(os.path.join(where, filename), source.fetch(t, handler), make_dirs=True)
-            return filename
+            body = source.fetch(t, handler)
         except PeerError as exc:
             last = exc
             if exc.down:
                 break
+            continue
+        try:
+            atomic_write(os.path.join(where, filename), body, make_dirs=True, within=top)
+        except OSError as exc:  # a link planted in the output directory: never written through
+            failed.append(f"rank {t.rank} ({recorder} recorder): not written: {exc}")
+            return None
+        return filename
     failed.append(f"rank {t.rank} ({recorder} recorder): {last.detail if last else 'no handler'}")
     return None
 

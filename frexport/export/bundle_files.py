@@ -57,7 +57,17 @@ def _load_or_create(directory: str) -> bytes:
         try:
             fd = os.open(KEY_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=dfd)
         except FileExistsError:
-            return _read_key(dfd)
+            try:
+                return _read_key(dfd)
+            except (OSError, ValueError, NotOurs) as exc:
+                # not ours (planted, or not private any more): set aside, and a key of ours made in its
+                # place, so that it changes nothing but that older bundles are left alone (one line)
+                aside = f"{KEY_NAME}.not-ours-{secrets.token_hex(4)}"
+                os.rename(KEY_NAME, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
+                logs.get().warning("evidence: %s in %s was not this sidecar's (%s): moved to %s and a new key made; "
+                                   "bundles signed before are left alone by retention", KEY_NAME, directory, exc,
+                                   aside)
+                fd = os.open(KEY_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=dfd)
         key = secrets.token_bytes(32)
         with os.fdopen(fd, "w") as f:
             f.write(key.hex())
@@ -97,9 +107,11 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def open_bundle(parent_fd: int, name: str, key: bytes) -> tuple[int, dict, bytes]:
+def open_bundle(parent_fd: int, name: str, key: bytes, check_name: bool = True) -> tuple[int, dict, bytes]:
     """(the bundle directory's descriptor, its verified manifest, the manifest's bytes); raises NotOurs
-    or OSError. The caller closes the descriptor."""
+    or OSError. The signed manifest names the bundle: one found under another name (an older bundle
+    swapped in, the incident's renamed) is not ours (`check_name`: off only to recognise a bundle of
+    ours under any name). The caller closes the descriptor."""
     try:
         bfd = os.open(name, _DIR, dir_fd=parent_fd)  # a symlink in its place: ELOOP, never followed
     except OSError as exc:
@@ -112,6 +124,8 @@ def open_bundle(parent_fd: int, name: str, key: bytes) -> tuple[int, dict, bytes
             raise NotOurs("manifest.json is not JSON") from None
         if not isinstance(doc, dict) or not hmac.compare_digest(str(doc.get("hmac", "")), _mac(doc, key)):
             raise NotOurs("its manifest is not signed with this sidecar's bundle key")
+        if check_name and doc.get("name") != name:
+            raise NotOurs(f"its signed manifest names it {str(doc.get('name'))[:256]!r}: renamed or swapped in")
         return bfd, doc, raw
     except BaseException:
         os.close(bfd)

@@ -18,6 +18,7 @@ manifest's HMAC and file hashes, export/bundle_files.py), never the one just wri
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from frexport.model.dump import RankDump
 
 _REPORT_RESERVE = 16 << 10  # room kept at least for the bundle's own report
 PARTIAL_MAX_AGE_S = 3600.0  # a half-written bundle (.bundle-*) older than this was abandoned
+_MAX_NAME_TRIES = 1000  # bundles of one second and one reason
 
 
 class EvidenceWriter:
@@ -45,7 +47,7 @@ class EvidenceWriter:
         self.max_bytes = max_bytes
         self.written = 0
         self.failed = 0
-        self._not_ours: set[str] = set()  # directories retention left alone, said once each
+        self._left_alone: tuple[int, str] = (0, "")  # what retention last said it left alone: (count, first)
 
     def write(self, bundle: Bundle) -> str | None:
         draft = self.begin(bundle)
@@ -74,12 +76,21 @@ class EvidenceWriter:
         rename that makes the bundle seen whole; then retention."""
         final = ""
         try:
-            manifest = self._report_and_manifest(draft, text, report)
-            n, final = 1, os.path.join(self.directory, draft.name)
-            while os.path.lexists(final):
-                n += 1
-                final = os.path.join(self.directory, f"{draft.name}-{n}")
-            os.rename(draft.path, final)
+            for n in range(1, _MAX_NAME_TRIES + 1):
+                name = draft.name if n == 1 else f"{draft.name}-{n}"
+                if os.path.lexists(os.path.join(self.directory, name)):
+                    continue
+                # the signature covers the name: a bundle renamed or swapped in under another is not ours
+                manifest = self._report_and_manifest(draft, text, report, name)
+                final = os.path.join(self.directory, name)
+                try:
+                    os.rename(draft.path, final)
+                    break
+                except OSError as exc:  # taken since the look (another writer): the next name
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+            else:
+                raise OSError(errno.EEXIST, f"no free name for {draft.name}")
         except OSError as exc:
             self._failed(draft.path, final or draft.name, exc)
             return None
@@ -125,7 +136,7 @@ class EvidenceWriter:
             draft.hashes[f"trace_{rank}"] = digest(data)
         return draft
 
-    def _report_and_manifest(self, draft: Draft, text: str, report: dict) -> dict:
+    def _report_and_manifest(self, draft: Draft, text: str, report: dict, name: str) -> dict:
         bundle, tmp, hashes = draft.bundle, draft.path, dict(draft.hashes)
         health = _c10d_health(bundle.dumps)
         if health:  # torch 2.15's health check: the backends that aborted, said before the analysis
@@ -139,7 +150,9 @@ class EvidenceWriter:
         _write(os.path.join(tmp, "report.json"), json_b)
         hashes.update({"report.txt": digest(text_b), "report.json": digest(json_b)})
         omitted = draft.omitted
-        manifest = {BUNDLE_MARKER: 1, "reason": bundle.reason, "created": draft.stamp, "ranks": sorted(bundle.dumps),
+        manifest = {BUNDLE_MARKER: 1, "name": name, "reason": bundle.reason, "created": draft.stamp,
+                    "written_ns": time.time_ns(),
+                    "ranks": sorted(bundle.dumps),
                     "with_frames": sorted(r for r in bundle.raw_pickles if r not in omitted),
                     "omitted_over_max_bytes": omitted, "files": draft.files + ["report.txt", "report.json"],
                     "recorders": {str(r): list(d.recorders) for r, d in sorted(bundle.dumps.items()) if d.recorders},
@@ -165,8 +178,35 @@ class EvidenceWriter:
                 st = os.lstat(path)
             except OSError:
                 continue
-            if stat.S_ISDIR(st.st_mode) and st.st_mtime < cutoff:
+            if stat.S_ISDIR(st.st_mode) and st.st_mtime < cutoff and not self._signed(n):
                 shutil.rmtree(path, ignore_errors=True)  # rmtree never follows a link (avoids_symlink_attacks)
+
+    def _say_left_alone(self, left: list[tuple[str, str]]) -> None:
+        """One line for what retention leaves alone (directories it did not sign: planted, renamed,
+        an earlier run's under another key), and only when that changed: a volume of 5,000 planted
+        directories cost 5,000 lines a bundle."""
+        seen = (len(left), left[0][0] if left else "")
+        if left and seen != self._left_alone:
+            n, why = left[0]
+            logs.get().info("evidence retention leaves %d director%s alone, not bundles this sidecar signed under "
+                            "their names (e.g. %s: %s)", len(left), "y" if len(left) == 1 else "ies", n, why)
+        self._left_alone = seen
+
+    def _signed(self, name: str) -> bool:
+        """A directory holding a manifest this sidecar signed, whatever it is called now: a bundle
+        renamed to look half-written is not swept away (its name no longer verifies; it is left alone)."""
+        try:
+            dfd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return True  # cannot tell: keep it
+        try:
+            bfd, _, _ = open_bundle(dfd, name, bundle_key(self.directory), check_name=False)
+            os.close(bfd)
+            return True
+        except (NotOurs, OSError):
+            return False
+        finally:
+            os.close(dfd)
 
     def _retain(self, just_written: str) -> list[str]:
         """Oldest first, only bundles this sidecar signed (bundle_files.py: a planted copy of the public
@@ -179,23 +219,24 @@ class EvidenceWriter:
             return []
         try:
             sizes: dict[str, int] = {}
+            written: dict[str, int] = {}  # the signed time each was written: oldest first (names are reused
+            left: list[tuple[str, str]] = []  # within a second once retention frees them)
             for n in sorted(os.listdir(dfd)):
                 if n.startswith(".") or n == just_written:
                     continue
                 try:
-                    bfd, _, _ = open_bundle(dfd, n, key)
+                    bfd, manifest, _ = open_bundle(dfd, n, key)
                 except (NotOurs, OSError) as exc:
-                    if n not in self._not_ours:
-                        if len(self._not_ours) > 4096:  # bounded: a volume full of plants is said again
-                            self._not_ours.clear()
-                        self._not_ours.add(n)
-                        logs.get().info("evidence retention leaves %s alone: %s", n, exc)
+                    left.append((n, str(exc)))
                     continue
+                at = manifest.get("written_ns")
+                written[n] = at if isinstance(at, int) else 0
                 try:
                     sizes[n] = tree_size(bfd)
                 finally:
                     os.close(bfd)
-            names = list(sizes)
+            self._say_left_alone(left)
+            names = sorted(sizes, key=lambda n: (written[n], n))
             total = sum(sizes.values()) + _tree_size(os.path.join(self.directory, just_written))
             removed = []
             while names and (len(names) + 1 > self.max_bundles or total > self.max_bytes):

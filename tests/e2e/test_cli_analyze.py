@@ -412,3 +412,26 @@ def test_two_looks_are_as_far_apart_as_asked_for_every_rank_even_when_a_look_is_
 def test_snapshot_rounds_are_bounded():
     out = _run("snapshot", "/nonexistent-out", "--sockets-dir", "/nonexistent", "--rounds", "1000")
     assert out.returncode == 2 and "--rounds" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_snapshot_never_writes_through_a_link_planted_in_its_output(tmp_path):
+    """A directory others can write to: `look_1` planted as a link to a victim directory, and links
+    under the temp names the old scheme used, redirected a rank's dump onto a victim file (issue 38
+    point 5). Nothing is written through them; the snapshot says what it could not write."""
+    sockets, outdir, victim = tmp_path / "sockets", tmp_path / "snap", tmp_path / "victim"
+    sockets.mkdir()
+    outdir.mkdir()
+    victim.mkdir()
+    (victim / "trace_0.json").write_text("victim")
+    os.symlink(victim, outdir / "look_1")
+    for pid in range(os.getpid(), os.getpid() + 200):  # the old temp names of the next processes
+        os.symlink(victim / "trace_0.json", outdir / f".looks.json.{pid}.tmp")
+    rank = FakeRank(0, str(sockets / "rank-0.sock"), 1, time.time() - 5)
+    try:
+        out = _run("snapshot", outdir, "--sockets-dir", sockets, "--rounds", "2", "--gap", "1", "--force")
+    finally:
+        rank.close()
+    assert (victim / "trace_0.json").read_text() == "victim" and sorted(p.name for p in victim.iterdir()) == \
+        ["trace_0.json"]
+    assert "look 1: rank 0 (gloo recorder): not written" in out.stderr and "symbolic link" in out.stderr, out.stderr
+    assert (outdir / "look_2" / "trace_0.json").exists()

@@ -95,3 +95,60 @@ def test_a_bundle_left_half_written_by_a_killed_writer_is_swept_once_abandoned(t
     assert EvidenceWriter(str(ev)).write(_bundle())
     assert not (ev / ".bundle-abandoned").exists()
     assert (ev / ".bundle-at-work").is_dir() and (outside / "keep").read_text() == "mine"
+
+
+def test_a_bundle_swapped_in_or_renamed_is_never_uploaded_nor_deleted_for_its_name(tmp_path):
+    """The signature covers the bundle's name (issue 38 point 5): an older signed bundle swapped in
+    under the incident's name is refused by the upload (it was uploaded under the incident's name,
+    reported as a success); the incident's bundle renamed to look half-written is not swept away."""
+    import pytest
+
+    from frexport.export.bundle_files import NotOurs
+    from frexport.export.upload import read_bundle
+
+    ev = tmp_path / "ev"
+    w = EvidenceWriter(str(ev), max_bundles=10)
+    older, incident = w.write(_bundle()), w.write(_bundle())
+    assert read_bundle(incident)  # as written: verified
+    shutil.rmtree(incident)
+    os.rename(older, incident)
+    with pytest.raises(NotOurs, match="renamed or swapped in"):
+        read_bundle(incident)
+    hidden = ev / ".bundle-renamed"
+    os.rename(incident, hidden)
+    old = time.time() - 2 * 3600
+    os.utime(hidden, (old, old))
+    assert w.write(_bundle())
+    assert (hidden / "manifest.json").exists()  # signed by this sidecar: not a half-written bundle
+
+
+def test_a_planted_key_changes_nothing_and_costs_one_line(tmp_path, caplog):
+    """A key file that is not the sidecar's (planted, world-readable) stopped retention for good (15
+    bundles kept against max_bundles 3): it is set aside, the sidecar's own key made, retention goes on."""
+    from frexport.export import bundle_files
+
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    planted = ev / bundle_files.KEY_NAME
+    planted.write_text("00" * 32)
+    planted.chmod(0o644)
+    with caplog.at_level(logging.INFO, logger="frexport"):
+        for _ in range(6):  # a sidecar restarted between bundles: each start loads the key anew
+            bundle_files._keys.clear()
+            assert EvidenceWriter(str(ev), max_bundles=3).write(_bundle())
+    kept = [p.name for p in ev.iterdir() if not p.name.startswith(".")]
+    assert len(kept) == 3, kept
+    assert sum("was not this sidecar's" in r.message for r in caplog.records) == 1
+    assert (os.stat(ev / bundle_files.KEY_NAME).st_mode & 0o077) == 0
+
+
+def test_thousands_of_planted_directories_cost_one_line_not_one_each(tmp_path, caplog):
+    ev = tmp_path / "ev"
+    for i in range(5000):
+        (ev / f"planted-{i:05d}").mkdir(parents=True)
+    w = EvidenceWriter(str(ev), max_bundles=50)
+    with caplog.at_level(logging.INFO, logger="frexport"):
+        for _ in range(3):
+            assert w.write(_bundle())
+    lines = [r for r in caplog.records if "retention leaves" in r.message]
+    assert len(lines) <= 3 and "5000 directories" in lines[0].message, [r.message for r in lines][:5]
