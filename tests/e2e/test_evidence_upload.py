@@ -207,7 +207,7 @@ def test_a_planted_bundle_with_the_public_marker_is_neither_uploaded_nor_counted
         assert _uploader(s3, "plant").upload(str(plant)) is False
         second = EvidenceSink(writer).write_incident(incident())
     assert plant.is_dir() and real.is_dir() and Path(second).is_dir()  # max_bundles 2: the plant did not count
-    assert "leaves 00000000T000000Z-plant alone" in caplog.text
+    assert "leaves 1 directory alone" in caplog.text and "e.g. 00000000T000000Z-plant:" in caplog.text
     assert not [k for k in s3.keys() if k.startswith("plant/")]
 
 
