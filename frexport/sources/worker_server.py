@@ -422,8 +422,7 @@ class WorkerServerSource:
             doc = self._optional(t, RECORDERS_HANDLER)
             listed = doc.get("recorders") if isinstance(doc, dict) else None
             if isinstance(listed, list):
-                names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
-                b.recorders, b.recorders_at = names or (DEFAULT_RECORDER,), time.monotonic()
+                b.recorders, b.recorders_at = self._listed_recorders(t, listed) or (DEFAULT_RECORDER,), time.monotonic()
                 return b.recorders
         if b.recorders and time.monotonic() - b.recorders_at < PROBE_EVERY_S:
             return b.recorders
@@ -444,6 +443,20 @@ class WorkerServerSource:
                 found.append(name)
         b.recorders, b.recorders_at = tuple(found) or (DEFAULT_RECORDER,), time.monotonic()
         return b.recorders
+
+    def _listed_recorders(self, t: RankTarget, listed: list) -> tuple[str, ...]:
+        """The recorders of the agent's list that are polled: at most MAX_RECORDERS, each name one that
+        goes into a URL as it is; the others said once."""
+        if len(listed) > MAX_RECORDERS:
+            self._say_once(t, "recorders", logging.WARNING, "%s lists %d recorders: the first %d are polled "
+                           "(said once)", t.name, len(listed), MAX_RECORDERS)
+        names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
+        refused = [ascii(n)[:80] for n in listed[:MAX_RECORDERS] if not _recorder_name_ok(n)]
+        if refused:
+            self._say_once(t, "recorder names", logging.WARNING, "%s: recorder names refused (a name is 1-64 of "
+                           "A-Z a-z 0-9 . _ -): %s; its other recorders are polled (said once)", t.name,
+                           ", ".join(refused[:4]))
+        return names
 
     def _poll_recorder(self, t: RankTarget, b: _Backoff, recorder: str, now_ns: int) -> RankDump:
         """One recorder of the rank: through the agent's live handler from the cursor on where it
@@ -685,9 +698,13 @@ def _status(doc: object) -> Status:
     return status_rows(rows)
 
 
+_RECORDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def _recorder_name_ok(name: object) -> bool:
-    """A recorder name from a rank's answer goes into a URL and a label: short, plain characters."""
-    return isinstance(name, str) and 0 < len(name) <= 64 and all(c.isalnum() or c in "-_." for c in name)
+    """A recorder name from a rank's answer goes into a URL as it is and into a label: short, plain ASCII
+    (str.isalnum let 'ŝ' through, which the request line cannot encode)."""
+    return isinstance(name, str) and _RECORDER_NAME.fullmatch(name) is not None
 
 
 def _holds_groups(body: bytes) -> bool:

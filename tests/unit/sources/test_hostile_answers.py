@@ -89,3 +89,24 @@ def test_any_error_in_one_ranks_status_costs_only_that_rank(tmp_path, caplog, mo
         hostile.close()
         honest.close()
 
+
+def test_a_recorder_name_that_is_not_plain_ascii_is_refused_and_the_rank_polled_for_the_others(tmp_path, caplog):
+    """'ŝ' passed the name check (str.isalnum) and then could not be encoded into the request line
+    (UnicodeEncodeError): every poll of that rank failed. A name is 1-64 of [A-Za-z0-9._-], what goes
+    into the URL as it is; others are refused, said once."""
+    names = ("gloo", "\u015d", "nccl\u00e9", "x\x1b[31m", "a/b", "nccl2")
+    rank = FakeAgentRank(str(tmp_path / "rank-0.sock"), 0, recorders=names)
+    health, state = HealthRegistry(), LiveState()
+    src = _source(tmp_path, health)
+    try:
+        with caplog.at_level(logging.WARNING):
+            _pump_unbacked(src, state, 3)
+        h = next(h for h in health.view() if h.name == "socket:rank-0")
+        assert h.up and not h.errors, (h.errors, h.last_error)
+        assert state.latest_dumps()[0].recorders == ("gloo", "nccl2")
+        assert all(a.isascii() and "\x1b" not in a and "a/b" not in a for a in rank.asked), rank.asked
+        said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(said) == 1 and "'\\u015d'" in said[0] and "\\x1b" in said[0] and "\x1b" not in said[0], said
+    finally:
+        src.stop()
+        rank.close()
