@@ -493,13 +493,19 @@ class WorkerServerSource:
                 return dump
         if self.decoder is not None and len(body) > self.in_process_max_bytes:
             # large: parsed under the decoders' memory limit, all of it (no incremental reuse)
-            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries, recorder))
+            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self._max_entries(t), recorder))
             if isinstance(dump, DecodeError):
                 raise dump
             return dump
         return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
                             previous={e.record_id: e for e in last.entries} if last is not None else None,
-                            max_entries=self.cfg.max_entries, recorder=recorder)
+                            max_entries=self._max_entries(t), recorder=recorder)
+
+    def _max_entries(self, t: RankTarget) -> int:
+        """The newest entries kept of one recorder: `max_entries` holds per rank, its recorders share it
+        (held per recorder, a rank listing 16 recorders held 16 times what one may)."""
+        b = self._backoff.get(t.name)
+        return max(1, self.cfg.max_entries // max(1, len(b.recorders) if b is not None else 1))
 
     def _poll_live(self, t: RankTarget, recorder: str, now_ns: int) -> RankDump | None:
         """Ask the agent only for the entries from the first one that may still change; None where
@@ -545,7 +551,7 @@ class WorkerServerSource:
         raw = dict(tail.meta)
         raw["entries"] = tail.entries
         return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                         keep_frames=False, carry=carry, max_entries=self.cfg.max_entries, recorder=recorder)
+                         keep_frames=False, carry=carry, max_entries=self._max_entries(t), recorder=recorder)
 
     def down_ranks(self) -> set[int]:
         """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent

@@ -6,6 +6,7 @@ any error while handling it (MemoryError included), only that rank's poll fails,
 The ranks are fakes (tests/support/peers.py): a real agent never answers 16 MiB of status.
 """
 
+import json
 import logging
 
 import pytest
@@ -107,6 +108,27 @@ def test_a_recorder_name_that_is_not_plain_ascii_is_refused_and_the_rank_polled_
         assert all(a.isascii() and "\x1b" not in a and "a/b" not in a for a in rank.asked), rank.asked
         said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
         assert len(said) == 1 and "'\\u015d'" in said[0] and "\\x1b" in said[0] and "\x1b" not in said[0], said
+    finally:
+        src.stop()
+        rank.close()
+
+
+def test_a_rank_listing_many_recorders_holds_no_more_entries_than_one(tmp_path, caplog):
+    """max_entries held per recorder: a rank listing 16 recorders held 16 times what one may. Now its
+    recorders share it, and at most 16 of a longer list are polled, said once."""
+    from tests.support.synth import dump, entry
+
+    names = tuple(f"r{i:02}" for i in range(20))
+    body = json.dumps(dump([entry(i, i + 1) for i in range(100)], world=1)).encode()
+    rank = FakeAgentRank(str(tmp_path / "rank-0.sock"), 0, {"frexport_fr_live": body}, recorders=names)
+    health, state = HealthRegistry(), LiveState()
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=5.0, max_entries=160))
+    try:
+        with caplog.at_level(logging.WARNING):
+            _pump_unbacked(src, state, 2)
+        held = state.latest_dumps()[0]
+        assert sorted(held.recorders) == list(names[:16]) and len(held.entries) == 160  # 10 of each, the newest
+        assert caplog.text.count("lists 20 recorders: the first 16 are polled") == 1
     finally:
         src.stop()
         rank.close()
