@@ -137,6 +137,7 @@ def stream_json(fake: FakeAgentRank, name: str, total: int, length: bool):
     """An answer of `total` bytes of valid JSON (one long string), written 64 KiB at a time, with a
     Content-Length or ending with the connection; what got out is counted in fake.sent[name]."""
     def answer(handler) -> None:
+        fake.sent.setdefault(name, 0)  # asked: the client may hang up before a byte of the body is out
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         if length:
