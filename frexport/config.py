@@ -58,7 +58,8 @@ class WorkerServers:
     concurrency: int = 8
     backoff_max: float = 60.0
     max_body_bytes: int = 64 * 1024 * 1024  # 2000 entries are about 1 MB of JSON
-    max_entries: int = 20000  # per rank snapshot; older entries are dropped (noted), memory stays bounded
+    # per rank snapshot, shared by its recorders; older entries are dropped (noted), memory stays bounded
+    max_entries: int = 20000
     startup_grace: float = 60.0  # a sockets dir without a socket this long (the trainer starting) is down
     # backends whose torch 2.15 recorders to look for through PyTorch's own handlers, beyond those torch
     # ships (out-of-tree backends: PyTorch lists no recorders; frexport.agent does, and needs none of this)

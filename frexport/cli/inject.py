@@ -75,38 +75,49 @@ def run_inject(args: argparse.Namespace) -> int:
     try:
         check_settings(s)
     except InjectError as exc:
-        print(f"frexport inject: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     try:
         text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except (OSError, yaml.YAMLError) as exc:
-        print(f"frexport inject: cannot read {args.file}: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"cannot read {args.file}: {exc}")
+    except RecursionError:  # the parser recurses per level: 50 000 nested brackets
+        return _fail(f"cannot read {args.file}: nested too deeply (over Python's recursion limit)")
     patched, notes = 0, []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
-            print(f"frexport inject: document {i + 1} is not a Kubernetes object", file=sys.stderr)
-            return 2
+            return _fail(f"document {i + 1} is not a Kubernetes object")
         meta = doc.get("metadata")
         what = f"{doc.get('kind')} {meta.get('name', '?') if isinstance(meta, dict) else '?'}"
         try:
             patched += inject_object(doc, s)
+            notes += _notes(doc)
         except InjectError as exc:
-            print(f"frexport inject: {what}: {exc}", file=sys.stderr)
-            return 2
+            return _fail(f"{what}: {exc}")
         except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
             # a field of the wrong shape (containers a string, metadata a list): the schema says, not a traceback
-            print(f"frexport inject: document {i + 1} ({what}): a field does not have the shape Kubernetes "
-                  f"gives it ({type(exc).__name__}: {exc}); check it with kubectl apply --dry-run=server",
-                  file=sys.stderr)
-            return 2
-        notes += _notes(doc)
-    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
-    print(f"frexport inject: {patched} pod template(s) patched", file=sys.stderr)
+            return _fail(f"document {i + 1} ({what}): a field does not have the shape Kubernetes gives it "
+                         f"({type(exc).__name__}: {exc}); check it with kubectl apply --dry-run=server")
+    try:
+        out = yaml.safe_dump_all(docs, sort_keys=False)  # whole, before any of it is written
+    except RecursionError:  # read, but deeper than the emitter recurses (a few hundred levels)
+        return _fail("a document is nested too deeply to write back (over Python's recursion limit)")
+    sys.stdout.write(out)
+    _say(f"{patched} pod template(s) patched")
     for note in notes:
-        print(f"frexport inject: {note}", file=sys.stderr)
+        _say(note)
     return 0
+
+
+def _say(message: str) -> None:
+    """One line on stderr. What it echoes of the input (names, kinds, errors quoting them) is escaped as
+    repr escapes it, so a field cannot color, move or forge the lines around it."""
+    print("frexport inject: " + "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message), file=sys.stderr)
+
+
+def _fail(message: str) -> int:
+    _say(message)
+    return 2
 
 
 def _notes(doc: dict) -> list[str]:
@@ -117,7 +128,7 @@ def _notes(doc: dict) -> list[str]:
     items = doc["items"] if (doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list) else [doc]
     notes = []
     for obj in (o for o in items if isinstance(o, dict)):
-        if obj.get("kind") == trainer.TRAINJOB:
+        if obj.get("kind") == trainer.TRAINJOB and trainer.marked(obj):  # said only where it is so
             notes.append(trainer.webhook_note(obj))
         if from_server(obj):
             notes.append(how_to_apply(obj))

@@ -14,6 +14,8 @@ OpenTelemetry Operator document the same: their injection reaches only pods crea
 
 from __future__ import annotations
 
+import shlex
+
 SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink",
                    "deletionTimestamp", "deletionGracePeriodSeconds")
 SERVER_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision")
@@ -65,11 +67,12 @@ def _drop_keys(meta: dict, field: str, keys: tuple[str, ...]) -> None:
 
 
 def how_to_apply(obj: dict) -> str:
-    """One line: what it takes for the patched workload `obj` (read from the cluster) to reach its pods."""
+    """One line: what it takes for the patched workload `obj` (read from the cluster) to reach its pods.
+    The file name in the commands it suggests is quoted: the name is the manifest's, whatever it holds."""
     kind = obj.get("kind") or "?"
     meta = obj.get("metadata") or {}
     name = meta.get("name", "?")
-    file = f"{name}.yaml"
+    file = shlex.quote(f"{name}.yaml")
     save = f"save this output (> {file}) and"
     if kind in RECREATE:
         return (f"{kind} {name}: its pod template cannot change while it runs: {save} re-create it with "

@@ -15,6 +15,8 @@ spec.template is a JobSet template. So:
 
 from __future__ import annotations
 
+import shlex
+
 from frexport.inject.pod import InjectError
 
 TRAINJOB = "TrainJob"
@@ -37,23 +39,67 @@ def runtime_job_specs(obj: dict) -> list[dict]:
 
 
 def mark_trainjob(obj: dict, replicated_job: str = TRAINER_JOB) -> int:
-    """Add the runtime patch that annotates the trainer's pods for the webhook; 0 if already there."""
+    """Add the runtime patch that annotates the trainer's pods for the webhook; 0 where frexport's patch
+    already does. A patch under frexport's manager name that does not (planted, or edited by hand) is
+    refused: the TrainJob would be reported marked while nothing annotates its pods."""
+    runtime_ref(obj)  # a TrainJob the trainer refuses is not marked
     patches = obj.setdefault("spec", {}).setdefault("runtimePatches", [])
     if not isinstance(patches, list):
         raise InjectError("spec.runtimePatches is not a list")
-    if any(isinstance(p, dict) and p.get("manager") == PATCH_MANAGER for p in patches):
-        return 0
-    pod_meta = {"metadata": {"annotations": {INJECT_ANNOTATION: "true"}}}
-    patches.append({"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": replicated_job, "template": {"spec": {"template": pod_meta}}}]}}}})
-    return 1
+    if not any(isinstance(p, dict) and p.get("manager") == PATCH_MANAGER for p in patches):
+        pod_meta = {"metadata": {"annotations": {INJECT_ANNOTATION: "true"}}}
+        patches.append({"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": replicated_job, "template": {"spec": {"template": pod_meta}}}]}}}})
+        return 1
+    if not marked(obj, replicated_job):
+        raise InjectError(f"spec.runtimePatches has a patch of manager {PATCH_MANAGER} that does not annotate the "
+                          f"pods of replicated job '{replicated_job}' with {INJECT_ANNOTATION}: \"true\"; remove "
+                          "it and run frexport inject again")
+    return 0
+
+
+def marked(obj: dict, replicated_job: str = TRAINER_JOB) -> bool:
+    """Whether frexport's runtime patch (one per manager: the CRD's list-map key) annotates the trainer's
+    pods, what the webhook selects on. Read from the object, whatever shape a patch has."""
+    patches = _at(obj, "spec", "runtimePatches")
+    ours = [p for p in patches if isinstance(p, dict) and p.get("manager") == PATCH_MANAGER] \
+        if isinstance(patches, list) else []
+    return bool(ours) and all(
+        isinstance(jobs := _at(p, "trainingRuntimeSpec", "template", "spec", "replicatedJobs"), list)
+        and any(isinstance(rj, dict) and rj.get("name") == replicated_job
+                and _at(rj, "template", "spec", "template", "metadata", "annotations", INJECT_ANNOTATION) == "true"
+                for rj in jobs)
+        for p in ours)
+
+
+def runtime_ref(obj: dict) -> tuple[str, str]:
+    """(kind, name) of the runtime a TrainJob names: spec.runtimeRef, whose name the CRD requires and
+    whose kind, ClusterTrainingRuntime by default, the trainer resolves to one of RUNTIMES only."""
+    ref = _at(obj, "spec", "runtimeRef")
+    if not isinstance(ref, dict):
+        raise InjectError("spec.runtimeRef is not a mapping (the CRD's name, kind)")
+    name, kind = ref.get("name"), ref.get("kind", "ClusterTrainingRuntime")
+    if not isinstance(name, str) or not name:
+        raise InjectError("spec.runtimeRef.name is missing")
+    if kind not in RUNTIMES:
+        raise InjectError(f"spec.runtimeRef.kind {kind!r} is not TrainingRuntime or ClusterTrainingRuntime")
+    return kind, name
 
 
 def webhook_note(obj: dict) -> str:
-    """What a patched TrainJob needs to get frexport (stderr)."""
-    name = (obj.get("metadata") or {}).get("name", "?")
-    ref = (obj.get("spec") or {}).get("runtimeRef") or {}
+    """What a marked TrainJob needs to get frexport (stderr); the command it suggests is quoted."""
+    name = _at(obj, "metadata", "name") or "?"
+    kind, runtime = runtime_ref(obj)
     return (f"TrainJob {name}: marked for the admission webhook (pods of replicated job '{TRAINER_JOB}' annotated "
             f"{INJECT_ANNOTATION}: \"true\"; install the chart with webhook.enabled=true); without the webhook, "
-            f"inject its runtime instead: kubectl get {ref.get('kind', 'ClusterTrainingRuntime').lower()} "
-            f"{ref.get('name', '?')} -o yaml | frexport inject -")
+            f"inject its runtime instead: kubectl get {kind.lower()} {shlex.quote(runtime)} -o yaml "
+            "| frexport inject -")
+
+
+def _at(value: object, *keys: str) -> object:
+    """value[k0][k1]...: None where a level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value

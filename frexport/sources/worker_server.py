@@ -19,6 +19,7 @@ state) so the next poll decodes only the entries that are new or still unfinishe
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
@@ -78,6 +79,11 @@ MAX_BUFFER = 1 << 24
 HEALTH_HANDLER = "c10d_health_check"  # torch 2.15: which backends aborted (a watchdog timeout, an async error)
 MAX_RECORDERS = 16
 MAX_GROUPS = 4096  # process groups read from one status
+# Answers parsed in this process, outside the decoders' sandbox, are read up to a bound and no further
+# (the client's body cap stops the read; a 60 MiB status took the sidecar to 1.5 GB): a status up to
+# `in_process_max_bytes` (it lists every group), these up to SMALL_ANSWER_BYTES. Past it, the rank's
+# poll fails (too_large).
+SMALL_ANSWER_BYTES = 64 * 1024  # the agent's recorder list, c10d_health_check: about 100 bytes
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ class WorkerServerSource:
         self._next_poll = 0.0
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
         self._said_no_sockets = False
-        self._internal_said: set[tuple[str, str]] = set()  # (source, exception type) logged with a traceback
+        self._said: set[tuple[str, str]] = set()  # (source, what) logged once (_say_once)
         self._listing: tuple[tuple[int, int, int] | None, dict[int, RankTarget]] = (None, {})  # the sockets dir's
 
     def targets(self) -> list[RankTarget]:
@@ -196,7 +202,7 @@ class WorkerServerSource:
             if name not in live:  # the socket file is gone: so is the rank's source
                 del self._backoff[name]
                 self.health.forget(name)
-                self._internal_said = {said for said in self._internal_said if said[0] != name}
+                self._said = {said for said in self._said if said[0] != name}
         ranks = {t.rank for t in targets}
         for key in [k for k in self._last if k[0] not in ranks]:
             del self._last[key]
@@ -248,10 +254,12 @@ class WorkerServerSource:
                 handler = _status_handler(b, r)
                 if handler is None:  # a recorder found since: its entries come when due
                     continue
-                doc = json.loads(self.fetch(t, handler))
+                doc = self._parsed(t, handler, self.in_process_max_bytes)
+                if not isinstance(doc, dict):
+                    raise ValueError("not a JSON object")
                 statuses[r] = _status(doc)
                 exiting = exiting or doc.get(EXITING_KEY) is True
-                size = doc.get(BUFFER_SIZE_KEY) if isinstance(doc, dict) else None
+                size = doc.get(BUFFER_SIZE_KEY)
                 if type(size) is int and 0 < size <= MAX_BUFFER:
                     self.schedule.buffer_entries[t.rank] = size
         except PeerError as exc:
@@ -262,6 +270,9 @@ class WorkerServerSource:
             self.health.count_decode_error("not_json")
             self._failed(t, b, "decode_not_json", f"status: {type(exc).__name__}: {exc}", start, now_ns)
             return False
+        except Exception as exc:  # noqa: BLE001 - a MemoryError on one rank's answer must not stop the others
+            self._internal(t, b, exc, start, now_ns)
+            return False
         self.schedule.observe(t.rank, statuses, time.monotonic(), exiting)
         self._status_ns[t.rank] = now_ns
         self.health.count_read("status")
@@ -271,10 +282,10 @@ class WorkerServerSource:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def fetch(self, t: RankTarget, handler: str, timeout_s: float | None = None) -> bytes:
+    def fetch(self, t: RankTarget, handler: str, timeout_s: float | None = None, max_body: int | None = None) -> bytes:
         """POST one handler (stacks, pickles for evidence); raises PeerError."""
         resp = request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
-                       max_body=self.cfg.max_body_bytes)
+                       max_body=max_body or self.cfg.max_body_bytes)
         if resp.status != 200:
             raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}")
         return resp.body
@@ -336,14 +347,7 @@ class WorkerServerSource:
             self._failed(t, b, "decode_" + exc.reason, exc.detail, start, now_ns)
             return None
         except Exception as exc:  # noqa: BLE001 - a bug on one rank's data must not stop the others
-            # the traceback once per source and kind: a peer that keeps sending what triggers it
-            # must not fill the log with one on every poll (the health's last_error keeps saying it)
-            said = (t.name, type(exc).__name__)
-            if said not in self._internal_said:
-                self._internal_said.add(said)
-                logs.get().exception("polling %s failed (said once for this source; counted as "
-                                     "reason=internal)", t.name, extra={"rank": t.rank})
-            self._failed(t, b, "internal", f"{type(exc).__name__}: {exc}", start, now_ns)
+            self._internal(t, b, exc, start, now_ns)
             return None
         b.failures, b.next_try, b.was_up, b.refused = 0, 0.0, True, False
         if dump.world_size is None and t.target.unix_path:
@@ -362,13 +366,34 @@ class WorkerServerSource:
         """Per recorder of a rank, its groups' names by pg_id (from its last snapshot)."""
         return {r: names for r in recorders if (names := self._names.get((rank, r))) is not None}
 
+    def _parsed(self, t: RankTarget, handler: str, bound: int) -> object:
+        """An answer parsed in this process, outside the decoders' sandbox: read up to `bound` bytes
+        and no further. Raises PeerError (too_large past the bound, naming it), ValueError."""
+        try:
+            body = self.fetch(t, handler, max_body=bound)
+        except PeerError as exc:
+            if exc.reason != "too_large":
+                raise
+            raise PeerError(exc.reason, f"{t.target}: its answer to {handler} is over {bound} bytes, the bound for "
+                                        "an answer parsed in the sidecar's process: not read further") from None
+        return json.loads(body)
+
+    def _optional(self, t: RankTarget, handler: str) -> object | None:
+        """A small answer the poll can do without (the recorder list, the health check): None where it
+        could not be had, except past its bound (a rank sending megabytes of it: its poll fails)."""
+        try:
+            return self._parsed(t, handler, SMALL_ANSWER_BYTES)
+        except PeerError as exc:
+            if exc.reason == "too_large":
+                raise
+            return None
+        except (ValueError, RecursionError):
+            return None
+
     def _health(self, t: RankTarget) -> tuple[str, ...] | None:
         """torch 2.15's `c10d_health_check`: {"healthy": bool, "unhealthy_backends": [names]}; None
         where the answer is not that."""
-        try:
-            doc = json.loads(self.fetch(t, HEALTH_HANDLER))
-        except (PeerError, ValueError, RecursionError):
-            return None
+        doc = self._optional(t, HEALTH_HANDLER)
         names = doc.get("unhealthy_backends") if isinstance(doc, dict) else None
         if not isinstance(names, list):
             return None
@@ -394,13 +419,10 @@ class WorkerServerSource:
         if b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names:
             if b.recorders and time.monotonic() - b.recorders_at < RELIST_S:
                 return b.recorders
-            try:
-                listed = json.loads(self.fetch(t, RECORDERS_HANDLER)).get("recorders")
-            except (PeerError, ValueError, AttributeError, RecursionError):
-                listed = None
+            doc = self._optional(t, RECORDERS_HANDLER)
+            listed = doc.get("recorders") if isinstance(doc, dict) else None
             if isinstance(listed, list):
-                names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
-                b.recorders, b.recorders_at = names or (DEFAULT_RECORDER,), time.monotonic()
+                b.recorders, b.recorders_at = self._listed_recorders(t, listed) or (DEFAULT_RECORDER,), time.monotonic()
                 return b.recorders
         if b.recorders and time.monotonic() - b.recorders_at < PROBE_EVERY_S:
             return b.recorders
@@ -421,6 +443,20 @@ class WorkerServerSource:
                 found.append(name)
         b.recorders, b.recorders_at = tuple(found) or (DEFAULT_RECORDER,), time.monotonic()
         return b.recorders
+
+    def _listed_recorders(self, t: RankTarget, listed: list) -> tuple[str, ...]:
+        """The recorders of the agent's list that are polled: at most MAX_RECORDERS, each name one that
+        goes into a URL as it is; the others said once."""
+        if len(listed) > MAX_RECORDERS:
+            self._say_once(t, "recorders", logging.WARNING, "%s lists %d recorders: the first %d are polled "
+                           "(said once)", t.name, len(listed), MAX_RECORDERS)
+        names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
+        refused = [ascii(n)[:80] for n in listed[:MAX_RECORDERS] if not _recorder_name_ok(n)]
+        if refused:
+            self._say_once(t, "recorder names", logging.WARNING, "%s: recorder names refused (a name is 1-64 of "
+                           "A-Z a-z 0-9 . _ -): %s; its other recorders are polled (said once)", t.name,
+                           ", ".join(refused[:4]))
+        return names
 
     def _poll_recorder(self, t: RankTarget, b: _Backoff, recorder: str, now_ns: int) -> RankDump:
         """One recorder of the rank: through the agent's live handler from the cursor on where it
@@ -457,13 +493,19 @@ class WorkerServerSource:
                 return dump
         if self.decoder is not None and len(body) > self.in_process_max_bytes:
             # large: parsed under the decoders' memory limit, all of it (no incremental reuse)
-            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self.cfg.max_entries, recorder))
+            dump = self.decoder.run(BodyJob(body, str(t.target), t.rank, now_ns, self._max_entries(t), recorder))
             if isinstance(dump, DecodeError):
                 raise dump
             return dump
         return decode_bytes(body, str(t.target), rank=t.rank, dumped_at_ns=now_ns, keep_frames=False, only="json",
                             previous={e.record_id: e for e in last.entries} if last is not None else None,
-                            max_entries=self.cfg.max_entries, recorder=recorder)
+                            max_entries=self._max_entries(t), recorder=recorder)
+
+    def _max_entries(self, t: RankTarget) -> int:
+        """The newest entries kept of one recorder: `max_entries` holds per rank, its recorders share it
+        (held per recorder, a rank listing 16 recorders held 16 times what one may)."""
+        b = self._backoff.get(t.name)
+        return max(1, self.cfg.max_entries // max(1, len(b.recorders) if b is not None else 1))
 
     def _poll_live(self, t: RankTarget, recorder: str, now_ns: int) -> RankDump | None:
         """Ask the agent only for the entries from the first one that may still change; None where
@@ -509,7 +551,7 @@ class WorkerServerSource:
         raw = dict(tail.meta)
         raw["entries"] = tail.entries
         return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                         keep_frames=False, carry=carry, max_entries=self.cfg.max_entries, recorder=recorder)
+                         keep_frames=False, carry=carry, max_entries=self._max_entries(t), recorder=recorder)
 
     def down_ranks(self) -> set[int]:
         """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent
@@ -575,7 +617,25 @@ class WorkerServerSource:
         # stands for servers too old to list their handlers
         return LIVE_HANDLER if LIVE_HANDLER in names and not live_off else "fr_trace_json"
 
+    def _internal(self, t: RankTarget, b: _Backoff, exc: Exception, start: float, now_ns: int) -> None:
+        """An error no rule foresaw on one rank's answer (a MemoryError under an address-space limit): that
+        rank's poll failed, with the traceback once per kind (the health's last_error keeps saying it)."""
+        self._say_once(t, type(exc).__name__, logging.ERROR, "polling %s failed (said once for this source; "
+                       "counted as reason=internal)", t.name, exc_info=exc)
+        self._failed(t, b, "internal", f"{type(exc).__name__}: {exc}", start, now_ns)
+
+    def _say_once(self, t: RankTarget, what: str, level: int, msg: str, *args: object,
+                  exc_info: BaseException | None = None) -> None:
+        """Log a rank's trouble once per kind (`what`) while its socket stays: a peer that keeps sending
+        what triggers it must not fill the log; its health counts every time."""
+        if (t.name, what) not in self._said:
+            self._said.add((t.name, what))
+            logs.get().log(level, msg, *args, exc_info=exc_info, extra={"rank": t.rank, "source": t.name})
+
     def _failed(self, t: RankTarget, b: _Backoff, reason: str, detail: str, start: float, now_ns: int) -> None:
+        if reason == "too_large":  # refused unread: the operator learns which rank and answer, once
+            self._say_once(t, reason, logging.WARNING, "%s: %s (said once; counted as reason=too_large)",
+                           t.name, detail)
         b.failures += 1
         b.handler = None
         b.next_try = time.monotonic() + min(self.cfg.backoff_max, 0.5 * 2 ** min(b.failures, 16))
@@ -644,9 +704,13 @@ def _status(doc: object) -> Status:
     return status_rows(rows)
 
 
+_RECORDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def _recorder_name_ok(name: object) -> bool:
-    """A recorder name from a rank's answer goes into a URL and a label: short, plain characters."""
-    return isinstance(name, str) and 0 < len(name) <= 64 and all(c.isalnum() or c in "-_." for c in name)
+    """A recorder name from a rank's answer goes into a URL as it is and into a label: short, plain ASCII
+    (str.isalnum let 'ŝ' through, which the request line cannot encode)."""
+    return isinstance(name, str) and _RECORDER_NAME.fullmatch(name) is not None
 
 
 def _holds_groups(body: bytes) -> bool:

@@ -22,7 +22,7 @@ prefer_server_cipher_suites, client_allowed_sans (any SAN of the verified client
 IP, e-mail, URI; needs RequireAndVerifyClientCert), http_server_config.headers (added to every
 answer) and http2: false. Refused: TLS10/TLS11 (insecure), curve_preferences (Python's ssl cannot
 restrict key-exchange groups), http2: true (frexport serves HTTP/1.x), inline cert/key/client_ca,
-and any field not listed here.
+a basic_auth_users value that is not a bcrypt hash (a plain-text password), and any field not listed here.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -71,6 +72,9 @@ _CIPHERS = {
 _RESERVED_HEADERS = {"content-length", "content-type", "transfer-encoding", "connection", "www-authenticate",
                      "date", "server"}
 _SAN_KINDS = {"DNS", "IP Address", "email", "URI"}
+# A bcrypt hash bcrypt.checkpw can verify: version, cost 4-31, 22 characters of salt and 31 of hash.
+# Anything else made every login a 401 after a silent start; exporter-toolkit refuses it at start too
+_BCRYPT = re.compile(r"\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 
 
 @dataclass
@@ -103,6 +107,11 @@ def load_web_config(path: str) -> WebConfig:
     if users:
         if not isinstance(users, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in users.items()):
             raise ConfigError("web.config_file: basic_auth_users must map user names to bcrypt hashes")
+        for user, hashed in users.items():
+            if not _BCRYPT.fullmatch(hashed):  # the value is not echoed: it may be a password
+                raise ConfigError(f"web.config_file: basic_auth_users: the value of user {user!r} is not a bcrypt "
+                                  "hash (a plain-text password would refuse every login); hash the password: "
+                                  "htpasswd -nBC 10 \"\" | tr -d ':'")
         try:
             import bcrypt
         except ImportError:

@@ -40,3 +40,14 @@ def test_basic_auth_to_peers_only_over_tls(tmp_path, peer, flag, ok):
     assert (out.returncode == 0) == ok, out.stderr
     if not ok:
         assert "password in clear text to http://10.0.0.7:9464" in out.stderr
+
+
+def test_a_plain_text_basic_auth_password_stops_serve_at_start(tmp_path):
+    """Issue 38, point 7: `serve` started with it and every login was then 401. Now it does not start:
+    one line on stderr, exit 2 (the start itself, not --check-config)."""
+    wc = tmp_path / "web.yml"
+    wc.write_text("basic_auth_users:\n  prometheus: hunter2\n")
+    out = subprocess.run([sys.executable, "-m", "frexport", "serve", "--listen", "127.0.0.1:0", "--dump-dir",
+                          str(tmp_path), "--web-config-file", str(wc)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "the value of user 'prometheus' is not a bcrypt hash" in out.stderr and "hunter2" not in out.stderr

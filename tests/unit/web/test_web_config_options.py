@@ -2,6 +2,7 @@
 and basic auth goes to peers only over TLS. Real certificates (openssl), the real server, real clients.
 The start-up checks of `serve` and `jobview`, a process each, are in tests/e2e/test_check_config.py."""
 
+import json
 import socket
 import ssl
 import subprocess
@@ -123,3 +124,18 @@ def test_an_option_frexport_cannot_honour_is_refused_at_start(pki, tmp_path, ext
     assert says in str(exc.value)
     # that `serve` stops at start-up saying so, and the peers' settings `jobview` refuses: a process each,
     # in the e2e tier (tests/e2e/test_check_config.py)
+
+
+@pytest.mark.parametrize("value", [
+    "hunter2", "$2y$10$short", "$2y$03$" + "a" * 53, "$2y$10$" + "a" * 52 + "!", "$1$salt$md5crypt",
+    "$2y$10$" + "a" * 53 + "\n",
+])
+def test_a_basic_auth_value_that_is_not_a_bcrypt_hash_is_refused_at_start(tmp_path, value):
+    """Issue 38, point 7: a plain-text password started `serve` silently, then every login was a 401.
+    Refused at start as exporter-toolkit refuses it, without echoing the value (it may be a password)."""
+    wc = tmp_path / "web.yml"
+    wc.write_text(f"basic_auth_users:\n  prometheus: {json.dumps(value)}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_web_config(str(wc))
+    assert "basic_auth_users: the value of user 'prometheus' is not a bcrypt hash" in str(exc.value)
+    assert value.strip() not in str(exc.value)
