@@ -66,10 +66,14 @@ class WorkerServers:
     recorders: list[str] = field(default_factory=list)
 
 
+_RECORDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def recorder_name_ok(name: object) -> bool:
-    """A recorder (backend) name that may go into a URL, a label and a directory name: short, plain ASCII."""
-    return isinstance(name, str) and 0 < len(name) <= 64 and name.isascii() and \
-        all(c.isalnum() or c in "-_." for c in name) and name not in (".", "..")
+    """A recorder (backend) name, from a rank's answer or the config, goes into a URL as it is, a label
+    and a directory name: short, plain ASCII (str.isalnum let 'ŝ' through, which the request line cannot
+    encode), never a path of its own."""
+    return isinstance(name, str) and _RECORDER_NAME.fullmatch(name) is not None and name not in (".", "..")
 
 
 @dataclass

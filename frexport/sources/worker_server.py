@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from frexport import logs
-from frexport.config import WorkerServers
+from frexport.config import WorkerServers, recorder_name_ok
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import opt_int
@@ -397,7 +397,7 @@ class WorkerServerSource:
         names = doc.get("unhealthy_backends") if isinstance(doc, dict) else None
         if not isinstance(names, list):
             return None
-        return tuple(n for n in names[:MAX_RECORDERS] if _recorder_name_ok(n))
+        return tuple(n for n in names[:MAX_RECORDERS] if recorder_name_ok(n))
 
     def recorders(self, t: RankTarget) -> tuple[str, ...]:
         """The recorders of one rank that hold a group, the default first (snapshots, evidence)."""
@@ -450,8 +450,8 @@ class WorkerServerSource:
         if len(listed) > MAX_RECORDERS:
             self._say_once(t, "recorders", logging.WARNING, "%s lists %d recorders: the first %d are polled "
                            "(said once)", t.name, len(listed), MAX_RECORDERS)
-        names = tuple(n for n in listed[:MAX_RECORDERS] if _recorder_name_ok(n))
-        refused = [ascii(n)[:80] for n in listed[:MAX_RECORDERS] if not _recorder_name_ok(n)]
+        names = tuple(n for n in listed[:MAX_RECORDERS] if recorder_name_ok(n))
+        refused = [ascii(n)[:80] for n in listed[:MAX_RECORDERS] if not recorder_name_ok(n)]
         if refused:
             self._say_once(t, "recorder names", logging.WARNING, "%s: recorder names refused (a name is 1-64 of "
                            "A-Z a-z 0-9 . _ -): %s; its other recorders are polled (said once)", t.name,
@@ -702,15 +702,6 @@ def _status(doc: object) -> Status:
             rows.append((opt_int(key) or 0, opt_int(val.get("last_enqueued_collective")),
                          opt_int(val.get("last_started_collective")), opt_int(val.get("last_completed_collective"))))
     return status_rows(rows)
-
-
-_RECORDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-def _recorder_name_ok(name: object) -> bool:
-    """A recorder name from a rank's answer goes into a URL as it is and into a label: short, plain ASCII
-    (str.isalnum let 'ŝ' through, which the request line cannot encode)."""
-    return isinstance(name, str) and _RECORDER_NAME.fullmatch(name) is not None
 
 
 def _holds_groups(body: bytes) -> bool:
