@@ -20,6 +20,7 @@ from frexport.export.prometheus.peers import PeersCollector
 from frexport.live.sidecar import Sidecar
 from frexport.live.sink import Sink
 from frexport.live.state import LiveState
+from frexport.model.world import MAX_WORLD
 from frexport.sources.health import HealthRegistry
 from frexport.sources.peers import PeersSource
 
@@ -82,13 +83,15 @@ def build_jobview(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     health = HealthRegistry()
     dc = cfg.decode
     decoder = DecoderPool(dc.workers, Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit))
-    peers = PeersSource(health, cfg.peers, cfg.analysis.window, decoder, max_ranks=cfg.max_ranks)
+    peers = PeersSource(health, cfg.peers, cfg.analysis.window, decoder, max_ranks=cfg.max_ranks,
+                        world_size=cfg.world_size)
     sinks: list[Sink] = []
     if cfg.evidence.dir:
         ev = cfg.evidence
         sinks.append(JobEvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes), peers,
                                      cfg.analysis.window, ev.pyspy, ev.deadline, cfg.peers.stacks))
-    state = LiveState(max_ranks=cfg.max_ranks, count=False)  # only the latest snapshots: see the note below
+    # only the latest snapshots (see the note below), of the ranks the peers source took: it sizes the view
+    state = LiveState(max_ranks=MAX_WORLD, count=False)
     sidecar = Sidecar(cfg.analysis, state, health, [peers], sinks, None, decoder, scoped=False)
     # Only the view's own health: the ranks' series come from their pods' sidecars, and exporting
     # them twice would double every job-wide rule's input.

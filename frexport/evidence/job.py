@@ -83,8 +83,13 @@ class JobEvidenceSink(IncidentSink):
         collisions = dict(self.fetcher.collisions)
         head += [f"rank {r} is claimed by peers {', '.join(([owner] if owner else []) + list(others))}: "
                  f"{collision_text(owner)}" for r, (owner, others) in sorted(collisions.items())[:64]]
+        taken, sent = self.fetcher.cut
+        if taken < sent:  # never a finding on a cut job without saying so
+            head.insert(0, f"the job view held {taken} of the {sent} ranks its peers sent (over max_ranks): "
+                           "this report rests on those")
         text = "\n".join(head) + "\n\n" + render_text(diagnosis)
-        report = {**diagnosis.to_json(), "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()},
+        report = {**diagnosis.to_json(), "ranks_not_taken": sent - taken,
+                  "where": where, "culprit_stack_lines": {str(r): v for r, v in hangs.items()},
                   "rank_collisions": {str(r): {"used": owner, "refused": list(others)}
                                       for r, (owner, others) in sorted(collisions.items())[:1024]}}
         reason = next((f.kind for f in diagnosis.findings if f.root_cause), roots[0].kind)

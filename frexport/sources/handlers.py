@@ -60,3 +60,8 @@ class PickleFetcher(HandlerFetcher[T], Protocol[T]):
     @property
     def collisions(self) -> dict[int, tuple[str | None, tuple[str, ...]]]:
         """Rank -> (the peer whose claim is used, the peers refused)."""
+
+    @property
+    def cut(self) -> tuple[int, int]:
+        """(ranks taken, ranks the peers sent) at the last pass that took fewer than were sent; (0, 0)
+        when none was left out."""

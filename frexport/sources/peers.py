@@ -28,6 +28,7 @@ import socket
 import ssl
 import time
 from bisect import bisect_left
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -41,6 +42,7 @@ from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import first_unsettled
+from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
 from frexport.sources.handlers import PICKLE_HANDLER, Fetched
 from frexport.sources.health import HealthRegistry
@@ -83,13 +85,14 @@ class _PeerState:
     over_cap: int = 0  # ranks past max_ranks in its last body: not even read
     said: set[str] = field(default_factory=set)  # what was logged about it: said once, not every pass
     suspected: bool = False  # its last answer: its sidecar suspects a stall among its ranks
+    world: int | None = None  # the job's world size its ranks report (the agent declares it; NCCL lists it)
 
 
 class PeersSource:
     name = "peers"
 
     def __init__(self, health: HealthRegistry, cfg: Peers, window: int, decoder: DecoderPool | None = None,
-                 resolve=socket.getaddrinfo, max_ranks: int = 4096) -> None:
+                 resolve=socket.getaddrinfo, max_ranks: int = 4096, world_size: int | None = None) -> None:
         self.health = health
         self.cfg = cfg
         self.window = window
@@ -108,7 +111,11 @@ class PeersSource:
         self._inflight: dict[str, Future] = {}  # peer -> its poll still running (taken when done)
         self._current: list[str] = []  # the peers of the last pass
         self.pass_wait_s: float | None = PASS_WAIT_S  # None: wait for every peer (benchmarks/bench_jobview.py)
-        self.max_ranks = max_ranks
+        self.max_ranks = max_ranks  # the configured bound; the view takes the job's world where that is larger
+        self.world_size = world_size  # the job's, as configured (the chart's worldSize, the flag)
+        self.capacity = max_ranks  # ranks the view holds at most: max_ranks, or the job's world (capacity())
+        self._cut: tuple[int, int] = (0, 0)  # (ranks taken, ranks the peers sent) at the last pass that cut
+        self._said_cut: tuple[int, int] = (0, 0)
         self._held: dict[tuple[str, int], _Held] = {}  # every owned rank, by (peer, rank)
         self.owners = Owners()  # which peer is believed for each rank (sources/peer_owners.py)
         self._forgotten: list[int] = []  # ranks the view's state must drop (drain_forgotten)
@@ -214,23 +221,27 @@ class PeersSource:
         ranks: list[PeerRank] | dict[int, PeerRank]  # (for mypy) a peer's answer, then what was kept of it
         r: int | PeerRank  # a rank it stopped sending, then each rank kept
         for peer, ranks in answers:
-            self._peers[peer].claimed = len(ranks)
-        share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.max_ranks)
+            st = self._peers[peer]
+            st.claimed = len(ranks)
+            st.world = max((x.world_size for x in ranks if x.world_size is not None and is_world_size(x.world_size)),
+                           default=None)
+        self.capacity = self._capacity(peers)
+        share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.capacity)
         kept: dict[str, dict[int, PeerRank]] = {}
+        sent = taken = 0
         for peer, ranks in answers:
             mine = {r for r, _ in self._held_by_peer.get(peer, ())}  # what it holds goes first: stable shares
             order = sorted(ranks, key=lambda x: (x.rank not in mine, x.rank))
             kept[peer] = {x.rank: x for x in order[:share.get(peer, 0)]}
             st = self._peers[peer]
             st.over_share = len(ranks) - len(kept[peer]) + st.over_cap
+            sent, taken = sent + len(ranks) + st.over_cap, taken + len(kept[peer])
             if st.over_share:
                 self.ranks_dropped_total += len(ranks) - len(kept[peer])
-                self._say(peer, f"peer {peer} sent {len(ranks) + st.over_cap} ranks, over its fair share of "
-                                f"{share.get(peer, 0)} (max_ranks {self.max_ranks} among {len(peers)} peers): "
-                                f"{st.over_share} not taken")
             self.owners.claims[peer] = frozenset(kept[peer])
             for r in [r for r in mine if r not in kept[peer]]:  # it stopped sending it: forgotten
                 self._drop(peer, r)
+        self._say_cut(taken, sent, sum(1 for p, _ in answers if self._peers[p].over_share), len(peers))
         for peer, rank in self.owners.settle():  # owners that stopped claiming (their peer left, or failed)
             self._drop(peer, rank, released=True)
         out: list[Snapshot] = []
@@ -239,6 +250,31 @@ class PeersSource:
                 if self.owners.owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
                     out.append(s)
         return out
+
+    def _capacity(self, peers: list[str]) -> int:
+        """The ranks the view holds: max_ranks, or the job's world where larger (configured, else the world
+        size most peers report: one peer cannot size the view, and a 16384-rank job is not cut to a
+        quarter by the default of 4096)."""
+        world = self.world_size
+        if world is None:
+            reported = Counter(st.world for p, st in self._peers.items() if p in peers and st.world)
+            world = min(reported, key=lambda w: (-reported[w], w)) if reported else None
+        return max(self.max_ranks, world or 0)
+
+    def _say_cut(self, taken: int, sent: int, over: int, peers: int) -> None:
+        """One line a pass that cuts (and only when the cut changed), never one a peer: 2048 lines a pass
+        said the same thing."""
+        self._cut = (taken, sent) if taken < sent else (0, 0)
+        if self._cut != self._said_cut and taken < sent:
+            logs.get().warning("job view: took %d of the %d ranks %d peers sent (room for %d: max_ranks %d, the "
+                               "job's world %s; %d peers sent more than their fair share); findings and bundles "
+                               "rest on the ranks taken: raise max_ranks or give the world size", taken, sent, peers,
+                               self.capacity, self.max_ranks, self.world_size or "as most peers report it", over)
+        self._said_cut = self._cut
+
+    @property
+    def cut(self) -> tuple[int, int]:
+        return self._cut
 
     def _drop(self, peer: str, rank: int, released: bool = False) -> None:
         self._held.pop((peer, rank), None)
@@ -286,9 +322,9 @@ class PeersSource:
         this process merges what came before. In this process where there are no decoders. At most
         `max_ranks` ranks of one body are read at all."""
         if self.decoder is None:
-            _now, ranks, dropped, suspected = parse_body(body, peer, self._interned, self.max_ranks)
+            _now, ranks, dropped, suspected = parse_body(body, peer, self._interned, self.capacity)
             return ranks, dropped, suspected
-        out = self.decoder.run(_BodyJob(body, peer, self.max_ranks))
+        out = self.decoder.run(_BodyJob(body, peer, self.capacity))
         if isinstance(out, DecodeError):
             raise out
         return out

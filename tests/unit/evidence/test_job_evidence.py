@@ -49,6 +49,7 @@ class _Pods:
     real one needs pods' sidecars, tests/e2e/test_jobview.py runs it)."""
 
     collisions: dict = {}  # no rank two peers claim
+    cut = (0, 0)  # no rank left out
 
     def __init__(self, ranks):
         self.ranks = ranks

@@ -29,6 +29,7 @@ class _Ranks:
     the real job saved: its pickles (with frames) and its faulthandler stacks."""
 
     collisions: dict = {}
+    cut = (0, 0)  # no rank left out
 
     def targets(self):
         return [SimpleNamespace(rank=r) for r in range(4)]

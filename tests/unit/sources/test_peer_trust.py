@@ -143,7 +143,9 @@ def test_a_peer_with_4096_fake_ranks_does_not_crowd_out_the_real_ranks(job, capl
         assert {0, 1, 2, 3} <= set(held) and len(held) == 64  # the real ranks, and the rest of the cap
         assert _culprits(result) == [3]
         assert registry.get_sample_value("frexport_peer_ranks_over_share", {"peer": hostile.url}) == 4096 - 60
-        assert "over its fair share of 60" in caplog.text
+        # one line for the pass, not one per peer, and the cut in the metrics
+        assert caplog.text.count("job view: took 64 of the 4100 ranks 3 peers sent (room for 64") == 1
+        assert registry.get_sample_value("frexport_jobview_ranks_not_taken") == 4100 - 64
     finally:
         sc.shutdown()
 
@@ -306,3 +308,22 @@ def test_a_rank_handed_over_is_the_new_owners_even_after_a_future_dated_one(job)
         assert sc.state.latest_dumps()[3].source == f"peer:{pods[1].url}"
     finally:
         sc.shutdown()
+
+
+def test_the_view_sizes_itself_to_the_world_most_peers_report(caplog):
+    """2048 pods of 8 with max_ranks 4096 were each cut to a fair share of 2 (a quarter of the job, 2048
+    log lines a pass). The view takes the world most peers report over max_ranks, so nothing is cut;
+    one peer reporting a bigger world cannot size it."""
+    from frexport.sources.health import HealthRegistry
+    from frexport.sources.peers import PeersSource, _PeerState
+
+    src = PeersSource(HealthRegistry(), Config().peers, 256, max_ranks=4096)
+    peers = [f"p{i}" for i in range(2048)]
+    src._peers = {p: _PeerState(world=16384) for p in peers}
+    src._peers["p0"].world = 1 << 18  # one liar
+    assert src._capacity(peers) == 16384
+    src.world_size = 8192  # the chart's worldSize / the flag wins
+    assert src._capacity(peers) == 8192
+    src.world_size = None
+    src._peers = {p: _PeerState() for p in peers}  # nobody says: max_ranks
+    assert src._capacity(peers) == 4096
