@@ -51,6 +51,9 @@ class Options:
     # the ranks this analysis may blame (a sidecar's own ranks); None: every rank the world size implies.
     # Ranks outside it are remote: never a culprit nor "missing their dump", their waiters are blocked.
     scope: frozenset[int] | None = None
+    # ranks two sources claim at once, neither believed (the job view's peers: sources/peer_owners.py):
+    # never judged, as if remote: a claim is no evidence against the rank
+    contested: frozenset[int] = frozenset()
 
 
 class _Context:
@@ -166,11 +169,14 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             for s in seqs:
                 mismatch_findings[(key, s)] = f
 
-    waits = find_waits(by_rank, membership, stall_after_ns, options.clock, options.scope)
-    roots = root_causes(waits, by_rank, stall_after_ns, options.scope, options.clock)
+    scope = options.scope
+    if options.contested:
+        scope = (scope if scope is not None else frozenset(range(membership.world_size))) - options.contested
+    waits = find_waits(by_rank, membership, stall_after_ns, options.clock, scope)
+    roots = root_causes(waits, by_rank, stall_after_ns, scope, options.clock)
     if options.clock:
         ctx.seen_waiting = frozenset(w.rank for w in waits if w.proven and not w.timed_out)
-    root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits)
+    root_findings, used_mismatches = _root_findings(ctx, roots, mismatch_findings, waits, options.contested)
     findings = sorted(root_findings, key=lambda f: (f.time_ns or 0, f.culprit_ranks))
     # a proven hang's culprit is not also called a straggler; a suspect may be one (see below)
     hang_culprits = {r for f in root_findings if f.certain for r in f.culprit_ranks}
@@ -182,7 +188,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
     findings = late_not_hung(findings, straggler_findings(ctx, all_cols, hang_culprits, options))
-    findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], options.scope))
+    findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], scope))
 
     notes = list(membership.notes)
     for t in by_rank.values():
@@ -303,7 +309,7 @@ def _mismatch_verb(kind: str) -> str:
 
 
 def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str, int], Finding],
-                   waits: list[Wait]):
+                   waits: list[Wait], contested: frozenset[int] = frozenset()):
     findings: list[Finding] = []
     used: set[int] = set()
     merged: dict[tuple, list[Root]] = {}
@@ -338,7 +344,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                 f"dump that would show why is missing", _waiting_details(w), True, w.created_ns,
                 f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"))
         elif kind == REMOTE:
-            findings.append(_remote_wait(w, ranks, blocked, p2p))
+            findings.append(_remote_wait(w, ranks, blocked, p2p, contested))
         elif kind == CYCLE:
             findings.extend(_cycle_root(ctx, r, waits) for r in rs)
         else:
@@ -356,11 +362,21 @@ def _timed(f: Finding, w: Wait) -> Finding:
     return replace(f, waited=w.waited, details=f.details + (f"rank {w.rank} waited {w.waited.text()}",))
 
 
-def _remote_wait(w: Wait, remote: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:
+def _remote_wait(w: Wait, remote: tuple[int, ...], blocked: set[int], p2p: bool,
+                 contested: frozenset[int] = frozenset()) -> Finding:
     """Ranks in scope wait for ranks outside it: they are blocked; who is at fault is decided where
-    the remote ranks are watched (their own pod's sidecar, the job-wide rules, the job-level view)."""
+    the remote ranks are watched (their own pod's sidecar, the job-wide rules, the job-level view), or
+    nowhere for a rank two peers claim (Options.contested)."""
     waiting = sorted(blocked)
     where = f"{op_name(w.sig)} ({'p2p' if p2p else 'collective'} {w.seq} of group {w.group.label})"
+    if set(remote) <= contested:
+        return Finding(
+            F.REMOTE_WAIT, w.group.name, w.group.desc, None if p2p else w.seq, (), tuple(waiting), op_name(w.sig),
+            site_text(w.site),
+            f"rank{'s' if len(waiting) > 1 else ''} {format_ranks(waiting)} {'are' if len(waiting) > 1 else 'is'} "
+            f"blocked: {where} waits for {_ranks(remote)}, which two peers claim at once: neither claim is used, "
+            "so who is at fault is not judged", _waiting_details(w), False, w.created_ns,
+            f"{_ranks(waiting)} wait for {_ranks(remote)}; a rank claimed twice is never blamed on the claim")
     return Finding(
         F.REMOTE_WAIT, w.group.name, w.group.desc, None if p2p else w.seq, (), tuple(waiting), op_name(w.sig),
         site_text(w.site),

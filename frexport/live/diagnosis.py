@@ -72,10 +72,12 @@ class LiveAnalysis:
         # again has its trace moved along its window (model/trace_window.py), not rebuilt
         self._traces: dict[int, tuple[RankDump, TraceWindow]] = {}
 
-    def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset()) -> LiveResult:
+    def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset(),
+            contested: frozenset[int] = frozenset()) -> LiveResult:
         """`down`: watched ranks whose process is known gone (a refused socket, a pid gone), maybe
         without a snapshot; their last snapshots still take part in the diagnosis (what they were
-        doing is the evidence), their status is `down`."""
+        doing is the evidence), their status is `down`. `contested`: ranks two sources claim at once,
+        neither believed: never judged (engine.Options.contested)."""
         stall_after = self.stall_after(dumps)
         traces: list[RankTrace] = []
         cache, self._traces = self._traces, {}
@@ -104,7 +106,8 @@ class LiveAnalysis:
         scope = frozenset(d.rank for d in dumps.values() if d.rank is not None) | frozenset(down)
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness,
-                                                    scope=scope if self.scoped else None))
+                                                    scope=scope if self.scoped else None,
+                                                    contested=frozenset(contested) - set(dumps)))
         statuses = {r: s for r, s in statuses_of(diagnosis, traces, int(stall_after * 1e9)).items()
                     if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)

@@ -71,7 +71,8 @@ class Sidecar:
                     next_analysis = min(next_analysis, last_analysis + self.cfg.suspected_interval)
                 if time.monotonic() >= next_analysis:
                     last_analysis = time.monotonic()
-                    result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d), "analysis")
+                    result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d,
+                                                                             self._contested()), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
                     for f in result.new_root_causes if result is not None else ():
                         # said once per hang (a root cause that clears and returns is said again): the log
@@ -108,6 +109,15 @@ class Sidecar:
             suspects = getattr(source, "stall_suspected", None)  # a source that can suspect a stall
             suspected = suspected or bool(suspects is not None and suspects())
         return events, suspected
+
+    def _contested(self) -> frozenset[int]:
+        """Ranks two peers claim at once, neither believed (a source whose ranks come from peers)."""
+        out: set[int] = set()
+        for source in self.sources:
+            collisions = getattr(source, "collisions", None)
+            if isinstance(collisions, dict):
+                out.update(r for r, (owner, _others) in collisions.items() if owner is None)
+        return frozenset(out)
 
     def _down(self) -> set[int]:
         return set(self._guarded(self.down_ranks, "down ranks") or ()) if self.down_ranks else set()

@@ -54,3 +54,17 @@ def test_ranks_dumped_before_their_peers_went_past_an_op_cast_no_vote():
     statuses = statuses_of(d, tr, 5 * 10**9)
     assert statuses[2] == STALLED and statuses[0] == statuses[1] == BLOCKED, statuses
     assert d.input_errors == []
+
+
+def test_a_rank_two_peers_claim_at_once_is_never_blamed_on_the_claim():
+    """The job view: a hostile peer claims rank 1 at the same moment as its real pod, so neither claim is
+    used and rank 1 has no snapshot; with rank 3 really gone, the view said `missing_dump [1, 3]`. A
+    contested rank is not judged: rank 3 alone is the culprit, the wait for rank 1 says why it is not."""
+    dumps = {r: dump([entry(i, i + 1, backend="gloo", state="scheduled", retired=i < 2, duration_ms=None,
+                            created=T0 + i * STEP_NS + r * 1000) for i in range(3)], world=4) for r in (0, 2)}
+    tr = list(traces(dumps, seen_at_ns=T0 + 60 * 10**9).values())
+    plain = analyze(tr, known_ranks={0, 1, 2, 3}, options=Options(stall_after_s=5, clock=True))
+    assert {r for f in plain.findings for r in f.culprit_ranks} == {1, 3}  # what the claim did before
+    d = analyze(tr, known_ranks={0, 1, 2, 3}, options=Options(stall_after_s=5, clock=True, contested=frozenset({1})))
+    assert {r for f in d.findings for r in f.culprit_ranks} == {3}, [f.message for f in d.findings]
+    assert any("which two peers claim at once" in f.message for f in d.findings), [f.message for f in d.findings]

@@ -85,7 +85,7 @@ def _view(urls, max_ranks=4096):
 
 def _pass(sc):
     sc._collect()
-    return sc.analysis.run(sc.state.latest_dumps(), set())
+    return sc.analysis.run(sc.state.latest_dumps(), set(), sc._contested())
 
 
 def _culprits(result) -> list:
@@ -120,9 +120,10 @@ def test_two_new_claims_in_one_pass_use_neither(job):
     hostile.body = json.dumps(_body({3: healthy_job(world=WORLD, steps=12)[3]})).encode()
     sc, _ = _view([pods[0].url, pods[1].url, hostile.url])
     try:
-        _pass(sc)
+        result = _pass(sc)
         assert 3 not in sc.state.latest_dumps()
         assert sc.sources[0].collisions[3][0] is None
+        assert 3 not in _culprits(result)  # never blamed on the strength of a claim (it said missing_dump [3])
         hostile.body = json.dumps(_body({})).encode()  # it stops claiming: the real pod's rank is used
         assert _culprits(_pass(sc)) == [3]
     finally:
