@@ -27,7 +27,18 @@ from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
 from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding, format_ranks
-from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
+from frexport.analysis.hang import (
+    CYCLE,
+    INSIDE,
+    LEFT,
+    NO_DUMP,
+    REMOTE,
+    Root,
+    Wait,
+    cycle_path,
+    find_waits,
+    root_causes,
+)
 from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
@@ -328,15 +339,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             else:
                 findings.append(_stuck_inside(ctx, w, ranks, blocked, certain))
         elif kind == NO_DUMP:
-            blocked |= set(w.left) - set(ranks)  # members that failed out of it: victims, like the waiters
-            findings.append(Finding(
-                F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
-                op_name(w.sig), site_text(w.site),
-                f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
-                f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
-                f"{op_name(w.sig)} (collective {seq} of group {w.group.label}): the likely culprit, but the "
-                f"dump that would show why is missing", _waiting_details(w), True, w.created_ns,
-                f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"))
+            findings.append(_no_dump_root(ctx, w, ranks, blocked, p2p))
         elif kind == REMOTE:
             findings.append(_remote_wait(w, ranks, blocked, p2p))
         elif kind == CYCLE:
@@ -347,6 +350,68 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                                        {m for root in rs for m in root.wait.left}))
         findings[first:] = [_timed(f, w) for f in findings[first:]]
     return findings, used
+
+
+def _no_dump_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:
+    """Ranks without any dump that others wait for: the likely culprits, and proven ones where members
+    failed out of the collective for want of them (they left the job: missing_rank, whatever the dumps)."""
+    failed = set(w.left) - set(ranks)
+    blocked = blocked | failed  # members that failed out of it: victims, like the waiters
+    kind = F.MISSING_RANK if failed else F.MISSING_DUMP
+    if failed:
+        message, reason = _departure(ctx, w, ranks, failed, blocked, False, dumped=False)
+    else:
+        message = (f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
+                   f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
+                   f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}): the likely culprit, but the "
+                   f"dump that would show why is missing")
+        reason = f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"
+    return Finding(kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
+                   op_name(w.sig), site_text(w.site), message, _waiting_details(w, failed), True, w.created_ns, reason)
+
+
+def _departure(ctx: _Context, w: Wait, ranks: tuple[int, ...], failed: set[int] | frozenset[int], blocked: set[int],
+               gone: bool, dumped: bool = True) -> tuple[str, str]:
+    """(message, reason) where members finished a collective `ranks` never issued: they failed out of it for
+    want of them (victims). Where others still wait in it, the connections to the absent ranks closed on
+    the members talking to them: those ranks left the job, however they went (died, crashed, or exited
+    cleanly when their data ran out: uneven inputs), and whatever their dumps show of it."""
+    still = sorted((set(w.joined) | {w.rank}) - set(failed) - set(ranks))
+    behind = sorted(blocked - set(failed) - set(still) - set(ranks))
+    left = gone or (bool(still) and not set(ranks) & ctx.alive)
+    if left:
+        after = f"after collective {w.seq - 1}" if w.seq > 1 else f"before collective {w.seq}"
+        message = (f"{_ranks(ranks)} left the job {after} of group {w.group.label}; {_ranks(failed)} failed out "
+                   f"of collective {w.seq} ({op_name(w.sig)})")
+    else:
+        message = (f"{_ranks(ranks)} never issued {op_name(w.sig)} (collective {w.seq} of group {w.group.label}): "
+                   f"{_ranks(failed)} failed out of it")
+    if still:
+        message += f", {_ranks(still)} {'waits' if len(still) == 1 else 'wait'} in it"
+    if behind:
+        message += f"; {_ranks(behind)} {'is' if len(behind) == 1 else 'are'} blocked behind " \
+                   f"{'it' if len(ranks) == 1 else 'them'}"
+    reason = (f"{_ranks(failed)} finished collective {w.seq} without {_ranks(ranks)}"
+              + (f" while {_ranks(still)} still {'waits' if len(still) == 1 else 'wait'} in it" if still else "")
+              + ": a collective ends on some members only when it fails, so they failed out of it (victims)")
+    if left:
+        reason += ("; it fails on the members talking to a rank that is gone (gloo: 'Connection closed by peer'), "
+                   "however that rank went: a crash, a kill, or a clean exit when its data ran out before its "
+                   "peers' (uneven inputs: torch.distributed.algorithms.Join lets such a rank shadow the "
+                   "collectives it no longer issues)")
+    last = _last_seq(ctx, ranks, w.group)
+    if not dumped:
+        reason += f"; {'it' if len(ranks) == 1 else 'they'} left no dump"
+    elif last is not None and last < w.seq - 1:
+        reason += f"; {_ranks(ranks)}'s records end at collective {last}: a dump taken before it left"
+    return message, reason
+
+
+def _last_seq(ctx: _Context, ranks: tuple[int, ...], group: Group) -> int | None:
+    """The newest collective of `group` the records of `ranks` hold (None: none)."""
+    seqs = [g.seq[-1] for r in ranks if (t := ctx.traces.get(r)) is not None
+            and (g := t.groups.get(group.name)) is not None and len(g.seq)]
+    return max(seqs) if seqs else None
 
 
 def _timed(f: Finding, w: Wait) -> Finding:
@@ -606,15 +671,9 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             (f"{_ranks(joined)} issued it at {site_text(w.site)}, a call site {_ranks(ranks)} never ran"
              if unknown_site else f"{_ranks(ranks)} were seen long after without issuing it"), certain)
     kind = F.UNMATCHED_P2P if p2p else F.MISSING_RANK
-    waiting = tuple(sorted(blocked - failed))
     if failed:  # peers finished a collective these ranks never issued: they failed out of it
+        message, reason = _departure(ctx, w, ranks, failed, blocked, gone)
         blocked = blocked | failed
-        message = (f"{_ranks(ranks)} {'left the job; its records end before' if gone else 'never issued'} {where}: "
-                   f"{_ranks(failed)} failed in the collective, "
-                   f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
-        reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "
-                  f"issued, and {_ranks(failed)} finished it without {'it' if len(ranks) == 1 else 'them'}: a "
-                  f"collective only ends without a member when it fails")
     elif certain:
         verb = "never posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
             else "never issued"
@@ -692,7 +751,7 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
 
 def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],
                            scope: frozenset[int] | None = None) -> list[Finding]:
-    named = {r for f in roots if f.kind == F.MISSING_DUMP for r in f.culprit_ranks}
+    named = {r for f in roots if f.root_cause for r in f.culprit_ranks if r not in ctx.traces}
     world = ctx.membership.world_size
     missing = sorted(set(range(world) if scope is None else scope) - set(ctx.traces) - named)
     if not missing:

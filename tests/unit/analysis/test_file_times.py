@@ -31,6 +31,8 @@ EXPECTED = {
     "straggler_2d": ("unhealthy", (0,)),
     "straggler_2d_midrun": ("unhealthy", (0,)),
     "stuck_before_collective": ("inconclusive", (2,)),
+    "uneven_exit": ("unhealthy", (3,)),
+    "uneven_exit_stale": ("unhealthy", (3,)),
     # torch 2.15's FlightRecorderHook on an asynchronous out-of-tree backend (entries retired at issue)
     "hooked_mixed_wait_gloo": ("inconclusive", (2,)),
     "hooked_mixed_wait_hooked": ("inconclusive", (2,)),

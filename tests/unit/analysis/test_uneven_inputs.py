@@ -1,0 +1,65 @@
+"""A rank that leaves the job between collectives (issue 37, class 1), on a real torch 2.13 gloo job
+(tests/realjobs/scenarios/uneven_exit.py): 8 ranks, dp {0-3}, {4-7}; rank 3's data runs out after step 5
+and it exits with status 0 (uneven inputs). In the next dp all_reduce its ring neighbours 0 and 2 fail
+out ("Connection closed by peer"; gloo retires failed work, so it looks completed), rank 1 waits in it,
+and ranks 4-7 wait in the default group for 0-3. Ranks 0 and 2 are victims of rank 3, never culprits,
+whether rank 3's last dump holds everything it did, is older than its departure, or is missing; with
+and without the stacks of the others; post-mortem on every file-time variant and live."""
+
+import json
+import shutil
+
+import pytest
+
+from frexport.live.diagnosis import BLOCKED, STALLED
+from tests.support import paths
+from tests.support.captured import live_pass
+from tests.support.filetimes import copies
+
+FIXTURES = paths.REAL_FIXTURES
+HEAD = ("rank 3 left the job after collective 6 of group 1 (dp); ranks 0 and 2 failed out of collective 7 "
+        "(all_reduce), rank 1 waits in it; ranks 4-7 are blocked behind it")
+
+
+def _variant(tmp_path, dump: str, stacks: bool):
+    """The job's dumps with rank 3's last dump `present` (taken after its last step), `stale` (taken
+    before it left) or `missing`; the others' stacks beside them or not."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / ("uneven_exit_stale" if dump == "stale" else "uneven_exit"), src)
+    if dump == "missing":
+        (src / "trace_3").unlink()
+        (src / "json" / "trace_3.json").unlink()
+    if not stacks:
+        shutil.rmtree(src / "stacks")
+    return src
+
+
+@pytest.mark.parametrize("stacks", [True, False], ids=["stacks", "no_stacks"])
+@pytest.mark.parametrize("dump", ["present", "stale", "missing"])
+def test_the_rank_that_left_is_the_culprit_its_ring_neighbours_its_victims(diagnose, tmp_path, dump, stacks):
+    src = _variant(tmp_path, dump, stacks)
+    out = {v: diagnose(d) for v, d in copies(src, tmp_path / "v")}
+    assert len({json.dumps(d.to_json(), sort_keys=True) for d in out.values()}) == 1  # file times change nothing
+    d = out["captured"]
+    f = d.findings[0]
+    assert d.verdict == "unhealthy" and f.certain and f.root_cause, [(g.kind, g.message) for g in d.findings]
+    assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.pg_desc, f.collective_seq_id) == (
+        "missing_rank", (3,), (0, 1, 2, 4, 5, 6, 7), "dp", 7)
+    assert f.message == HEAD
+    assert "uneven inputs" in f.reason and "a clean exit" in f.reason
+    assert not any({0, 2} & set(g.culprit_ranks) for g in d.findings), [g.message for g in d.findings]
+    if dump == "stale":
+        assert "rank 3's records end at collective 4: a dump taken before it left" in f.reason
+    if dump == "missing":
+        assert f.reason.endswith("it left no dump")
+        assert "(dp) taken to include rank 3 (no dump)" in " ".join(d.notes)
+
+
+@pytest.mark.parametrize("dump", ["present", "stale", "missing"])
+def test_live_the_rank_that_left_is_stalled_the_others_blocked(dump):
+    src = FIXTURES / ("uneven_exit_stale" if dump == "stale" else "uneven_exit")
+    d, statuses = live_pass(src, skip=(3,) if dump == "missing" else ())
+    f = d.findings[0]
+    assert (f.kind, f.culprit_ranks, f.certain, f.message) == ("missing_rank", (3,), True, HEAD), f.message
+    assert statuses[3] == STALLED if 3 in statuses else dump == "missing"
+    assert {r: statuses[r] for r in (0, 1, 2, 4, 5, 6, 7)} == dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)
