@@ -29,6 +29,7 @@ from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding, format_ranks
 from frexport.analysis.hang import (
     CYCLE,
+    IDLE,
     INSIDE,
     LEFT,
     NO_DUMP,
@@ -43,7 +44,7 @@ from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.placement import behind
-from frexport.analysis.unseen import blocked_ranks, unseen_waits
+from frexport.analysis.unseen import blocked_ranks, fold_blocked, unrecorded, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
 from frexport.model.rank_trace import FINISHED, ISSUED, STARTED, GroupTrace, RankTrace
@@ -78,6 +79,9 @@ class _Context:
         # ranks whose records end before ops their peers completed and went past (placement.py): stale
         # dumps or not the job's: their absence from a later op casts no vote on who is out of step
         self.behind: frozenset[int] = frozenset()
+        # ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): elsewhere a rank that
+        # waits for nobody the recorder shows may wait in a send or recv
+        self.records_p2p = frozenset(r for r, t in traces.items() if any(g.p2p for g in t.groups.values()))
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
@@ -203,14 +207,16 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
     if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
+        issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
+        inside = blocked_ranks(stacks, calls or {})
+        # a root cause whose ranks wait in such a call is blocked behind another one
+        findings = fold_blocked(findings, unrecorded(inside, ctx.records_p2p, issue_only))
         # (a mismatch explains a rank's wait too: on a backend that reports no completion, the collective
         # it cannot complete is not a root here, every member having issued it)
         explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
         explained.update(r for f in findings if f.kind in F.MISMATCH_KINDS for g in membership.groups.values()
                          if g.name == f.pg_name for r in g.members)
-        records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
-        issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
-        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained, issue_only) + findings
+        findings = unseen_waits(inside, ctx.records_p2p, explained, issue_only) + findings
     findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
@@ -321,6 +327,10 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
     for root in roots:
         w = root.wait
         merged.setdefault((root.kind, w.group.key, w.seq, w.p2p), []).append(root)
+    idle = [rs for key, rs in merged.items() if key[0] == IDLE]
+    if _indistinct(ctx, idle):
+        findings.append(_indistinct_root(ctx, idle, waits))
+        merged = {key: rs for key, rs in merged.items() if key[0] != IDLE}
     for (kind, gkey, seq, p2p), rs in merged.items():
         w = min((r.wait for r in rs), key=lambda w: (w.created_ns, w.rank))
         first = len(findings)
@@ -350,6 +360,55 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                                        {m for root in rs for m in root.wait.left}))
         findings[first:] = [_timed(f, w) for f in findings[first:]]
     return findings, used
+
+
+def _indistinct(ctx: _Context, idle: list[list[Root]]) -> bool:
+    """Ranks of several collectives wait for nobody the recorder shows while peers wait for them, none of
+    them records point-to-point ops and no stack says where they are: any of them may wait for another in
+    a send or recv the recorder does not show (gloo records none), so the dumps cannot tell the culprit
+    from the ranks blocked behind it."""
+    ranks = {r for rs in idle for root in rs for r in root.ranks}
+    return (len(idle) > 1 and not ranks & (set(ctx.stacks) | ctx.records_p2p)
+            and not any(root.wait.left or root.wait.p2p for rs in idle for root in rs))
+
+
+def _indistinct_root(ctx: _Context, idle: list[list[Root]], waits: list[Wait]) -> Finding:
+    """One finding for the candidates the data cannot tell apart, saying where each one is and where its
+    peers wait for it, instead of as many equal root causes."""
+    roots = sorted((root for rs in idle for root in rs), key=lambda r: (r.wait.created_ns, r.ranks))
+    cands = tuple(sorted({r for root in roots for r in root.ranks}))
+    blocked = tuple(sorted({r for root in roots for r in root.blocked} - set(cands)))
+    certain = all(root.certain for root in roots)
+    details = [_awaited(ctx, r, waits) for root in roots for r in root.ranks]
+    w = roots[0].wait
+    reason = ("each of them has peers waiting for it in a collective it has not issued and waits in no op its "
+              "recorder shows: a rank stuck in its own code and one waiting in a send or recv (gloo records no "
+              "point-to-point op) leave the same records; their stacks would tell (py-spy dump --locals names "
+              "each send's and recv's peer)")
+    if not certain:
+        reason += "; and whether it is a hang at all, their file times do not say"
+    return Finding(
+        F.MISSING_RANK, w.group.name, w.group.desc, w.seq, cands, blocked, op_name(w.sig), site_text(w.site),
+        f"{_ranks(cands)} cannot be told apart by these dumps: each has peers waiting for it in a collective it "
+        f"has not issued, and one of them may be stuck while the others wait for it in a send or recv the "
+        f"recorder does not show; {len(blocked)} rank{'s' if len(blocked) != 1 else ''} ({format_ranks(blocked)}) "
+        f"{'are' if len(blocked) != 1 else 'is'} blocked", tuple(details), True, w.created_ns, reason, certain)
+
+
+def _awaited(ctx: _Context, rank: int, waits: list[Wait]) -> str:
+    """'rank 9 has not issued all_reduce (collective 4 of group 3 (tp)) that ranks 8, 10, 11 wait in, ...;
+    it last recorded an op at train.py:40': where its peers wait for it, and where it was last seen."""
+    by_op: dict[tuple[str, int], list[Wait]] = {}
+    for w in waits:
+        if rank in w.edges and not w.p2p:
+            by_op.setdefault((w.group.key, w.seq), []).append(w)
+    ops = []
+    for ws in sorted(by_op.values(), key=lambda ws: min(w.created_ns for w in ws)):
+        waiting = {w.rank for w in ws}
+        ops.append(f"{op_name(ws[0].sig)} (collective {ws[0].seq} of group {ws[0].group.label}) that "
+                   f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in")
+    last = ctx.last_site(rank)
+    return f"rank {rank} has not issued {', nor '.join(ops)}" + (f"; it last recorded an op at {last}" if last else "")
 
 
 def _no_dump_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:

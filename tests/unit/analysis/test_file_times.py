@@ -26,6 +26,7 @@ EXPECTED = {
     "killed_in_allreduce": ("unhealthy", (2,)),
     "killed_in_allreduce_8": ("unhealthy", (2,)),
     "p2p_wrong_peer": ("unhealthy", (2,)),
+    "pp_dp_tp_stuck": ("inconclusive", (9,)),
     "size_mismatch": ("unhealthy", (3,)),
     "slow_rank": ("unhealthy", (1,)),
     "straggler_2d": ("unhealthy", (0,)),
