@@ -461,6 +461,9 @@ def _departure(ctx: _Context, w: Wait, ranks: tuple[int, ...], failed: set[int] 
     last = _last_seq(ctx, ranks, w.group)
     if not dumped:
         reason += f"; {'it' if len(ranks) == 1 else 'they'} left no dump"
+    elif all(not ctx.traces[r].groups for r in ranks):
+        reason += (f"; {_ranks(ranks)}'s dump holds no entry (one taken as the process exits: torch empties the "
+                   "recorder then)")
     elif last is not None and last < w.seq - 1:
         reason += f"; {_ranks(ranks)}'s records end at collective {last}: a dump taken before it left"
     return message, reason

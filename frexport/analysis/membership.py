@@ -142,7 +142,8 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             groups[name] = Group(name, name, desc, members)
             for r in members:
                 group_of[(r, name)] = name
-    _fill_short_groups(groups, group_of, inferred_names, set(range(world)) - set(traces), notes)
+    unrecorded = set(range(world)) - {r for r, t in traces.items() if t.groups}  # no dump, or one without entries
+    _fill_short_groups(groups, group_of, inferred_names, unrecorded, notes)
     if inferred_names or (groups and world_inferred):
         notes.append(
             "process-group membership inferred from the recorded ops (the dumps' pg_config lists no ranks, "
@@ -153,9 +154,9 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
 def _fill_short_groups(groups: dict[str, Group], group_of: dict[tuple[int, str], str], inferred: list[str],
                        no_dump: set[int], notes: list[str]) -> None:
     """Inferred groups of one kind (desc: tp, dp) split the world into groups of one size. Where one of
-    them is short of that size by exactly the ranks without any dump that no group of its kind holds, those
-    ranks are its missing members (a rank that left the job before its dump was taken): without them, its
-    waits would not say for whom they wait."""
+    them is short of that size by exactly the ranks without a record (no dump, or one holding no entry)
+    that no group of its kind holds, those ranks are its missing members (a rank that left the job before
+    its dump was taken, or dumped as it exited): without them, its waits would not say for whom they wait."""
     by_desc: dict[str, list[Group]] = {}
     for name in inferred:
         if groups[name].desc:
@@ -170,7 +171,7 @@ def _fill_short_groups(groups: dict[str, Group], group_of: dict[tuple[int, str],
         groups[g.key] = replace(g, members=tuple(sorted((*g.members, *orphans))))
         group_of.update(((r, g.name), g.key) for r in orphans)
         notes.append(f"process group {g.name!r} ({desc}) taken to include rank{'s' if len(orphans) > 1 else ''} "
-                     f"{', '.join(map(str, orphans))} (no dump): the other {desc} groups have {size} members, it "
+                     f"{', '.join(map(str, orphans))} (no record): the other {desc} groups have {size} members, it "
                      f"had {len(g.members)}")
 
 

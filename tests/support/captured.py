@@ -14,11 +14,9 @@ from tests.support.synth import traces
 STALL_AFTER_S = 5
 
 
-def live_pass(src: Path, after_s: float = 60.0, skip: tuple[int, ...] = ()) -> tuple[Diagnosis, dict[int, str]]:
-    """(diagnosis, rank statuses) of one live pass over the pickle dumps in `src` (`skip`: ranks the
-    sidecar has no snapshot of)."""
+def live_pass(src: Path, after_s: float = 60.0) -> tuple[Diagnosis, dict[int, str]]:
+    """(diagnosis, rank statuses) of one live pass over the pickle dumps in `src`."""
     dumps = {int(p.name.rsplit("_", 1)[1]): pickle.loads(p.read_bytes()) for p in src.glob("trace_*")}
-    dumps = {r: d for r, d in dumps.items() if r not in skip}
     newest = max(e["time_created_ns"] for d in dumps.values() for e in d.get("entries", ()))
     tr = list(traces(dumps, seen_at_ns=newest + int(after_s * 1e9)).values())
     d = analyze(tr, options=Options(stall_after_s=STALL_AFTER_S, clock=True))
