@@ -42,7 +42,7 @@ SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mism
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
              "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
              "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p", "uneven_exit",
-             "uneven_exit_stale", "pp_dp_tp_stuck"]
+             "uneven_exit_stale", "pp_dp_tp_stuck", "pp_dp_tp_stuck_24"]
 HOOKED = ["hooked_stuck_tp", "hooked_mixed_wait_hooked", "hooked_mixed_wait_gloo", "hooked_split_group",
           "hooked_size_mismatch", "hooked_op_mismatch"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
@@ -72,6 +72,8 @@ SETTINGS: dict[str, dict] = {
     "uneven_exit_stale": {"script": "uneven_exit", "world": 8, "buffer": 100, "env": {"STOP_SERVING_AFTER": "3"},
                           "torchrun_args": ["--monitor-interval=3600"]},
     "pp_dp_tp_stuck": {"world": 16, "buffer": 100, "pyspy": True, "limit": 400},
+    "pp_dp_tp_stuck_24": {"script": "pp_dp_tp_stuck", "world": 24, "env": {"DP": "3"}, "buffer": 100, "pyspy": True,
+                          "limit": 600},
 }
 # Hooked scenarios: the torch 2.15 environment runs them (an out-of-tree backend gets the hook from 2.15),
 # `recorders` are the hooked recorders dumped beside gloo's. A small ring keeps the fixtures small.
@@ -134,6 +136,8 @@ DESCRIPTIONS = {
     "pp_dp_tp_stuck": "16 ranks, pp 2 x dp 2 x tp 4, stage 0's rank r sends to stage 1's r + 8 and receives its "
                       "gradients; at step 3 rank 9 sticks in host code before its tp all_reduce: 8, 10, 11 wait in "
                       "tp, 0-3 in recv (not recorded), 4-7 and 12-15 in dp. Culprit: rank 9.",
+    "pp_dp_tp_stuck_24": "pp_dp_tp_stuck with dp 3 (the issue's 24 ranks): rank 13 sticks before its tp all_reduce; "
+                         "12, 14, 15 wait in tp, 0-3 in recv, 4-11 and 16-23 in dp. Culprit: rank 13.",
     "hooked_stuck_tp": "8 ranks, every group on asyncstore (async out-of-tree backend, hook-recorded, entries retired "
                        "at issue); tp {0-3},{4-7}, dp {i,i+4}; each step tp all_gather, dp all_reduce, default "
                        "all_reduce. At step 4 rank 5 sticks in its data loader: 4, 6, 7 wait in the tp all_gather. "

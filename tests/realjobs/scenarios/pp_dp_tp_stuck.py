@@ -6,16 +6,22 @@ its tp all_reduce and sends the gradients back; then each stage all_reduces its 
 At step 3 rank 9 (stage 1) sticks in host code after receiving its activations, before its tp
 all_reduce: its tp peers 8, 10, 11 wait for it in tp; stage 0's ranks 0-3, which feed them, wait in
 recv for the gradients (gloo records no send/recv); ranks 4-7 and 12-15 wait in their dp groups for
-them. Culprit: rank 9. (py-spy dumps with --locals name the peer of each recv.)"""
+them. Culprit: rank 9. (py-spy dumps with --locals name the peer of each recv.) DP=3 makes it the
+issue's 24 ranks, pp 2 x dp 3 x tp 4: rank 13 sticks, 0-3 wait in recv, 4-11 and 16-23 in dp."""
+import os
 import time
 
 from _common import dist, hold, init, torch
 
 rank, world, server = init()
-STAGE, DP, TP = rank // 8, (rank // 4) % 2, rank % 4
-tp = [dist.new_group(list(range(g * 4, g * 4 + 4)), group_desc="tp") for g in range(4)][rank // 4]
-dp = [dist.new_group([s * 8 + t, s * 8 + 4 + t], group_desc="dp") for s in range(2) for t in range(4)][STAGE * 4 + TP]
-PEER = rank + 8 if STAGE == 0 else rank - 8  # the rank of the other stage this one talks to
+DP_SIZE = int(os.environ.get("DP", "2"))  # 3: the issue's 24 ranks
+STAGE_SIZE = 4 * DP_SIZE
+STAGE, TP = rank // STAGE_SIZE, rank % 4
+STUCK = STAGE_SIZE + 1  # stage 1's second rank: 9 with dp 2
+tp = [dist.new_group(list(range(g * 4, g * 4 + 4)), group_desc="tp") for g in range(world // 4)][rank // 4]
+dp = [dist.new_group([s * STAGE_SIZE + d * 4 + t for d in range(DP_SIZE)], group_desc="dp")
+      for s in range(2) for t in range(4)][STAGE * 4 + TP]
+PEER = rank + STAGE_SIZE if STAGE == 0 else rank - STAGE_SIZE  # the rank of the other stage this one talks to
 
 
 def stage0(step):
@@ -30,7 +36,7 @@ def stage0(step):
 def stage1(step):
     act = torch.empty(32)
     dist.recv(act, src=PEER)
-    if rank == 9 and step == 3:
+    if rank == STUCK and step == 3:
         while True:
             time.sleep(1)  # stuck in host code (a data-dependent loop that never ends)
     dist.all_reduce(act, group=tp)

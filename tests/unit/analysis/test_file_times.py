@@ -27,6 +27,7 @@ EXPECTED = {
     "killed_in_allreduce_8": ("unhealthy", (2,)),
     "p2p_wrong_peer": ("unhealthy", (2,)),
     "pp_dp_tp_stuck": ("inconclusive", (9,)),
+    "pp_dp_tp_stuck_24": ("inconclusive", (13,)),
     "size_mismatch": ("unhealthy", (3,)),
     "slow_rank": ("unhealthy", (1,)),
     "straggler_2d": ("unhealthy", (0,)),

@@ -8,7 +8,8 @@ With the ranks' stacks, 0-3 are inside torch.distributed recv: blocked, folded u
 consequences, with the peer each receives from where py-spy's arguments name it. Without stacks the
 dumps cannot tell rank 9 from 0-3 (any of them may wait in a recv for another): one finding says so and
 where each one's peers wait, instead of five equal root causes. Post-mortem on every file-time
-variant; live, the candidates are stalled and the rest blocked."""
+variant; live, the candidates are stalled and the rest blocked. pp_dp_tp_stuck_24 is the same job with
+dp 3, the issue's 24 ranks: rank 13 sticks."""
 
 import json
 import shutil
@@ -20,15 +21,14 @@ from tests.support import paths
 from tests.support.captured import live_pass
 from tests.support.filetimes import copies
 
-SRC = paths.REAL_FIXTURES / "pp_dp_tp_stuck"
-OTHERS = tuple(r for r in range(16) if r != 9)
-FEEDS = {0: 8, 1: 9, 2: 10, 3: 11}  # stage 0's rank -> the stage 1 rank it receives its gradients from
+# job -> (dp size, the stuck rank); tp 4, pp 2: stage 0's rank r feeds stage 1's rank r + 4 * dp
+JOBS = {"pp_dp_tp_stuck": (2, 9), "pp_dp_tp_stuck_24": (3, 13)}
 
 
-def _diagnose(diagnose, tmp_path, stacks: str):
+def _diagnose(diagnose, tmp_path, job: str, stacks: str):
     """The job's dumps with py-spy's and faulthandler's stacks, faulthandler's alone, or none."""
     src = tmp_path / "src"
-    shutil.copytree(SRC, src)
+    shutil.copytree(paths.REAL_FIXTURES / job, src)
     for p in (src / "stacks").iterdir():
         if stacks == "none" or (stacks == "faulthandler" and p.name.endswith(".pyspy_dump.txt")):
             p.unlink()
@@ -39,39 +39,58 @@ def _diagnose(diagnose, tmp_path, stacks: str):
     return d, d.findings[0]
 
 
+def _dp(job: str, r: int) -> tuple[tuple[int, ...], str]:
+    """Stage 0's rank r's dp peers, and its dp group's name (created after the tp groups, one per tp rank)."""
+    dp, _ = JOBS[job]
+    return tuple(r + 4 * d for d in range(1, dp)), str(2 * dp + 1 + r)
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
 @pytest.mark.parametrize("stacks", ["pyspy", "faulthandler"])
-def test_ranks_inside_recv_are_blocked_behind_the_one_root_cause(diagnose, tmp_path, stacks):
-    d, f = _diagnose(diagnose, tmp_path, stacks)
-    assert (f.kind, f.culprit_ranks, f.blocked_ranks) == ("missing_rank", (9,), OTHERS), f.message
+def test_ranks_inside_recv_are_blocked_behind_the_one_root_cause(diagnose, tmp_path, job, stacks):
+    dp, stuck = JOBS[job]
+    world = 8 * dp
+    d, f = _diagnose(diagnose, tmp_path, job, stacks)
+    assert (f.kind, f.culprit_ranks) == ("missing_rank", (stuck,)), f.message
+    assert f.blocked_ranks == tuple(r for r in range(world) if r != stuck)
     assert len(d.findings) == 1, [(g.kind, g.message) for g in d.findings]
-    assert [(c.culprit_ranks, c.blocked_ranks) for c in f.consequences] == [((), (r, r + 4)) for r in range(4)]
+    want = [((), (r, *_dp(job, r)[0])) for r in range(4)]
+    assert [(c.culprit_ranks, c.blocked_ranks) for c in f.consequences] == want
     for r, c in enumerate(f.consequences):
+        peers, group = _dp(job, r)
         assert c.message.startswith(f"rank {r} waits in torch.distributed recv (")
-        assert "pp_dp_tp_stuck.py:26 stage0: blocked where the recorder does not show it, not a culprit" in c.message
-        assert f"rank {r + 4} waits for it in all_reduce (collective 4 of group {r + 5} (dp))" in c.message
-        peer = FEEDS[r]
-        assert (f"(from rank {peer}, {'the culprit' if peer == 9 else 'blocked too'})" if stacks == "pyspy"
+        assert "pp_dp_tp_stuck.py:32 stage0: blocked where the recorder does not show it, not a culprit" in c.message
+        assert f"{'rank' if len(peers) == 1 else 'ranks'} {', '.join(map(str, peers))} wait" in c.message
+        assert f"for it in all_reduce (collective 4 of group {group} (dp))" in c.message
+        feeds = r + 4 * dp  # the stage 1 rank it receives its gradients from
+        assert (f"(from rank {feeds}, {'the culprit' if feeds == stuck else 'blocked too'})" if stacks == "pyspy"
                 else "(peer not known)") in c.message, c.message
         assert f"consequence: {c.message}" in f.details
 
 
-def test_without_stacks_the_candidates_are_said_to_be_indistinguishable(diagnose, tmp_path):
-    d, f = _diagnose(diagnose, tmp_path, "none")
-    assert (f.kind, f.culprit_ranks, f.certain, d.verdict) == ("missing_rank", (0, 1, 2, 3, 9), False, "inconclusive")
-    assert f.blocked_ranks == (4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15)
-    assert f.message.startswith("ranks 0-3, 9 cannot be told apart by these dumps")
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_without_stacks_the_candidates_are_said_to_be_indistinguishable(diagnose, tmp_path, job):
+    dp, stuck = JOBS[job]
+    d, f = _diagnose(diagnose, tmp_path, job, "none")
+    cands = (0, 1, 2, 3, stuck)
+    assert (f.kind, f.culprit_ranks, f.certain, d.verdict) == ("missing_rank", cands, False, "inconclusive")
+    assert f.blocked_ranks == tuple(r for r in range(8 * dp) if r not in cands)
+    assert f.message.startswith(f"ranks 0-3, {stuck} cannot be told apart by these dumps")
     assert "send or recv" in f.message and "gloo records no point-to-point op" in f.reason
     # where each candidate's peers wait for it, and where it was last
-    rank9 = next(x for x in f.details if x.startswith("rank 9 "))
-    assert "all_reduce (collective 4 of group 3 (tp)) that ranks 8, 10, 11 wait in" in rank9
+    line = next(x for x in f.details if x.startswith(f"rank {stuck} "))
+    tp_peers = ", ".join(str(r) for r in range(4 * dp, 4 * dp + 4) if r != stuck)
+    assert f"all_reduce (collective 4 of group {dp + 1} (tp)) that ranks {tp_peers} wait in" in line
     for r in range(4):
         line = next(x for x in f.details if x.startswith(f"rank {r} "))
-        assert f"that rank {r + 4} waits in; it last recorded an op at" in line and "stage0" in line
+        assert f"(collective 4 of group {_dp(job, r)[1]} (dp))" in line and "stage0" in line
 
 
-def test_live_the_candidates_are_stalled_the_rest_blocked():
-    d, statuses = live_pass(SRC)
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_live_the_candidates_are_stalled_the_rest_blocked(job):
+    dp, stuck = JOBS[job]
+    d, statuses = live_pass(paths.REAL_FIXTURES / job)
     f = d.findings[0]
-    assert (f.culprit_ranks, f.certain) == ((0, 1, 2, 3, 9), True), f.message
+    assert (f.culprit_ranks, f.certain) == ((0, 1, 2, 3, stuck), True), f.message
     assert [g for g in d.findings if g.root_cause] == [f]
-    assert statuses == {r: STALLED if r in f.culprit_ranks else BLOCKED for r in range(16)}
+    assert statuses == {r: STALLED if r in f.culprit_ranks else BLOCKED for r in range(8 * dp)}
