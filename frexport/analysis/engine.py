@@ -418,7 +418,7 @@ def _no_dump_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[i
     blocked = blocked | failed  # members that failed out of it: victims, like the waiters
     kind = F.MISSING_RANK if failed else F.MISSING_DUMP
     if failed:
-        message, reason = _departure(ctx, w, ranks, failed, blocked, False, dumped=False)
+        message, reason = _departure(ctx, w, ranks, failed, blocked, _gone(ctx, ranks), dumped=False)
     else:
         message = (f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
                    f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
@@ -427,6 +427,11 @@ def _no_dump_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[i
         reason = f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"
     return Finding(kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
                    op_name(w.sig), site_text(w.site), message, _waiting_details(w, failed), True, w.created_ns, reason)
+
+
+def _gone(ctx: _Context, ranks: tuple[int, ...]) -> bool:
+    """The stacks of one look hold every other rank and not these: they did not answer, they left the job."""
+    return not set(ranks) & ctx.alive and ctx.answered_but(ranks)
 
 
 def _departure(ctx: _Context, w: Wait, ranks: tuple[int, ...], failed: set[int] | frozenset[int], blocked: set[int],
@@ -458,6 +463,8 @@ def _departure(ctx: _Context, w: Wait, ranks: tuple[int, ...], failed: set[int] 
                    "however that rank went: a crash, a kill, or a clean exit when its data ran out before its "
                    "peers' (uneven inputs: torch.distributed.algorithms.Join lets such a rank shadow the "
                    "collectives it no longer issues)")
+    if gone:
+        reason += f"; {_ranks(ranks)} did not answer at the look that took the others' stacks"
     last = _last_seq(ctx, ranks, w.group)
     if not dumped:
         reason += f"; {'it' if len(ranks) == 1 else 'they'} left no dump"
@@ -713,8 +720,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
     absent = [r for r in ranks if r not in ctx.behind]  # those whose absence votes (see _Context.behind)
-    # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
-    gone = not set(ranks) & ctx.alive and ctx.answered_but(ranks)
+    gone = _gone(ctx, ranks)
     extra = not p2p and alone and not failed and not gone and (
         (certain and len(absent) > len(joined)) or ((len(absent) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait

@@ -59,6 +59,7 @@ def test_the_rank_that_left_is_the_culprit_its_ring_neighbours_its_victims(diagn
     assert f.message == HEAD
     assert "uneven inputs" in f.reason and "a clean exit" in f.reason
     assert not any({0, 2} & set(g.culprit_ranks) for g in d.findings), [g.message for g in d.findings]
+    assert ("rank 3 did not answer at the look that took the others' stacks" in f.reason) == stacks
     if dump == "stale":
         assert "rank 3's records end at collective 4: a dump taken before it left" in f.reason
     if dump == "missing":
