@@ -89,8 +89,8 @@ def test_without_stacks_the_candidates_are_said_to_be_indistinguishable(diagnose
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_live_the_candidates_are_stalled_the_rest_blocked(job):
     dp, stuck = JOBS[job]
-    d, statuses = live_pass(paths.REAL_FIXTURES / job)
-    f = d.findings[0]
+    live = live_pass(paths.REAL_FIXTURES / job)
+    f = live.diagnosis.findings[0]
     assert (f.culprit_ranks, f.certain) == ((0, 1, 2, 3, stuck), True), f.message
-    assert [g for g in d.findings if g.root_cause] == [f]
-    assert statuses == {r: STALLED if r in f.culprit_ranks else BLOCKED for r in range(8 * dp)}
+    assert [g for g in live.diagnosis.findings if g.root_cause] == live.new_root_causes == [f]
+    assert live.statuses == {r: STALLED if r in f.culprit_ranks else BLOCKED for r in range(8 * dp)}

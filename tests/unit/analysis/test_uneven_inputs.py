@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from frexport.live.diagnosis import BLOCKED, STALLED
+from frexport.live.diagnosis import BLOCKED, DOWN, STALLED
 from tests.support import paths
 from tests.support.captured import live_pass
 from tests.support.filetimes import copies
@@ -71,10 +71,21 @@ def test_the_rank_that_left_is_the_culprit_its_ring_neighbours_its_victims(diagn
         assert "(dp) taken to include rank 3 (no record)" in " ".join(d.notes)
 
 
+@pytest.mark.parametrize("down", [False, True], ids=["up", "down"])
 @pytest.mark.parametrize("dump", DUMPS)
-def test_live_the_rank_that_left_is_stalled_the_others_blocked(tmp_path, dump):
-    d, statuses = live_pass(_variant(tmp_path, dump))
-    f = d.findings[0]
+def test_live_the_rank_that_left_is_stalled_the_others_blocked(tmp_path, dump, down):
+    """The sidecar's pass, rank 3's worker server refusing (`down`: its process is gone) or not known to
+    it. A rank the sidecar has neither a snapshot of nor a refusing socket for is another pod's: its
+    ranks are blocked waiting for a remote rank, the job-level view names it (docs/multi-node.md)."""
+    live = live_pass(_variant(tmp_path, dump), down=frozenset({3}) if down else frozenset())
+    f = live.diagnosis.findings[0]
+    if dump == "missing" and not down:
+        assert (f.kind, f.blocked_ranks) == ("remote_wait", (0, 1, 2, 4, 5, 6, 7)), f.message
+        assert live.statuses == dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)
+        live = live_pass(_variant(tmp_path / "view", dump), scoped=False)  # the job-level view: rank 3 is missing
+        assert live.diagnosis.findings[0].message == HEAD
+        assert live.statuses == {3: STALLED, **dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)}
+        return
     assert (f.kind, f.culprit_ranks, f.certain, f.message) == ("missing_rank", (3,), True, HEAD), f.message
-    assert statuses[3] == STALLED if 3 in statuses else dump == "missing"
-    assert {r: statuses[r] for r in (0, 1, 2, 4, 5, 6, 7)} == dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)
+    assert live.new_root_causes == [f]
+    assert live.statuses == {3: DOWN if down else STALLED, **dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)}
