@@ -764,10 +764,12 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
             else f"{have} not issued"
-        others = blocked or joined
-        did = ("issued" if w.issued else "wait in" if len(others) != 1 else "waits in")
-        message = f"{_ranks(ranks)} {verb} {where} that {_ranks(joined if w.issued else others)} {did}: the " \
-                  "suspect if this is a hang"
+        did = ("issued" if w.issued else "wait in" if len(joined) != 1 else "waits in")
+        # (ranks waiting elsewhere for these, through other groups, are said apart: they do not wait in this op)
+        behind = sorted(blocked - set(joined) - set(ranks))
+        message = f"{_ranks(ranks)} {verb} {where} that {_ranks(joined)} {did}" + (
+            f"; {_ranks(behind)} {'is' if len(behind) == 1 else 'are'} blocked behind "
+            f"{'it' if len(ranks) == 1 else 'them'}" if behind else "") + ": the suspect if this is a hang"
         reason = (f"{_ranks(ranks)}'s records end before it; a hang if {'it' if len(ranks) == 1 else 'they'} "
                   f"never issue{'s' if len(ranks) == 1 else ''} it, ranks still computing if the dumps were taken "
                   f"moments after: their file times do not say how long the others waited")
