@@ -247,10 +247,10 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 # completes only once every member issued it), so members that lack it or still
                 # wait in it were dumped earlier (dumps of a running job are never simultaneous)
                 moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
-        elif not t.groups:  # its dump holds no entry (a recorder emptied as its process exited): no record
-            (no_dump if _absence_counts(m, stalled, None, clock) else not_yet).append(m)
         elif _fresh(t, created_ns, stall_after_ns, clock):
             not_yet.append(m)
+        elif not t.groups:  # its dump holds no entry (a recorder emptied as its process exited): no record
+            (no_dump if _absence_counts(m, stalled, None, clock) else not_yet).append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
         else:

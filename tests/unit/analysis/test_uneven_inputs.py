@@ -89,3 +89,19 @@ def test_live_the_rank_that_left_is_stalled_the_others_blocked(tmp_path, dump, d
     assert (f.kind, f.culprit_ranks, f.certain, f.message) == ("missing_rank", (3,), True, HEAD), f.message
     assert live.new_root_causes == [f]
     assert live.statuses == {3: DOWN if down else STALLED, **dict.fromkeys((0, 1, 2, 4, 5, 6, 7), BLOCKED)}
+
+
+@pytest.mark.parametrize("seen_after_s", [1, 60])
+def test_live_an_empty_recorder_counts_only_once_its_peers_waited_past_the_threshold(seen_after_s):
+    """A rank whose recorder holds no entry yet (a job's first collective, a rank slow to start) is not
+    blamed while its peers have waited less than the stall threshold; a minute later it never issued it."""
+    from frexport.analysis.engine import Options, analyze
+    from tests.support.synth import T0, dump, entry, traces
+
+    dumps = {r: dump([entry(0, 1, state="scheduled", backend="gloo", duration_ms=None, created=T0)], world=4)
+             for r in range(3)}
+    dumps[3] = dump([], world=4)
+    d = analyze(list(traces(dumps, seen_at_ns=T0 + seen_after_s * 10**9).values()),
+                options=Options(stall_after_s=5, clock=True))
+    assert [(f.kind, f.culprit_ranks, f.certain) for f in d.findings] == (
+        [] if seen_after_s == 1 else [("missing_rank", (3,), True)]), [f.message for f in d.findings]
