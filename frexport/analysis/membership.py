@@ -152,7 +152,7 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
 
 
 def _fill_short_groups(groups: dict[str, Group], group_of: dict[tuple[int, str], str], inferred: list[str],
-                       no_dump: set[int], notes: list[str]) -> None:
+                       unrecorded: set[int], notes: list[str]) -> None:
     """Inferred groups of one kind (desc: tp, dp) split the world into groups of one size. Where one of
     them is short of that size by exactly the ranks without a record (no dump, or one holding no entry)
     that no group of its kind holds, those ranks are its missing members (a rank that left the job before
@@ -164,7 +164,7 @@ def _fill_short_groups(groups: dict[str, Group], group_of: dict[tuple[int, str],
     for desc, gs in by_desc.items():
         size = max(len(g.members) for g in gs)
         short = [g for g in gs if len(g.members) < size]
-        orphans = sorted(no_dump - {m for g in gs for m in g.members})
+        orphans = sorted(unrecorded - {m for g in gs for m in g.members})
         if len(gs) < 2 or len(short) != 1 or size - len(short[0].members) != len(orphans) or not orphans:
             continue
         g = short[0]

@@ -17,7 +17,12 @@ look beside the dumps, show each rank blocked in send or recv. So the stacks are
   culprit); a closed loop of ranks each waiting for the next, with no such send, is a deadlock whose
   culprit the stacks cannot name;
 - without peers (faulthandler's text, py-spy without --locals) the diagnosis is inconclusive, and
-  says where every rank waits.
+  says where every rank waits;
+- where the recorder does show a hang, a rank it makes a root cause of its own (its peers wait for it
+  in a collective it never issued) that the stacks show inside such an op is blocked there, not a
+  culprit: with one other root cause left, it is folded under it as a consequence, with the peer it
+  waits for where py-spy names it (`fold_blocked`), so a hang has one root cause however many pipeline
+  stages wait behind it.
 
 One look at stacks cannot time a wait: a send and its recv caught in flight look like this too. The
 recorder's silence over the whole look (every rank blocked, no collective unfinished) and a closed
