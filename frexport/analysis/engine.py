@@ -27,12 +27,24 @@ from frexport.analysis.cycle import out_of_order, role, role_text, site_roles
 from frexport.analysis.departure import vanished
 from frexport.analysis.exchange import imbalance
 from frexport.analysis.findings import Diagnosis, Finding, format_ranks
-from frexport.analysis.hang import CYCLE, INSIDE, LEFT, NO_DUMP, REMOTE, Root, Wait, cycle_path, find_waits, root_causes
+from frexport.analysis.hang import (
+    CYCLE,
+    IDLE,
+    INSIDE,
+    LEFT,
+    NO_DUMP,
+    REMOTE,
+    Root,
+    Wait,
+    cycle_path,
+    find_waits,
+    root_causes,
+)
 from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.placement import behind
-from frexport.analysis.unseen import blocked_ranks, unseen_waits
+from frexport.analysis.unseen import blocked_ranks, fold_blocked, unrecorded, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
 from frexport.model.rank_trace import FINISHED, ISSUED, STARTED, GroupTrace, RankTrace
@@ -70,6 +82,9 @@ class _Context:
         # ranks whose records end before ops their peers completed and went past (placement.py): stale
         # dumps or not the job's: their absence from a later op casts no vote on who is out of step
         self.behind: frozenset[int] = frozenset()
+        # ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): elsewhere a rank that
+        # waits for nobody the recorder shows may wait in a send or recv
+        self.records_p2p = frozenset(r for r, t in traces.items() if any(g.p2p for g in t.groups.values()))
         canon_ids: dict[tuple, int] = {}
         self.canon: dict[int, list[int]] = {}
         of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
@@ -198,14 +213,16 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
         notes.append("ranks wrote different dump format versions: " +
                      ", ".join(f"{v or 'unversioned'} ({n} ranks)" for v, n in sorted(versions.items(), key=str)))
     if stacks:  # ranks the stacks show waiting in calls the recorder does not show (gloo's send/recv)
+        issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
+        inside = blocked_ranks(stacks, calls or {})
+        # a root cause whose ranks wait in such a call is blocked behind another one
+        findings = fold_blocked(findings, unrecorded(inside, ctx.records_p2p, issue_only))
         # (a mismatch explains a rank's wait too: on a backend that reports no completion, the collective
         # it cannot complete is not a root here, every member having issued it)
         explained = {r for f in findings if f.root_cause for r in f.culprit_ranks + f.blocked_ranks}
         explained.update(r for f in findings if f.kind in F.MISMATCH_KINDS for g in membership.groups.values()
                          if g.name == f.pg_name for r in g.members)
-        records_p2p = {r for r, t in by_rank.items() if any(g.p2p for g in t.groups.values())}
-        issue_only = {r for r, t in by_rank.items() if _issue_only(t)}
-        findings = unseen_waits(blocked_ranks(stacks, calls or {}), records_p2p, explained, issue_only) + findings
+        findings = unseen_waits(inside, ctx.records_p2p, explained, issue_only) + findings
     findings = fold(findings)  # the earliest proven fault is the root cause, what follows its consequence
     if len(findings) > options.max_findings:
         notes.append(f"{len(findings) - options.max_findings} more findings not shown")
@@ -316,6 +333,10 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
     for root in roots:
         w = root.wait
         merged.setdefault((root.kind, w.group.key, w.seq, w.p2p), []).append(root)
+    idle = [rs for key, rs in merged.items() if key[0] == IDLE]
+    if _indistinct(ctx, idle):
+        findings.append(_indistinct_root(ctx, idle, waits))
+        merged = {key: rs for key, rs in merged.items() if key[0] != IDLE}
     for (kind, gkey, seq, p2p), rs in merged.items():
         w = min((r.wait for r in rs), key=lambda w: (w.created_ns, w.rank))
         first = len(findings)
@@ -334,15 +355,7 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
             else:
                 findings.append(_stuck_inside(ctx, w, ranks, blocked, certain))
         elif kind == NO_DUMP:
-            blocked |= set(w.left) - set(ranks)  # members that failed out of it: victims, like the waiters
-            findings.append(Finding(
-                F.MISSING_DUMP, w.group.name, w.group.desc, None if p2p else seq, ranks, tuple(sorted(blocked)),
-                op_name(w.sig), site_text(w.site),
-                f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
-                f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
-                f"{op_name(w.sig)} (collective {seq} of group {w.group.label}): the likely culprit, but the "
-                f"dump that would show why is missing", _waiting_details(w), True, w.created_ns,
-                f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"))
+            findings.append(_no_dump_root(ctx, w, ranks, blocked, p2p))
         elif kind == REMOTE:
             findings.append(_remote_wait(w, ranks, blocked, p2p, contested))
         elif kind == CYCLE:
@@ -353,6 +366,127 @@ def _root_findings(ctx: _Context, roots: list[Root], mismatches: dict[tuple[str,
                                        {m for root in rs for m in root.wait.left}))
         findings[first:] = [_timed(f, w) for f in findings[first:]]
     return findings, used
+
+
+def _indistinct(ctx: _Context, idle: list[list[Root]]) -> bool:
+    """Ranks of several collectives wait for nobody the recorder shows while peers wait for them, none of
+    them records point-to-point ops and no stack says where they are: any of them may wait for another in
+    a send or recv the recorder does not show (gloo records none), so the dumps cannot tell the culprit
+    from the ranks blocked behind it."""
+    ranks = {r for rs in idle for root in rs for r in root.ranks}
+    return (len(idle) > 1 and not ranks & (set(ctx.stacks) | ctx.records_p2p)
+            and not any(root.wait.left or root.wait.p2p for rs in idle for root in rs))
+
+
+def _indistinct_root(ctx: _Context, idle: list[list[Root]], waits: list[Wait]) -> Finding:
+    """One finding for the candidates the data cannot tell apart, saying where each one is and where its
+    peers wait for it, instead of as many equal root causes."""
+    roots = sorted((root for rs in idle for root in rs), key=lambda r: (r.wait.created_ns, r.ranks))
+    cands = tuple(sorted({r for root in roots for r in root.ranks}))
+    blocked = tuple(sorted({r for root in roots for r in root.blocked} - set(cands)))
+    certain = all(root.certain for root in roots)
+    details = [_awaited(ctx, r, waits) for root in roots for r in root.ranks]
+    w = roots[0].wait
+    reason = ("each of them has peers waiting for it in a collective it has not issued and waits in no op its "
+              "recorder shows: a rank stuck in its own code and one waiting in a send or recv (gloo records no "
+              "point-to-point op) leave the same records; their stacks would tell (py-spy dump --locals names "
+              "each send's and recv's peer)")
+    if not certain:
+        reason += "; and whether it is a hang at all, their file times do not say"
+    return Finding(
+        F.MISSING_RANK, w.group.name, w.group.desc, w.seq, cands, blocked, op_name(w.sig), site_text(w.site),
+        f"{_ranks(cands)} cannot be told apart by these dumps: each has peers waiting for it in a collective it "
+        f"has not issued, and one of them may be stuck while the others wait for it in a send or recv the "
+        f"recorder does not show; {len(blocked)} rank{'s' if len(blocked) != 1 else ''} ({format_ranks(blocked)}) "
+        f"{'are' if len(blocked) != 1 else 'is'} blocked", tuple(details), True, w.created_ns, reason, certain)
+
+
+def _awaited(ctx: _Context, rank: int, waits: list[Wait]) -> str:
+    """'rank 9 has not issued all_reduce (collective 4 of group 3 (tp)) that ranks 8, 10, 11 wait in, ...;
+    it last recorded an op at train.py:40': where its peers wait for it, and where it was last seen."""
+    by_op: dict[tuple[str, int], list[Wait]] = {}
+    for w in waits:
+        if rank in w.edges and not w.p2p:
+            by_op.setdefault((w.group.key, w.seq), []).append(w)
+    ops = []
+    for ws in sorted(by_op.values(), key=lambda ws: min(w.created_ns for w in ws)):
+        waiting = {w.rank for w in ws}
+        ops.append(f"{op_name(ws[0].sig)} (collective {ws[0].seq} of group {ws[0].group.label}) that "
+                   f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in")
+    last = ctx.last_site(rank)
+    return f"rank {rank} has not issued {', nor '.join(ops)}" + (f"; it last recorded an op at {last}" if last else "")
+
+
+def _no_dump_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int], p2p: bool) -> Finding:
+    """Ranks without any dump that others wait for: the likely culprits, and proven ones where members
+    failed out of the collective for want of them (they left the job: missing_rank, whatever the dumps)."""
+    failed = set(w.left) - set(ranks)
+    blocked = blocked | failed  # members that failed out of it: victims, like the waiters
+    kind = F.MISSING_RANK if failed else F.MISSING_DUMP
+    if failed:
+        message, reason = _departure(ctx, w, ranks, failed, blocked, _gone(ctx, ranks), dumped=False)
+    else:
+        message = (f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)} left no dump, and ranks "
+                   f"{format_ranks(w.joined or [w.rank])} wait for {'them' if len(ranks) > 1 else 'it'} in "
+                   f"{op_name(w.sig)} (collective {w.seq} of group {w.group.label}): the likely culprit, but the "
+                   f"dump that would show why is missing")
+        reason = f"{_ranks(w.joined or [w.rank])} wait for {_ranks(ranks)}, whose dump is missing"
+    return Finding(kind, w.group.name, w.group.desc, None if p2p else w.seq, ranks, tuple(sorted(blocked)),
+                   op_name(w.sig), site_text(w.site), message, _waiting_details(w, failed), True, w.created_ns, reason)
+
+
+def _gone(ctx: _Context, ranks: tuple[int, ...]) -> bool:
+    """The stacks of one look hold every other rank and not these: they did not answer, they left the job."""
+    return not set(ranks) & ctx.alive and ctx.answered_but(ranks)
+
+
+def _departure(ctx: _Context, w: Wait, ranks: tuple[int, ...], failed: set[int] | frozenset[int], blocked: set[int],
+               gone: bool, dumped: bool = True) -> tuple[str, str]:
+    """(message, reason) where members finished a collective `ranks` never issued: they failed out of it for
+    want of them (victims). Where others still wait in it, the connections to the absent ranks closed on
+    the members talking to them: those ranks left the job, however they went (died, crashed, or exited
+    cleanly when their data ran out: uneven inputs), and whatever their dumps show of it."""
+    still = sorted((set(w.joined) | {w.rank}) - set(failed) - set(ranks))
+    behind = sorted(blocked - set(failed) - set(still) - set(ranks))
+    left = gone or (bool(still) and not set(ranks) & ctx.alive)
+    if left:
+        after = f"after collective {w.seq - 1}" if w.seq > 1 else f"before collective {w.seq}"
+        message = (f"{_ranks(ranks)} left the job {after} of group {w.group.label}; {_ranks(failed)} failed out "
+                   f"of collective {w.seq} ({op_name(w.sig)})")
+    else:
+        message = (f"{_ranks(ranks)} never issued {op_name(w.sig)} (collective {w.seq} of group {w.group.label}): "
+                   f"{_ranks(failed)} failed out of it")
+    if still:
+        message += f", {_ranks(still)} {'waits' if len(still) == 1 else 'wait'} in it"
+    if behind:
+        message += f"; {_ranks(behind)} {'is' if len(behind) == 1 else 'are'} blocked behind " \
+                   f"{'it' if len(ranks) == 1 else 'them'}"
+    reason = (f"{_ranks(failed)} finished collective {w.seq} without {_ranks(ranks)}"
+              + (f" while {_ranks(still)} still {'waits' if len(still) == 1 else 'wait'} in it" if still else "")
+              + ": a collective ends on some members only when it fails, so they failed out of it (victims)")
+    if left:
+        reason += ("; it fails on the members talking to a rank that is gone (gloo: 'Connection closed by peer'), "
+                   "however that rank went: a crash, a kill, or a clean exit when its data ran out before its "
+                   "peers' (uneven inputs: torch.distributed.algorithms.Join lets such a rank shadow the "
+                   "collectives it no longer issues)")
+    if gone:
+        reason += f"; {_ranks(ranks)} did not answer at the look that took the others' stacks"
+    last = _last_seq(ctx, ranks, w.group)
+    if not dumped:
+        reason += f"; {'it' if len(ranks) == 1 else 'they'} left no dump"
+    elif all(not ctx.traces[r].groups for r in ranks):
+        reason += (f"; {_ranks(ranks)}'s dump holds no entry (one taken as the process exits: torch empties the "
+                   "recorder then)")
+    elif last is not None and last < w.seq - 1:
+        reason += f"; {_ranks(ranks)}'s records end at collective {last}: a dump taken before it left"
+    return message, reason
+
+
+def _last_seq(ctx: _Context, ranks: tuple[int, ...], group: Group) -> int | None:
+    """The newest collective of `group` the records of `ranks` hold (None: none)."""
+    seqs = [g.seq[-1] for r in ranks if (t := ctx.traces.get(r)) is not None
+            and (g := t.groups.get(group.name)) is not None and len(g.seq)]
+    return max(seqs) if seqs else None
 
 
 def _timed(f: Finding, w: Wait) -> Finding:
@@ -602,8 +736,7 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
     unknown_site = bool(w.site is not None and peers_sites and w.site not in peers_sites)
     alone = waited_by <= set(joined)
     absent = [r for r in ranks if r not in ctx.behind]  # those whose absence votes (see _Context.behind)
-    # the stacks of one look hold the waiting ranks and not these: they did not answer, they left the job
-    gone = not set(ranks) & ctx.alive and ctx.answered_but(ranks)
+    gone = _gone(ctx, ranks)
     extra = not p2p and alone and not failed and not gone and (
         (certain and len(absent) > len(joined)) or ((len(absent) == len(joined) or not certain) and unknown_site))
     details = list(_waiting_details(w, failed))  # ranks that failed out do not wait
@@ -622,15 +755,9 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
             (f"{_ranks(joined)} issued it at {site_text(w.site)}, a call site {_ranks(ranks)} never ran"
              if unknown_site else f"{_ranks(ranks)} were seen long after without issuing it"), certain)
     kind = F.UNMATCHED_P2P if p2p else F.MISSING_RANK
-    waiting = tuple(sorted(blocked - failed))
     if failed:  # peers finished a collective these ranks never issued: they failed out of it
+        message, reason = _departure(ctx, w, ranks, failed, blocked, gone)
         blocked = blocked | failed
-        message = (f"{_ranks(ranks)} {'left the job; its records end before' if gone else 'never issued'} {where}: "
-                   f"{_ranks(failed)} failed in the collective, "
-                   f"{_ranks(waiting)} {'waits' if len(waiting) == 1 else 'wait'} in it")
-        reason = (f"{_ranks(ranks)}'s records end before collective {w.seq} that {_ranks(set(failed) | set(joined))} "
-                  f"issued, and {_ranks(failed)} finished it without {'it' if len(ranks) == 1 else 'them'}: a "
-                  f"collective only ends without a member when it fails")
     elif certain:
         verb = "never posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
             else "never issued"
@@ -653,10 +780,12 @@ def _idle_root(ctx: _Context, w: Wait, ranks: tuple[int, ...], blocked: set[int]
         have = "has" if len(ranks) == 1 else "have"
         verb = f"{have} not posted the matching " + ("recv" if w.sig and w.sig[0].op == "send" else "send") if p2p \
             else f"{have} not issued"
-        others = blocked or joined
-        did = ("issued" if w.issued else "wait in" if len(others) != 1 else "waits in")
-        message = f"{_ranks(ranks)} {verb} {where} that {_ranks(joined if w.issued else others)} {did}: the " \
-                  "suspect if this is a hang"
+        did = ("issued" if w.issued else "wait in" if len(joined) != 1 else "waits in")
+        # (ranks waiting elsewhere for these, through other groups, are said apart: they do not wait in this op)
+        behind = sorted(blocked - set(joined) - set(ranks))
+        message = f"{_ranks(ranks)} {verb} {where} that {_ranks(joined)} {did}" + (
+            f"; {_ranks(behind)} {'is' if len(behind) == 1 else 'are'} blocked behind "
+            f"{'it' if len(ranks) == 1 else 'them'}" if behind else "") + ": the suspect if this is a hang"
         reason = (f"{_ranks(ranks)}'s records end before it; a hang if {'it' if len(ranks) == 1 else 'they'} "
                   f"never issue{'s' if len(ranks) == 1 else ''} it, ranks still computing if the dumps were taken "
                   f"moments after: their file times do not say how long the others waited")
@@ -708,7 +837,7 @@ def _timeout_findings(waits: list[Wait], roots: list[Finding]) -> list[Finding]:
 
 def _missing_dump_findings(ctx: _Context, roots: list[Finding], errors: list[InputError],
                            scope: frozenset[int] | None = None) -> list[Finding]:
-    named = {r for f in roots if f.kind == F.MISSING_DUMP for r in f.culprit_ranks}
+    named = {r for f in roots if f.root_cause for r in f.culprit_ranks if r not in ctx.traces}
     world = ctx.membership.world_size
     missing = sorted(set(range(world) if scope is None else scope) - set(ctx.traces) - named)
     if not missing:

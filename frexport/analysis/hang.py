@@ -24,7 +24,9 @@ proves that ranks waited long. Where nothing else decides, a root is reported
 uncertain (`Root.certain`), and the verdict says "inconclusive". What decides
 without a clock: a cycle of waits; a member that finished a collective that
 another member never issued, or that its peers still wait in (it failed out);
-sizes that cannot add up; a watchdog timeout the recorder wrote.
+sizes that cannot add up; a watchdog timeout the recorder wrote. Members that failed out of a
+collective another member never issued are that member's victims: they wait for it like the members
+still in the collective, whatever it did before it left (died, crashed, exited when its data ran out).
 """
 
 from __future__ import annotations
@@ -247,6 +249,8 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
         elif _fresh(t, created_ns, stall_after_ns, clock):
             not_yet.append(m)
+        elif not t.groups:  # its dump holds no entry (a recorder emptied as its process exited): no record
+            (no_dump if _absence_counts(m, stalled, None, clock) else not_yet).append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
             not_yet.append(m)  # its buffer does not reach back that far: cannot tell
         else:
@@ -348,6 +352,10 @@ def root_causes(waits: list[Wait], traces: dict[int, RankTrace], stall_after_ns:
             # cannot complete without every member), so the member is not merely late
             _edge(hub, w, w.edges, w.proven or bool(w.left), hubs, out, settled, evidence, first_edge,
                   w.outlived)
+            # the members that finished it failed out of it for want of those members: victims that wait
+            # for them too (however the absent member went: died, crashed, or exited when its data ran out)
+            for m in () if w.p2p else w.left:
+                out.setdefault(m, {})[hub] = None
         if not w.p2p and not w.edges and not w.not_yet and w.left and not _seen_soon_after_all_in(w, traces, clock,
                                                                                                    stall_after_ns):
             _edge(("left", id(w.left)), w, w.left, w.proven, hubs, out, settled, evidence, left_edge)

@@ -9,7 +9,7 @@ cannot be seen, and the report says so in a note.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from frexport.model.rank_trace import RankTrace
 from frexport.model.world import MAX_WORLD
@@ -142,11 +142,37 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             groups[name] = Group(name, name, desc, members)
             for r in members:
                 group_of[(r, name)] = name
+    unrecorded = set(range(world)) - {r for r, t in traces.items() if t.groups}  # no dump, or one without entries
+    _fill_short_groups(groups, group_of, inferred_names, unrecorded, notes)
     if inferred_names or (groups and world_inferred):
         notes.append(
             "process-group membership inferred from the recorded ops (the dumps' pg_config lists no ranks, "
             "as gloo writes it): a member that never recorded an op in a group is not visible")
     return Membership(groups, group_of, world, world_inferred, notes, unplaced)
+
+
+def _fill_short_groups(groups: dict[str, Group], group_of: dict[tuple[int, str], str], inferred: list[str],
+                       unrecorded: set[int], notes: list[str]) -> None:
+    """Inferred groups of one kind (desc: tp, dp) split the world into groups of one size. Where one of
+    them is short of that size by exactly the ranks without a record (no dump, or one holding no entry)
+    that no group of its kind holds, those ranks are its missing members (a rank that left the job before
+    its dump was taken, or dumped as it exited): without them, its waits would not say for whom they wait."""
+    by_desc: dict[str, list[Group]] = {}
+    for name in inferred:
+        if groups[name].desc:
+            by_desc.setdefault(groups[name].desc, []).append(groups[name])
+    for desc, gs in by_desc.items():
+        size = max(len(g.members) for g in gs)
+        short = [g for g in gs if len(g.members) < size]
+        orphans = sorted(unrecorded - {m for g in gs for m in g.members})
+        if len(gs) < 2 or len(short) != 1 or size - len(short[0].members) != len(orphans) or not orphans:
+            continue
+        g = short[0]
+        groups[g.key] = replace(g, members=tuple(sorted((*g.members, *orphans))))
+        group_of.update(((r, g.name), g.key) for r in orphans)
+        notes.append(f"process group {g.name!r} ({desc}) taken to include rank{'s' if len(orphans) > 1 else ''} "
+                     f"{', '.join(map(str, orphans))} (no record): the other {desc} groups have {size} members, it "
+                     f"had {len(g.members)}")
 
 
 def _drop_outside_world(configs: dict[str, dict[tuple[int, ...], set[int]]], descs: dict[str, str],

@@ -17,7 +17,12 @@ look beside the dumps, show each rank blocked in send or recv. So the stacks are
   culprit); a closed loop of ranks each waiting for the next, with no such send, is a deadlock whose
   culprit the stacks cannot name;
 - without peers (faulthandler's text, py-spy without --locals) the diagnosis is inconclusive, and
-  says where every rank waits.
+  says where every rank waits;
+- where the recorder does show a hang, a rank it makes a root cause of its own (its peers wait for it
+  in a collective it never issued) that the stacks show inside such an op is blocked there, not a
+  culprit: with one other root cause left, it is folded under it as a consequence, with the peer it
+  waits for where py-spy names it (`fold_blocked`), so a hang has one root cause however many pipeline
+  stages wait behind it.
 
 One look at stacks cannot time a wait: a send and its recv caught in flight look like this too. The
 recorder's silence over the whole look (every rank blocked, no collective unfinished) and a closed
@@ -26,7 +31,7 @@ graph are what make it a hang; a single rank caught in a recv is reported as a s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from frexport.analysis import findings as F
@@ -63,12 +68,69 @@ def blocked_ranks(stacks: dict[int, Threads], calls: dict[int, tuple[str, dict[s
     return out
 
 
+def unrecorded(blocked: dict[int, Blocked], records_p2p: set[int] | frozenset[int],
+               issue_only: set[int] | frozenset[int] = frozenset()) -> dict[int, Blocked]:
+    """The ranks the stacks show inside an op their recorder does not show them in: a send or recv where
+    the recorder holds no point-to-point op (gloo's), a collective where it knows ops only as issued."""
+    return {r: b for r, b in blocked.items()
+            if (b.call in P2P and r not in records_p2p) or (b.call not in P2P and r in issue_only)}
+
+
+def fold_blocked(findings: list[Finding], unseen: dict[int, Blocked]) -> list[Finding]:
+    """Root causes whose culprits the stacks show inside an op the recorder does not show are ranks blocked
+    there, not culprits: their peers waited for them in a collective they never issued because they wait
+    in a recv (a pipeline stage feeding a blocked one). Where one other root cause remains, they are folded
+    under it as its consequences: one root cause per hang. A rank whose peer the stacks name is folded only
+    where that peer is the root cause's culprit or blocked (else it waits for something else)."""
+    roots = [f for f in findings if f.root_cause]
+    inside = [f for f in roots if f.culprit_ranks and set(f.culprit_ranks) <= set(unseen)]
+    rest = [f for f in roots if not any(f is g for g in inside)]
+    if not inside or len(rest) != 1:
+        return findings
+    root = rest[0]
+    behind = {*root.culprit_ranks, *root.blocked_ranks, *(r for f in inside for r in f.culprit_ranks)}
+    folded = [f for f in inside if all(unseen[r].peer is None or unseen[r].peer in behind for r in f.culprit_ranks)]
+    if not folded:
+        return findings
+    later = tuple(sorted((_blocked_inside(f, unseen, root) for f in folded), key=lambda c: c.blocked_ranks))
+    blocked = set(root.blocked_ranks).union(*(c.blocked_ranks for c in later)) - set(root.culprit_ranks)
+    new = replace(root, blocked_ranks=tuple(sorted(blocked)), consequences=root.consequences + later,
+                  details=root.details + tuple(f"consequence: {c.message}" for c in later))
+    gone = {id(f) for f in folded}
+    return [new if f is root else f for f in findings if id(f) not in gone]
+
+
+def _blocked_inside(f: Finding, unseen: dict[int, Blocked], root: Finding) -> Finding:
+    """A root cause's finding rewritten as what it is: its ranks blocked in an unrecorded op, their peers
+    waiting for them."""
+    where = []
+    for r in f.culprit_ranks:
+        b = unseen[r]
+        if b.peer is None:
+            peer = "peer not known"
+        else:
+            role = "the culprit" if b.peer in root.culprit_ranks else "blocked too"
+            peer = f"{'to' if P2P.get(b.call) == 'dst' else 'from'} rank {b.peer}, {role}"
+        where.append(f"rank {r} waits in torch.distributed {b.call} ({peer}) at {frame_text(b.site)}")
+    message = "; ".join(where) + ": blocked where the recorder does not show it, not a culprit"
+    if f.blocked_ranks:
+        group = f"{f.pg_name} ({f.pg_desc})" if f.pg_desc else f.pg_name
+        message += (f"; {_ranks(f.blocked_ranks)} {'waits' if len(f.blocked_ranks) == 1 else 'wait'} for "
+                    f"{'it' if len(f.culprit_ranks) == 1 else 'them'} in {f.op} (collective {f.collective_seq_id} "
+                    f"of group {group})")
+    return replace(f, culprit_ranks=(), blocked_ranks=tuple(sorted({*f.culprit_ranks, *f.blocked_ranks})),
+                   message=message, root_cause=False,
+                   reason="the stacks beside the dumps show it inside a call its recorder does not record "
+                          "(gloo records no point-to-point op): it waits, and what it waits for is behind the "
+                          "root cause")
+
+
 def _ranks(ranks) -> str:
     ranks = sorted(set(ranks))
     return f"rank{'s' if len(ranks) != 1 else ''} {format_ranks(ranks)}"
 
 
-def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: set[int],
+def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int] | frozenset[int], explained: set[int],
                  issue_only: set[int] | frozenset[int] = frozenset()) -> list[Finding]:
     """`records_p2p`: ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): there the
     recorder shows such waits itself. `issue_only`: ranks whose recorder shows nothing unfinished but
@@ -76,8 +138,7 @@ def unseen_waits(blocked: dict[int, Blocked], records_p2p: set[int], explained: 
     inside a collective that its dump shows finished was taken at another moment than the dump, not a
     hidden wait. `explained`: ranks a finding already names. One finding for the ranks left, which wait
     where the recorder cannot see."""
-    unseen = {r: b for r, b in blocked.items() if r not in explained
-              and ((b.call in P2P and r not in records_p2p) or (b.call not in P2P and r in issue_only))}
+    unseen = {r: b for r, b in unrecorded(blocked, records_p2p, issue_only).items() if r not in explained}
     if not unseen:
         return []
     where = tuple(f"rank {r} waits in torch.distributed {b.call}"

@@ -170,11 +170,15 @@ def statuses_of(d: Diagnosis, traces: list[RankTrace], stall_after_ns: int) -> d
             mark(f.blocked_ranks, BLOCKED, (OK, STRAGGLING))
         elif f.kind == F.STRAGGLER:
             mark(f.culprit_ranks, STRAGGLING)
-    mark(_passed_by_peers(traces, stall_after_ns), DESYNCED, (OK, STRAGGLING, BLOCKED))
+    # members that finished a collective their peers still wait in, or that a member never issued, failed
+    # out of it (hang.py): that is no completion the others fell behind
+    failed = {(w.group.name, m, w.seq) for w in d.waits for m in w.left}
+    mark(_passed_by_peers(traces, stall_after_ns, failed), DESYNCED, (OK, STRAGGLING, BLOCKED))
     return out
 
 
-def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int) -> set[int]:
+def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
+                     failed: set[tuple[str, int, int]] | frozenset = frozenset()) -> set[int]:
     """Ranks whose peers completed collectives in a group beyond the last one the rank issued, although
     the rank was seen the stall threshold after those peers issued them.
 
@@ -193,8 +197,8 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int) -> set[int]:
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
             n = len(g.seq)
             # (an op only known issued that the rank went past is FINISHED, yet proves nothing completed)
-            last_done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED and not g.flags[i] & ISSUED),
-                             None)
+            last_done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED and not g.flags[i] & ISSUED
+                              and (name, t.rank, g.seq[i]) not in failed), None)
             if last_done is not None:
                 completed.setdefault(name, {})[t.rank] = (g.seq[last_done], g.created_ns[last_done])
     out = set()

@@ -41,11 +41,13 @@ SCENARIOS = ["healthy", "extra_allreduce", "stuck_before_collective", "size_mism
              "slow_rank", "collective_type_mismatch", "cross_group_order", "all_to_all_split_mismatch",
              "crashed_rank", "healthy_midrun", "killed_in_allreduce", "died_between_collectives",
              "coalesced_extra_tensor", "straggler_2d", "straggler_2d_midrun", "p2p_wrong_peer",
-             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p"]
+             "two_looks_hung", "two_looks_running", "killed_in_allreduce_8", "two_looks_p2p", "uneven_exit",
+             "uneven_exit_stale", "pp_dp_tp_stuck", "pp_dp_tp_stuck_24"]
 HOOKED = ["hooked_stuck_tp", "hooked_mixed_wait_hooked", "hooked_mixed_wait_gloo", "hooked_split_group",
           "hooked_size_mismatch", "hooked_op_mismatch"]
 # Scenarios that are not 4-rank hangs: world size, extra torchrun flags, recorder size, and
-# `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs).
+# `snapshot_after` (take one poll round that many seconds after every rank answered, while the job runs),
+# `limit` (seconds the capture waits for the job at most: 16 ranks on 2 cores take long to start).
 SETTINGS: dict[str, dict] = {
     "cross_group_order": {"world": 8},
     # torchrun would SIGTERM the survivors 0.1 s after rank 3 dies; they must live on to be captured
@@ -64,6 +66,14 @@ SETTINGS: dict[str, dict] = {
     "two_looks_hung": {"script": "stuck_before_collective", "looks": 6.0},
     "two_looks_running": {"script": "straggler_2d", "snapshot_after": 2.0, "looks": 6.0},
     "two_looks_p2p": {"script": "p2p_wrong_peer", "looks": 6.0},
+    # rank 3 exits with status 0 when its data runs out: the survivors must live on to be captured
+    "uneven_exit": {"world": 8, "buffer": 100, "torchrun_args": ["--monitor-interval=3600"]},
+    # the same, rank 3 answering no more after step 3 (its last dump from before it left: stale)
+    "uneven_exit_stale": {"script": "uneven_exit", "world": 8, "buffer": 100, "env": {"STOP_SERVING_AFTER": "3"},
+                          "torchrun_args": ["--monitor-interval=3600"]},
+    "pp_dp_tp_stuck": {"world": 16, "buffer": 100, "pyspy": True, "limit": 400},
+    "pp_dp_tp_stuck_24": {"script": "pp_dp_tp_stuck", "world": 24, "env": {"DP": "3"}, "buffer": 100, "pyspy": True,
+                          "limit": 600},
 }
 # Hooked scenarios: the torch 2.15 environment runs them (an out-of-tree backend gets the hook from 2.15),
 # `recorders` are the hooked recorders dumped beside gloo's. A small ring keeps the fixtures small.
@@ -118,6 +128,16 @@ DESCRIPTIONS = {
                          "progresses. No hang.",
     "p2p_wrong_peer": "4-stage pipeline; at step 3 stage 2 sends its activations to stage 0 instead of 3: every rank "
                       "blocks in send/recv, which gloo does not record. Culprit: rank 2 (from the stacks).",
+    "uneven_exit": "8 ranks, dp {0-3},{4-7}, each step a dp all_reduce then a default-group one; rank 3 runs out "
+                   "of data after step 5 and exits 0 (uneven inputs); in step 6 its dp ring neighbours 0 and 2 fail "
+                   "out of the dp all_reduce, 1 waits in it, 4-7 wait in the default group. Culprit: rank 3.",
+    "uneven_exit_stale": "uneven_exit, rank 3 answering no more after step 3: its last dump is from before it left. "
+                         "Culprit: rank 3.",
+    "pp_dp_tp_stuck": "16 ranks, pp 2 x dp 2 x tp 4, stage 0's rank r sends to stage 1's r + 8 and receives its "
+                      "gradients; at step 3 rank 9 sticks in host code before its tp all_reduce: 8, 10, 11 wait in "
+                      "tp, 0-3 in recv (not recorded), 4-7 and 12-15 in dp. Culprit: rank 9.",
+    "pp_dp_tp_stuck_24": "pp_dp_tp_stuck with dp 3 (the issue's 24 ranks): rank 13 sticks before its tp all_reduce; "
+                         "12, 14, 15 wait in tp, 0-3 in recv, 4-11 and 16-23 in dp. Culprit: rank 13.",
     "hooked_stuck_tp": "8 ranks, every group on asyncstore (async out-of-tree backend, hook-recorded, entries retired "
                        "at issue); tp {0-3},{4-7}, dp {i,i+4}; each step tp all_gather, dp all_reduce, default "
                        "all_reduce. At step 4 rank 5 sticks in its data loader: 4, 6, 7 wait in the tp all_gather. "
@@ -158,6 +178,17 @@ def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
     return r.body if r.status == 200 else None
 
 
+def _holds_entries(answers: dict[str, tuple[bytes, bytes]]) -> bool:
+    return any(b'"entries"' in js for js, _ in answers.values())
+
+
+def _stack(sockdir: Path, rank: int) -> bytes | None:
+    """One rank's Python stacks; asked twice where the socket is there (a loaded machine answers 16
+    ranks slowly: a rank missing from the look reads as a rank that left the job)."""
+    sock = sockdir / f"rank-{rank}.sock"
+    return _post(str(sock), "dump_traceback") or (_post(str(sock), "dump_traceback", 30) if sock.exists() else None)
+
+
 def _pyspy(pidfile: Path) -> bytes | None:
     """`py-spy dump --locals` of one rank (its arguments name the peers of send/recv), where py-spy is
     installed (PY_SPY, else on PATH); the capture goes on without it."""
@@ -174,6 +205,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
     import torch
 
     settings = SETTINGS.get(scenario, {})
+    limit_s = settings.get("limit", limit_s)
     world = settings.get("world", 4)
     snapshot_after = settings.get("snapshot_after")
 
@@ -202,7 +234,9 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                 if not os.path.exists(sock):
                     continue
                 answers = _answers(sock, recorders)
-                if answers:
+                # (a recorder emptied after it held entries is the process exiting: torch destroys its
+                # process groups, and their entries, at interpreter exit; the dump before is its last word)
+                if answers and (r not in last or _holds_entries(answers) or not _holds_entries(last[r])):
                     last[r] = answers
             fp = hashlib.sha256(b"".join(js for r in sorted(last) for js, _ in last[r].values())).hexdigest()
             if fp != fingerprint:
@@ -210,7 +244,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
             # the snapshot clock starts once every rank has recorded a collective (a loaded machine
             # can take many seconds to get 8 ranks through init and new_group)
             if all_answered_at is None and len(last) == world and all(
-                    any(b'"entries"' in js for js, _ in last[r].values()) for r in last):
+                    _holds_entries(last[r]) for r in last):
                 all_answered_at = time.monotonic()
             if snapshot_after is not None:
                 if all_answered_at is not None and time.monotonic() - all_answered_at >= snapshot_after:
@@ -225,7 +259,7 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
                             "--rounds", "2", "--gap", str(settings["looks"]), "--stacks", "--force"], check=True,
                            timeout=120, stdout=subprocess.DEVNULL)
             last = {}  # the snapshot wrote the looks
-        stacks = {r: _post(str(sockdir / f"rank-{r}.sock"), "dump_traceback") for r in range(world)}
+        stacks = {r: _stack(sockdir, r) for r in range(world)}
         torch_dumps = _torch_dumps(sockdir, dumpdir, world, recorders)
         pyspy = {r: _pyspy(sockdir / f"rank-{r}.pid") for r in range(world)} if settings.get("pyspy") else {}
     finally:

@@ -19,4 +19,8 @@ def hold():
     _rank_server.hold()
 
 
-__all__ = ["init", "hold", "torch", "dist"]
+def wait_dumped():
+    _rank_server.wait_dumped()
+
+
+__all__ = ["init", "hold", "wait_dumped", "torch", "dist"]

@@ -37,7 +37,7 @@ def _check(d, consequence_kind):
 def test_mismatch_outranks_the_victims_stale_dump(diagnose, tmp_path):
     f = _check(_diagnoses(diagnose, SRC, tmp_path), "missing_rank")
     # rank 0 answered no stack at the look where 1-3 did: it left the job
-    assert f.consequences[0].message.startswith("rank 0 left the job; its records end before all_reduce")
+    assert f.consequences[0].message.startswith("rank 0 left the job after collective 4 of group 0")
 
 
 def test_mismatch_outranks_the_victims_missing_dump(diagnose, tmp_path):
@@ -45,7 +45,9 @@ def test_mismatch_outranks_the_victims_missing_dump(diagnose, tmp_path):
     shutil.copytree(SRC, src)
     (src / "trace_0").unlink()
     (src / "json" / "trace_0.json").unlink()
-    _check(_diagnoses(diagnose, src, tmp_path / "v"), "missing_dump")
+    # its ring neighbours failed out of the collective without it: it left the job, whatever its dump
+    f = _check(_diagnoses(diagnose, src, tmp_path / "v"), "missing_rank")
+    assert f.consequences[0].reason.endswith("it left no dump"), f.consequences[0].reason
 
 
 def test_call_sites_skip_library_frames():

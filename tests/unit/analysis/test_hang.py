@@ -127,6 +127,8 @@ def _reference_roots(waits: list[Wait], traces: dict[int, RankTrace], stall_afte
             # peers finished a collective this member never issued: they failed out of it (a collective
             # cannot complete without every member), so the member is not merely late
             evidence[m] = evidence.get(m, False) or w.proven or bool(w.left) or m in w.outlived
+        for v in w.left if w.edges and not w.p2p else ():  # failed out for want of them: victims that wait too
+            edges.setdefault(v, set()).update(w.edges)
         soon = w.rank in traces and _fresh(traces[w.rank], w.all_in_ns or w.created_ns, stall_after_ns, True)
         if not w.p2p and not w.edges and not w.not_yet and w.left and not soon:
             for m in w.left:

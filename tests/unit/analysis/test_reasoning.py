@@ -83,8 +83,9 @@ def test_crashed_rank_with_an_older_dump_never_issued_the_collective(diagnose, t
         f = _only(out)
         assert out.verdict == "unhealthy" and f.certain
         assert (f.kind, f.culprit_ranks, f.blocked_ranks, f.collective_seq_id) == ("missing_rank", (3,), (0, 1, 2), 26)
-        assert f.message.endswith("ranks 0 and 2 failed in the collective, rank 1 waits in it")
-        assert "ranks 0 and 2 finished it without it" in f.reason
+        assert f.message == ("rank 3 left the job after collective 25 of group 0 (default_pg); ranks 0 and 2 "
+                             "failed out of collective 26 (all_reduce), rank 1 waits in it")
+        assert "ranks 0 and 2 finished collective 26 without rank 3 while rank 1 still waits in it" in f.reason
         assert f.details[0].startswith("rank 1 waits in all_reduce")  # not "ranks 0-2 wait"
 
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
