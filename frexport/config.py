@@ -169,7 +169,9 @@ class Peers:
     poll_interval: float = 5.0
     timeout: float = 10.0
     concurrency: int = 16
-    max_body_bytes: int = 256 * 1024 * 1024
+    # a pod's answer (its ranks' windows: about 1 MB for 8) or one rank's pickle with frames; at most
+    # `concurrency` of them are read at once, each held about twice while it is joined and parsed
+    max_body_bytes: int = 32 * 1024 * 1024
     ca_file: str | None = None  # verify the peers' TLS certificates against this CA
     cert_file: str | None = None  # client certificate (mutual TLS)
     key_file: str | None = None

@@ -22,6 +22,18 @@ TRACEBACK_HANDLER = "dump_traceback"  # faulthandler's text of every thread
 PYSPY_HANDLER = "pyspy_dump"  # py-spy stops the rank's process while it reads it: asked sparingly
 # PyTorch's stack handlers -> the kind of text they answer (a bundle's stacks/rank_<r>.<kind>.txt)
 STACK_HANDLERS = {TRACEBACK_HANDLER: "traceback", PYSPY_HANDLER: "pyspy_dump"}
+
+# What one evidence answer may hold, by kind (a pod's own fetch and the job view's through the peers):
+# a rank answering 60 MiB took a pod's sidecar to 1.2 GB for 4 ranks at the poll's 64 MiB body bound
+FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
+FETCH_MAX_STACKS = 4 << 20  # stacks, a dump-file answer
+
+
+def fetch_cap(handler: str) -> int:
+    """The most bytes an evidence answer of `handler` (maybe with its `?backend=`) is read to."""
+    return FETCH_MAX_PICKLE if handler.split("?", 1)[0] == PICKLE_HANDLER else FETCH_MAX_STACKS
+
+
 # torch 2.15: writes a recorder's dump where it dumps on a timeout; its listing also says the
 # worker server serves any backend's `fr_trace_json?backend=`
 DUMP_FILE_HANDLER = "fr_dump_file"

@@ -44,14 +44,12 @@ from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
-from frexport.sources.handlers import PICKLE_HANDLER, Fetched
+from frexport.sources.handlers import Fetched, fetch_cap
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 from frexport.sources.peer_owners import Owners, fair_shares
 
 PASS_WAIT_S = 2.0  # what one pass waits for its peers; slower ones are taken at a later pass
-FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
-FETCH_MAX_STACKS = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -354,7 +352,11 @@ class PeersSource:
                 entries = [e for e in entries[:q] if not e.finished] + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
-            entries = [e for e in entries[:cut] if not e.finished] + entries[cut:]
+            # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
+            # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
+            # bound (85 -> 953 MB in 50 s)
+            older = [e for e in entries[:cut] if not e.finished][:self.window]
+            entries = older + entries[cut:]
         held.entries = entries
         if entries:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
@@ -399,10 +401,9 @@ class PeersSource:
         return fetch_within(wanted, deadline_s, self.cfg.concurrency, self._fetch_one, "frexport-peer-fetch")
 
     def _fetch_one(self, t: PeerTarget, handler: str, timeout_s: float) -> bytes:
-        # evidence bodies are capped by kind, not by the 256 MiB of a ranks body: a peer calling its own
-        # rank a culprit cannot push hundreds of MB into the view's memory or the job's bundle
-        cap = FETCH_MAX_PICKLE if handler == PICKLE_HANDLER else FETCH_MAX_STACKS
-        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s, max_body=cap)
+        # evidence bodies are capped by kind (handlers.fetch_cap): a peer calling its own rank a culprit
+        # cannot push hundreds of MB into the view's memory or the job's bundle
+        return self._get(t.peer, f"/api/v1/ranks/{t.rank}/handler/{handler}", timeout_s, max_body=fetch_cap(handler))
 
     def decode_pickles(self, raw: dict[int, bytes]) -> dict[int, RankDump]:
         """Ranks' pickles (with frames: call sites) decoded in the sandboxed decoders; failures left out."""

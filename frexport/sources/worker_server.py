@@ -44,7 +44,7 @@ from frexport.model.outcome import first_unsettled
 from frexport.model.recorders import Shifter, group_statuses, merge_recorders, pg_names
 from frexport.sources.base import Snapshot
 from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
-from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched
+from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched, fetch_cap
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
 
@@ -601,8 +601,11 @@ class WorkerServerSource:
         return frozenset()
 
     def fetch_all(self, wanted: list[tuple[RankTarget, str]], deadline_s: float) -> Fetched:
-        """POST many handlers at once (evidence: pickles and stacks of many ranks) within one deadline."""
-        return fetch_within(wanted, deadline_s, self.cfg.concurrency, self.fetch, "frexport-fetch")
+        """POST many handlers at once (evidence: pickles and stacks of many ranks) within one deadline, each
+        answer read to its kind's bound (handlers.fetch_cap), not the poll's."""
+        return fetch_within(wanted, deadline_s, self.cfg.concurrency,
+                            lambda t, handler, timeout_s: self.fetch(t, handler, timeout_s, fetch_cap(handler)),
+                            "frexport-fetch")
 
     def _choose_handler(self, t: RankTarget) -> str:
         resp = request(t.target, "GET", "/handler/", timeout=self.cfg.timeout, max_body=1 << 20)

@@ -132,3 +132,31 @@ def test_a_rank_listing_many_recorders_holds_no_more_entries_than_one(tmp_path, 
     finally:
         src.stop()
         rank.close()
+
+
+def test_a_pods_evidence_fetch_reads_each_answer_to_its_kinds_bound(tmp_path):
+    """A pod's own bundle fetches every rank's pickle and the culprits' stacks: each answer was read to the
+    poll's 64 MiB (4 ranks answering 60 MiB took `serve` to 1.2 GB). A pickle is read to 32 MiB, stacks
+    to 4 MiB (the job view's bounds, sources/handlers.py fetch_cap); past it, only that answer fails."""
+    from frexport.sources.handlers import FETCH_MAX_PICKLE, PICKLE_HANDLER, TRACEBACK_HANDLER, fetch_cap
+    from frexport.sources.http_client import PeerError
+
+    hostile = FakeAgentRank(str(tmp_path / "rank-0.sock"), 0)
+    hostile.answers[PICKLE_HANDLER] = stream_json(hostile, PICKLE_HANDLER, 60 * MiB, False)
+    hostile.answers[TRACEBACK_HANDLER] = stream_json(hostile, TRACEBACK_HANDLER, 16 * MiB, True)
+    honest = FakeAgentRank(str(tmp_path / "rank-1.sock"), 1)
+    honest.answers[PICKLE_HANDLER] = b"a pickle"
+    src = _source(tmp_path, HealthRegistry())
+    try:
+        targets = {t.rank: t for t in src.targets()}
+        got = src.fetch_all([(targets[0], f"{PICKLE_HANDLER}?backend=gloo"), (targets[0], TRACEBACK_HANDLER),
+                             (targets[1], f"{PICKLE_HANDLER}?backend=gloo")], 30.0)
+        assert isinstance(got[(0, f"{PICKLE_HANDLER}?backend=gloo")], PeerError)
+        assert got[(0, f"{PICKLE_HANDLER}?backend=gloo")].reason == "too_large"
+        assert isinstance(got[(0, TRACEBACK_HANDLER)], PeerError)  # its length said 16 MiB: not even read
+        assert got[(1, f"{PICKLE_HANDLER}?backend=gloo")] == b"a pickle"
+        assert hostile.sent[PICKLE_HANDLER] < FETCH_MAX_PICKLE + 2 * MiB, hostile.sent
+        assert fetch_cap("dump_traceback") < fetch_cap(f"{PICKLE_HANDLER}?backend=nccl2") == FETCH_MAX_PICKLE
+    finally:
+        hostile.close()
+        honest.close()

@@ -245,3 +245,31 @@ def test_an_unexpected_error_on_one_source_is_logged_with_its_traceback_once(tmp
     finally:
         src.stop()
         peer.close()
+
+
+def endless_chunks(conn):  # a chunked body that never ends, 1 MiB a chunk
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"100000\r\n" + b"x" * (1 << 20) + b"\r\n"
+    for _ in range(1024):
+        conn.sendall(chunk)
+
+
+def test_an_endless_chunked_body_is_refused_at_the_peers_bound_holding_no_more(tmp_path):
+    """An endless chunked peer body took the job view to 792 MB (peers.max_body_bytes was 256 MiB); it is
+    refused at the default bound, 32 MiB, with no more than that held while reading it."""
+    import tracemalloc
+
+    from frexport.config import Peers
+
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), endless_chunks)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PeerError) as info:
+            request(Target(unix_path=str(tmp_path / "rank-0.sock")), "GET", "/api/v1/ranks", timeout=30,
+                    max_body=Peers().max_body_bytes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        peer.close()
+    assert info.value.reason == "too_large", info.value.detail
+    assert peak < 2 * Peers().max_body_bytes + (8 << 20), peak

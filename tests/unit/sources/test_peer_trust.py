@@ -328,3 +328,26 @@ def test_the_view_sizes_itself_to_the_world_most_peers_report(caplog):
     src.world_size = None
     src._peers = {p: _PeerState() for p in peers}  # nobody says: max_ranks
     assert src._capacity(peers) == 4096
+
+
+def test_unfinished_entries_a_peer_keeps_sending_for_a_rank_are_bounded(job):
+    """A peer sending ever new unfinished entries for its rank: the older unfinished ones were all kept
+    (85 -> 953 MB in 50 s); at most a window of them is now, beside the window itself."""
+    from tests.support.synth import entry
+
+    _, pods, hostile = job
+    sc, _ = _view([hostile.url])
+    window = sc.sources[0].window
+    try:
+        for p in range(6):
+            es = [entry(p * 500 + i, p * 500 + i + 1, state="scheduled", retired=False, duration_ms=None)
+                  for i in range(500)]
+            body = _body({0: es})
+            body["ranks"][0]["full"] = p == 0  # after the first, what is new since the cursor, as peers send
+            hostile.body = json.dumps(body).encode()
+            _pass(sc)
+            held = sc.sources[0]._held[(hostile.url, 0)].entries
+            assert len(held) <= 2 * window, (p, len(held))
+        assert held[0].record_id == 0  # the oldest unfinished one, where the rank waits, is kept
+    finally:
+        sc.shutdown()
