@@ -143,3 +143,44 @@ def test_a_rank_polled_just_before_its_peers_completed_more_collectives_is_not_d
     # rank 0 seen 10 s later, still with nothing past collective 20: its peers' 21 paired with something else
     seen[0] = c20 + 10 * 10**9
     assert LiveAnalysis(Analysis(stall_after=3.0)).run(_seen(records, seen)).statuses[0] == "desynced"
+
+
+def _planted(world_dir, ranks=(7, 8, 9)) -> dict[int, bytes]:
+    """One-entry JSON dumps claiming `ranks`, made of rank 0's first entry (a previous job's leftovers
+    look alike): the real job's times, group 0, nothing after collective 1."""
+    import json
+
+    doc = json.loads((world_dir / "json" / "trace_0.json").read_bytes())
+    doc["entries"] = doc["entries"][:1]
+    return {r: json.dumps(doc).encode() for r in ranks}
+
+
+def test_planted_ranks_in_a_hung_jobs_dump_directory_never_vote_live():
+    """Issue 37 class 4, on the real hung 4-rank gloo job: three one-entry dumps claiming ranks 7-9 turned
+    the live diagnosis around ("desync: ranks 0, 1, 3 issued all_reduce that ranks 2, 7-9 never issued",
+    0, 1, 3 desynced, the culprit 2 ok). They are input errors; rank 2 is stalled, its peers blocked."""
+    from frexport.live.diagnosis import STALLED
+
+    polled = _polled("stuck_before_collective", 4)
+    seen = max(d.dumped_at_ns for d in polled.values())
+    for r, body in _planted(paths.REAL_FIXTURES / "stuck_before_collective").items():
+        polled[r] = decode_bytes(body, f"planted-{r}", rank=r, dumped_at_ns=seen)
+    result = LiveAnalysis(Analysis(stall_after=5.0), scoped=False).run(polled)
+    assert {r: result.statuses[r] for r in range(4)} == {0: BLOCKED, 1: BLOCKED, 2: STALLED, 3: BLOCKED}
+    assert [f.culprit_ranks for f in result.new_root_causes] == [(2,)]
+    assert {e.rank for e in result.diagnosis.input_errors} == {7, 8, 9}
+
+
+def test_planted_ranks_never_vote_post_mortem_whatever_the_file_times(diagnose, tmp_path):
+    import shutil
+
+    from tests.support.filetimes import copies
+
+    src = tmp_path / "src"
+    shutil.copytree(paths.REAL_FIXTURES / "stuck_before_collective", src)
+    for r, body in _planted(src).items():
+        (src / f"trace_{r}.json").write_bytes(body)
+    for variant, d in copies(src, tmp_path / "v"):
+        out = diagnose(d)
+        assert out.findings[0].culprit_ranks == (2,), (variant, [f.message for f in out.findings])
+        assert {e.rank for e in out.input_errors} == {7, 8, 9}, variant
