@@ -228,3 +228,17 @@ def test_issue_only_every_rank_stuck_inside_one_collective_shows_only_in_the_sta
     assert d.verdict == "inconclusive" and d.findings[0].blocked_ranks == (0, 1, 2, 3), \
         [f.message for f in d.findings]
     assert "all_reduce" in d.findings[0].message
+
+
+def test_issue_only_two_looks_in_which_no_member_moved_make_the_gap_certain():
+    """Post-mortem the gap is a suspect; two looks the stall threshold apart in which no member of the
+    group issued anything prove the hang (a rank still computing would have issued the op)."""
+    from frexport.analysis.looks import HUNG, decide, progress
+
+    tr = list(traces(_tp_dp_job(stuck=5)).values())
+    d = analyze(tr)
+    assert d.verdict == "inconclusive" and d.findings[0].culprit_ranks == (5,)
+    groups = progress(tr, tr)  # the second look: nothing moved
+    assert {g.pg_name: g.state for g in groups}["ucc:2"] == HUNG
+    out = decide(d, groups, 6.0, 5.0)
+    assert out.findings[0].certain and out.verdict == "unhealthy", out.findings[0].message
