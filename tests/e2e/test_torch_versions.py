@@ -94,7 +94,13 @@ def test_a_hooked_backend_and_gloo_in_one_rank_are_both_read(tmp_path, version):
             resp = request(Target(unix_path=str(shared / f"rank-{r}.sock")), "POST",
                            "/handler/fr_dump_file?backend=storecomm", timeout=30)
             assert resp.status == 200, resp.body
-    written = load([str(shared / "dumps")], workers=1)
+    # torch answers "dump initiated" and writes the file a moment later: wait for all four, whole
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        written = load([str(shared / "dumps")], workers=1)
+        if sorted(t.rank for t in written.traces) == [0, 1, 2, 3]:
+            break
+        time.sleep(0.2)
     assert sorted(t.rank for t in written.traces) == [0, 1, 2, 3], written.errors
     f = analyze(written.traces).findings[0]
     assert (f.kind, f.culprit_ranks, f.pg_name) == ("missing_rank", (2,), "storecomm:0"), f
