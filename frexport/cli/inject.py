@@ -102,7 +102,11 @@ def run_inject(args: argparse.Namespace) -> int:
         out = yaml.safe_dump_all(docs, sort_keys=False)  # whole, before any of it is written
     except RecursionError:  # read, but deeper than the emitter recurses (a few hundred levels)
         return _fail("a document is nested too deeply to write back (over Python's recursion limit)")
-    sys.stdout.write(out)
+    # in parts: one write of megabytes to a pipe whose reader left (`| head`) ended the process silently
+    # with status 0 here, where parts raise BrokenPipeError (exit 141, cli/main.py)
+    for i in range(0, len(out), 1 << 16):
+        sys.stdout.write(out[i:i + (1 << 16)])
+    sys.stdout.flush()
     _say(f"{patched} pod template(s) patched")
     for note in notes:
         _say(note)
