@@ -75,7 +75,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
             s, f, answered = _look(source, targets, os.path.join(args.output, f"look_{i + 1}"), args.stacks,
                                    args.output, start, not_before)
             saved, failed = s, failed + [f"look {i + 1}: {x}" for x in f]
-            seen.append({str(r): t for r, t in answered.items()})
+            seen.append({str(r): round(t, 6) for r, t in answered.items()})
             # the looks' record as they go: a snapshot stopped half way still tells what it saw
             atomic_write(os.path.join(args.output, LOOKS_FILE),
                          json.dumps({"rounds": rounds, "gap_s": gap, "seen_s": seen}, indent=2).encode())
@@ -104,7 +104,7 @@ def _look(source: WorkerServerSource, targets, output: str, stacks: bool, top: s
             failed.append(f"rank {t.rank}: {exc.detail}")
             continue
         if start is not None:
-            when[t.rank] = round(time.monotonic() - start, 3)
+            when[t.rank] = time.monotonic() - start
         # A rank is every recorder that holds a group (model/recorders.py): the first at the top, each
         # other one a dump directory of its own (recorder-<name>/), as `frexport analyze` reads one
         # recorder per rank.

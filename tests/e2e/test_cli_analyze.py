@@ -405,7 +405,7 @@ def test_two_looks_are_as_far_apart_as_asked_for_every_rank_even_when_a_look_is_
     assert out.returncode == 0, out.stderr
     seen = json.loads((outdir / "looks.json").read_text())["seen_s"]
     apart = [seen[1][r] - seen[0][r] for r in ("0", "1", "2")]
-    assert min(apart) >= 2.0, apart
+    assert min(apart) >= 2.0 - 1e-5, apart  # (looks.json keeps microseconds)
     assert f"each rank seen {min(apart):.1f} s or more apart" in out.stdout, out.stdout
 
 

@@ -37,12 +37,12 @@ def test_a_hanging_stack_handler_stops_nothing(tmp_path, monkeypatch):
     calls, failed_until = [], 4  # (monotonic time, spans received by then, new root causes)
     original = LiveAnalysis.run
 
-    def flaky_run(self, dumps, down=frozenset()):
+    def flaky_run(self, dumps, down=frozenset(), contested=frozenset()):
         n = len(calls)
         if n < failed_until:  # the first passes fail: spans must not wait for the analysis
             calls.append((time.monotonic(), len(rx.received.spans), None))
             raise RuntimeError("analysis bug")
-        result = original(self, dumps, down)
+        result = original(self, dumps, down, contested)
         calls.append((time.monotonic(), len(rx.received.spans), result.new_root_causes))
         return result
 
