@@ -392,7 +392,8 @@ def test_two_looks_are_as_far_apart_as_asked_for_every_rank_even_when_a_look_is_
     """The README's two looks decide: each rank is looked at again no sooner than the gap after it
     answered the first look (looks of many ranks take seconds; spacing only their starts left the last
     rank 3.1 s apart when 6 s were asked), the gap reported is the one measured, and the default gap
-    is the least that can show a hang to `analyze` at its default threshold."""
+    is the least that can show a hang to `analyze` at its default threshold. Fake ranks: a real rank's
+    slow first answer (a loaded machine, a cold handler) cannot be produced on demand."""
     sockets, outdir = tmp_path / "sockets", tmp_path / "snap"
     sockets.mkdir()
     # a cold first answer per rank: the first look takes about 3 s, the second a moment
