@@ -424,7 +424,13 @@ class WorkerServerSource:
             if isinstance(listed, list):
                 b.recorders, b.recorders_at = self._listed_recorders(t, listed) or (DEFAULT_RECORDER,), time.monotonic()
                 return b.recorders
-        if b.recorders and time.monotonic() - b.recorders_at < PROBE_EVERY_S:
+        # gloo's recorder (every torch has it) or one the user named (serve --recorder) not found yet is
+        # looked for at the agent's relist pace: one probed before its first group would leave the rank
+        # without that group's ops for 30 s, and a rank whose records lack a group's ops is where its
+        # peers wait
+        wanted = {DEFAULT_RECORDER, *self.cfg.recorders}
+        every = PROBE_EVERY_S if wanted <= set(b.recorders) else RELIST_S
+        if b.recorders and time.monotonic() - b.recorders_at < every:
             return b.recorders
         candidates = [DEFAULT_RECORDER]
         if LEGACY_NCCL_HANDLER in b.names:
