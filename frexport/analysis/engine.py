@@ -47,7 +47,7 @@ from frexport.analysis.placement import behind
 from frexport.analysis.unseen import blocked_ranks, fold_blocked, unrecorded, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
-from frexport.model.rank_trace import FINISHED, ISSUED, STARTED, GroupTrace, RankTrace
+from frexport.model.rank_trace import FINISHED, ISSUED, ISSUED_BYTE, STARTED, GroupTrace, RankTrace
 from frexport.model.signature import Signature, canonical, describe, op_name
 
 
@@ -233,7 +233,6 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                      groups=sum(1 for cols in all_cols.values() if cols))
 
 
-_ISSUED_BYTE = bytes(1 if v & ISSUED else 0 for v in range(256))
 _PENDING_NOT_ISSUED = bytes(1 if not v & FINISHED and not v & ISSUED else 0 for v in range(256))
 
 
@@ -241,7 +240,7 @@ def _issue_only(t: RankTrace) -> bool:
     """The rank's recorder shows ops known only to be issued (a hooked backend that reports no
     completion), and nothing else unfinished: whether it waits in a collective, only its stack says."""
     cols = [g.flags.tobytes() for g in t.groups.values()]
-    return any(1 in c.translate(_ISSUED_BYTE) for c in cols) and \
+    return any(1 in c.translate(ISSUED_BYTE) for c in cols) and \
         not any(1 in c.translate(_PENDING_NOT_ISSUED) for c in cols)
 
 

@@ -48,7 +48,7 @@ from frexport.analysis.clock import (
 )
 from frexport.analysis.membership import Group, Membership
 from frexport.model.call_site import Frame
-from frexport.model.rank_trace import FINISHED, ISSUED, TIMED_OUT, GroupTrace, RankTrace
+from frexport.model.rank_trace import FINISHED, ISSUED, TIMED_OUT, GroupTrace, RankTrace, proven_done
 from frexport.model.signature import Signature
 
 IDLE = "idle"  # waits for nobody and is in no collective: stuck outside collectives, or gone
@@ -241,7 +241,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             if i is not None and not g.flags[i] & FINISHED:
                 still.append(m)
             # (an op only known issued that the member went past: it issued it, nothing more is known)
-            if i is not None and g.flags[i] & FINISHED and not g.flags[i] & ISSUED:
+            if i is not None and proven_done(g.flags[i]):
                 left.append(m)
                 # it recorded ops after finishing this one: it completed, not failed (a collective
                 # completes only once every member issued it), so members that lack it or still

@@ -15,9 +15,7 @@ the rank recorded another op of the group after it.
 
 from __future__ import annotations
 
-from frexport.model.rank_trace import FINISHED, ISSUED, RankTrace
-
-_PROVEN_DONE = bytes(1 if v & FINISHED and not v & ISSUED else 0 for v in range(256))
+from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace
 
 
 def passed_through(traces: dict[int, RankTrace]) -> dict[str, int]:
@@ -28,7 +26,7 @@ def passed_through(traces: dict[int, RankTrace]) -> dict[str, int]:
             n = len(g.flags)
             if n < 2:
                 continue
-            i = g.flags.tobytes()[:-1].translate(_PROVEN_DONE).rfind(1)  # not the last: it went past it
+            i = g.flags.tobytes()[:-1].translate(PROVEN_DONE_BYTE).rfind(1)  # not the last: it went past it
             if i >= 0 and g.seq[i] > out.get(name, -1):
                 out[name] = g.seq[i]
     return out

@@ -37,7 +37,7 @@ from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
 from frexport.config import Analysis
 from frexport.model.dump import RankDump
-from frexport.model.rank_trace import FINISHED, ISSUED, RankTrace
+from frexport.model.rank_trace import RankTrace, proven_done
 from frexport.model.trace_window import TraceWindow
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
@@ -197,7 +197,7 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
             n = len(g.seq)
             # (an op only known issued that the rank went past is FINISHED, yet proves nothing completed)
-            last_done = next((i for i in range(n - 1, -1, -1) if g.flags[i] & FINISHED and not g.flags[i] & ISSUED
+            last_done = next((i for i in range(n - 1, -1, -1) if proven_done(g.flags[i])
                               and (name, t.rank, g.seq[i]) not in failed), None)
             if last_done is not None:
                 completed.setdefault(name, {})[t.rank] = (g.seq[last_done], g.created_ns[last_done])

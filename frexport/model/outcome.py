@@ -100,7 +100,7 @@ def edges(entries: _Seq) -> _Seq:
 def event_backends(entries: tuple[Entry, ...]) -> frozenset[str]:
     """The backends among these entries (one rank's dump) whose sampled entries show events: what
     `recorder_of` needs to know of a dump whose ops name no backend."""
-    return frozenset(e.backend for e in edges(entries) if e.state != SCHEDULED)
+    return frozenset(e.backend for e in edges(entries) if shows_events(e.state))
 
 
 def recorder_of(backend: str, events: frozenset[str]) -> Recorder:

@@ -269,14 +269,21 @@ def finish_group(g: GroupTrace) -> bool:
     return unsorted
 
 
-_ISSUED_BYTE = bytes(1 if v & ISSUED else 0 for v in range(256))
+ISSUED_BYTE = bytes(1 if v & ISSUED else 0 for v in range(256))  # a flag column -> 1 where only issued
+# 1 where the op is proven over (completed, or gloo's retired): not merely issued past (ISSUED)
+PROVEN_DONE_BYTE = bytes(1 if v & FINISHED and not v & ISSUED else 0 for v in range(256))
+
+
+def proven_done(flags: int) -> bool:
+    """The op is proven over: FINISHED, and not an op only known issued that the rank went past."""
+    return bool(PROVEN_DONE_BYTE[flags])
 
 
 def settle_issued(g: GroupTrace) -> None:
     """An op known only to be issued (Outcome.ISSUED) is where the rank may wait only while it is the
     group's newest: the ones it issued past are FINISHED. Exact whatever was settled before (a trace
     that follows its window calls this again after each append)."""
-    marks = g.flags.tobytes().translate(_ISSUED_BYTE)
+    marks = g.flags.tobytes().translate(ISSUED_BYTE)
     last = len(marks) - 1
     i = marks.find(1)
     while 0 <= i < last:
