@@ -20,6 +20,7 @@ bytes of the same ranks' full JSON dumps for comparison, and the root causes the
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import os
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gc-pacing", action="store_true", help="leave the collector as CPython paces it "
                     "(the loop turns automatic collection off, collects the young once a pass and freezes "
                     "the survivors: live/gc_pacing.py)")
+    ap.add_argument("--profile", metavar="FILE", help="write a cProfile of the last pass's analysis to FILE "
+                    "(pstats format; the pass's figures then include the profiler's own cost)")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="frx-jobview-") as tmp:
@@ -117,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         for s in snaps:
             view_state.ingest(s.dump, s.source, s.taken_ns)
         t2 = time.process_time() - served
+        profiler = cProfile.Profile() if args.profile and i == args.passes else None
+        if profiler:
+            profiler.enable()
         result = analysis.run(view_state.latest_dumps())
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
         if not args.no_gc_pacing:
             pacing.after_pass()  # as the loop does after each pass (it also freezes the simulated pods' data)
         t3 = time.process_time() - served

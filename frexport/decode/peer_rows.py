@@ -67,6 +67,9 @@ class PeerRank:
     handlers: frozenset[str]
     entries: tuple[Entry, ...]
     rows_dropped: int = 0  # rows that broke the field rules (counted, logged by the source)
+    # per group of pg_config, its members as checked runs where the peer sent them so (that group's
+    # ranks are then None: the source expands each distinct list once, sources/peers.py)
+    pg_runs: tuple[Runs | None, ...] | None = None
 
 
 @dataclass
@@ -134,10 +137,14 @@ def _rank(r: dict, intern: dict) -> PeerRank:
     epoch = r["epoch"]
     if type(epoch) is not int or not _LO <= epoch <= _HI:
         raise ValueError("epoch: not a 64-bit integer")
-    pg_config = None
+    pg_config, pg_runs = None, None
     if r.get("pg_config") is not None:
-        pg_config = tuple(ProcessGroupConfig(str(n)[:MAX_NAME], str(d)[:MAX_NAME], _members(ranks, intern))
-                          for n, d, ranks in r["pg_config"][:MAX_GROUPS])
+        groups = r["pg_config"][:MAX_GROUPS]
+        runs = [_runs(ranks) if type(ranks) is dict else None for _, _, ranks in groups]
+        pg_config = tuple(ProcessGroupConfig(str(n)[:MAX_NAME], str(d)[:MAX_NAME],
+                                             None if type(ranks) is dict else _members(ranks, intern))
+                          for n, d, ranks in groups)
+        pg_runs = tuple(runs) if any(x is not None for x in runs) else None
     ws = r.get("world_size")
     entries, bad = [], 0
     for row in r["entries"]:
@@ -155,7 +162,7 @@ def _rank(r: dict, intern: dict) -> PeerRank:
                           for s in (r.get("pg_status") or ())[:MAX_GROUPS]
                           if isinstance(s, list) and len(s) == 4 and type(s[0]) is int and _LO <= s[0] <= _HI),
                     frozenset(str(h)[:64] for h in (r.get("handlers") or ())[:16]),
-                    tuple(entries), bad)
+                    tuple(entries), bad, pg_runs)
 
 
 def _entry(row: list, intern: dict) -> Entry:
@@ -220,6 +227,27 @@ def _members(ranks, intern: dict) -> tuple[int, ...] | None:
     if not all(is_rank(x) for x in members):
         return None
     return intern.setdefault(("members", members), members)
+
+
+Runs = tuple[tuple[int, int, int], ...]
+
+
+def _runs(value: dict) -> Runs | None:
+    """{"runs": [[first, count, step], ...]} (model/peer_rows.member_runs), checked as a member list is:
+    ranks a job can have, at most a world of them; None (members unknown) otherwise."""
+    runs = value.get("runs")
+    if type(runs) is not list or len(runs) > MAX_WORLD:
+        return None
+    out, total = [], 0
+    for run in runs:
+        if type(run) is not list or len(run) != 3 or tuple(map(type, run)) != (int, int, int):
+            return None
+        first, count, step = run
+        total += count
+        if count < 1 or step < 1 or total > MAX_WORLD or not is_rank(first) or not is_rank(first + (count - 1) * step):
+            return None
+        out.append((first, count, step))
+    return tuple(out)
 
 
 def _opt_str(v) -> str | None:

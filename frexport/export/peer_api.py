@@ -1,6 +1,7 @@
 """The peers endpoint: this sidecar's live window, for a job-level view (`frexport jobview`).
 
-    GET /api/v1/ranks?since=RANK:EPOCH:RECORD:NPG,... every local rank's latest snapshot, compact JSON
+    GET /api/v1/ranks?since=RANK:EPOCH:RECORD:NPG,...[&members=runs]
+                                                    every local rank's latest snapshot, compact JSON
     GET /api/v1/ranks/RANK/handler/NAME             one of a few worker-server handlers of a local rank
 
 Served by the web server beside /metrics, behind the same web config (TLS, basic auth); only when
@@ -9,7 +10,8 @@ Served by the web server beside /metrics, behind the same web config (TLS, basic
 back the oldest record it still holds unfinished (else its newest + 1) with the epoch it got moves
 only what is new or may have changed since its last pass. A rank whose epoch changed (restarted) is
 sent whole; the process groups only when the client holds another number of them (NPG: groups are
-only ever added, and a 4096-rank group's member list is large). The handler path is answered by
+only ever added, and a 4096-rank group's member list is large; with `members=runs` a long one goes as
+runs, model/peer_rows.py). The handler path is answered by
 the evidence stage's proxy (frexport/evidence/proxy.py: which handlers, py-spy's rate limit): this
 module only serves what the state and the proxy hand it.
 """
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
 from frexport.model.dump import Entry, RankDump
-from frexport.model.peer_rows import COLUMNS, FORMAT
+from frexport.model.peer_rows import COLUMNS, FORMAT, RUNS_FROM, member_runs
 
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
 _COLUMN_INDEX = [Entry._fields.index(c) for c in COLUMNS]
@@ -38,6 +40,7 @@ class PeerApi:
         self.stall_suspected = stall_suspected  # the pod's poller: whether it suspects a stall now
         self.proxy = proxy or HandlerProxy(None)  # without one: no handler served, every rank "not here"
         self.requests = 0
+        self._runs: dict[int, tuple[tuple[int, ...], dict]] = {}  # id of a member tuple -> (it, its runs)
 
     def handle(self, path: str, query: str) -> tuple[int, bytes, str]:
         self.requests += 1
@@ -45,24 +48,24 @@ class PeerApi:
             cursors = parse_cursors(query)
             if cursors is None:
                 return 400, b"bad since: expected since=RANK:EPOCH:RECORD:NPG,...\n", "text/plain"
-            return 200, self.ranks_body(cursors), "application/json"
+            return 200, self.ranks_body(cursors, runs="members=runs" in query.split("&")), "application/json"
         m = _HANDLER_PATH.match(path)
         if m:
             return self.proxy.fetch(int(m.group(1)), m.group(2))
         return 404, b"not found\n", "text/plain"
 
-    def ranks_body(self, cursors: dict[int, tuple[int, int, int]]) -> bytes:
+    def ranks_body(self, cursors: dict[int, tuple[int, int, int]], runs: bool = False) -> bytes:
         ranks = []
         for rank, (epoch, dump) in sorted(self.state.latest_epochs().items()):
             cur = cursors.get(rank)
             same = cur is not None and cur[0] == epoch
             ranks.append(self._rank(rank, epoch, dump, cur[1] if cur is not None and same else None,
-                                    not same or cur is None or cur[2] != len(dump.pg_config)))
+                                    not same or cur is None or cur[2] != len(dump.pg_config), runs))
         doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks,
                "stall_suspected": bool(self.stall_suspected is not None and self.stall_suspected())}
         return json.dumps(doc, separators=(",", ":")).encode()
 
-    def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool) -> dict:
+    def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool, runs: bool) -> dict:
         entries = dump.entries
         cut = max(0, len(entries) - self.window)
         window = [e for e in entries[:cut] if not e.finished] + list(entries[cut:])
@@ -75,9 +78,18 @@ class PeerApi:
             "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
             "entries": [[e[i] for i in _COLUMN_INDEX] for e in sent]}
         if groups:
-            out["pg_config"] = [[c.name, c.desc, list(c.ranks) if c.ranks is not None else None]
-                                for c in dump.pg_config]
+            out["pg_config"] = [[c.name, c.desc, self._members(c.ranks, runs)] for c in dump.pg_config]
         return out
+
+    def _members(self, ranks: tuple[int, ...] | None, runs: bool) -> list[int] | dict | None:
+        if ranks is None or not runs or len(ranks) < RUNS_FROM:
+            return list(ranks) if ranks is not None else None
+        hit = self._runs.get(id(ranks))
+        if hit is None or hit[0] is not ranks:
+            if len(self._runs) > 1024:  # (the groups of a few ranks' snapshots)
+                self._runs.clear()
+            hit = self._runs[id(ranks)] = (ranks, {"runs": member_runs(ranks)})
+        return hit[1]
 
 
 def parse_cursors(query: str) -> dict[int, tuple[int, int, int]] | None:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from enum import Enum
+from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
 if sys.version_info >= (3, 11):
@@ -42,6 +44,7 @@ _Seq = TypeVar("_Seq", list, tuple)
 
 # Entry.state values, as PyTorch derives them at dump time.
 SCHEDULED = "scheduled"
+_backend, _state = attrgetter("backend"), attrgetter("state")
 STARTED = "started"
 COMPLETED = "completed"
 
@@ -100,7 +103,8 @@ def edges(entries: _Seq) -> _Seq:
 def event_backends(entries: tuple[Entry, ...]) -> frozenset[str]:
     """The backends among these entries (one rank's dump) whose sampled entries show events: what
     `recorder_of` needs to know of a dump whose ops name no backend."""
-    return frozenset(e.backend for e in edges(entries) if shows_events(e.state))
+    sample = edges(entries)  # (shows_events, in C: this runs on every rank's every snapshot)
+    return frozenset(compress(map(_backend, sample), map(SCHEDULED.__ne__, map(_state, sample))))
 
 
 def recorder_of(backend: str, events: frozenset[str]) -> Recorder:

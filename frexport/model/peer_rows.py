@@ -7,6 +7,8 @@ no stacks); the view fetches a rank's pickle when it needs call sites.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from frexport.model.dump import Entry
 
 FORMAT = 1
@@ -18,3 +20,31 @@ def collision_text(owner: str | None) -> str:
     and in the job bundle in the same words."""
     return (f"only {owner}'s claim is used (its first owner)" if owner else
             "no peer owned it before, so neither claim is used until one stops")
+
+
+# A group's member list goes as runs when the client asks (`members=runs`): [[first, count, step], ...].
+# A 16384-rank job's default group is one run instead of 16384 numbers, in every rank's answer: at that
+# size the lists were most of the first pass's 2.6 GB. Lists this short are sent as they are.
+RUNS_FROM = 16
+
+
+def member_runs(ranks: Sequence[int]) -> list[list[int]]:
+    """[[first, count, step], ...] that list `ranks` in order (count 1: step 1)."""
+    runs: list[list[int]] = []
+    i, n = 0, len(ranks)
+    while i < n:
+        j = i + 1
+        if j < n and ranks[j] > ranks[i]:
+            step = ranks[j] - ranks[i]
+            while j + 1 < n and ranks[j + 1] - ranks[j] == step:
+                j += 1
+            runs.append([ranks[i], j - i + 1, step])
+            i = j + 1
+        else:
+            runs.append([ranks[i], 1, 1])
+            i = j
+    return runs
+
+
+def expand_runs(runs: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    return tuple(r for first, count, step in runs for r in range(first, first + count * step, step))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import groupby, islice, repeat
-from operator import eq, ge, itemgetter, ne
+from itertools import compress, groupby, islice, repeat
+from operator import attrgetter, eq, ge, itemgetter, ne
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -180,16 +180,23 @@ def new_trace(dump: RankDump, rank: int, entries: tuple[Entry, ...]) -> RankTrac
 
 def set_header(trace: RankTrace, dump: RankDump, entries: tuple[Entry, ...]) -> None:
     """What a trace says of its dump as a whole (everything but the rows)."""
-    created = [e.time_created_ns for e in edges(entries) if e.time_created_ns]  # entries are in record order
     trace.source, trace.format, trace.version_text, trace.notes = dump.source, dump.format, dump.version_text, \
         dump.notes
     trace.dumped_at_ns, trace.n_entries, trace.pg_config, trace.pg_status = dump.dumped_at_ns, len(entries), \
         dump.pg_config, dump.pg_status
     trace.dumped_at_is_clock = dump.dumped_at_is_clock
-    trace.first_created_ns, trace.last_created_ns = min(created, default=None), max(created, default=None)
+    sample = edges(entries)  # entries are in record order (column by column: every snapshot of every rank)
+    created = list(map(_created, sample))
+    present = list(filter(None, created))
+    trace.first_created_ns, trace.last_created_ns = min(present, default=None), max(present, default=None)
     trace.timeouts_ms = {}
-    recorder_times(trace, [(e.pg_name, e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.timeout_ms)
-                           for e in edges(entries)])
+    recorder_times(trace, list(map(_pg_name, sample)), created, list(map(_started, sample)),
+                   list(map(_completed, sample)), list(map(_timeout, sample)))
+
+
+_created, _started, _completed = attrgetter("time_created_ns"), attrgetter("time_started_ns"), \
+    attrgetter("time_completed_ns")
+_pg_name, _timeout = attrgetter("pg_name"), attrgetter("timeout_ms")
 
 
 def entry_rows(entries: Sequence[Entry]) -> list:
@@ -209,15 +216,15 @@ def entry_rows(entries: Sequence[Entry]) -> list:
     return rows
 
 
-def recorder_times(trace: RankTrace, sample: list[tuple[str, int, int | None, int | None, int | None]]) -> None:
-    """`last_event_ns` and `timeouts_ms` from (pg_name, created, started, completed, timeout_ms) of the
-    oldest and newest entries (outcome.edges): the newest events are among the newest entries, and a
-    bounded sample keeps this O(1) on huge dumps. Both ways to a trace call this, so they agree."""
-    newest = 0
-    for pg_name, created, started, completed, timeout in sample:
-        newest = max(newest, created or 0, started or 0, completed or 0)
-        if timeout:
-            trace.timeouts_ms[pg_name] = timeout
+def recorder_times(trace: RankTrace, pg_names: Sequence[str], created: Sequence[int | None],
+                   started: Sequence[int | None], completed: Sequence[int | None],
+                   timeouts: Sequence[int | None]) -> None:
+    """`last_event_ns` and `timeouts_ms` from the columns (pg_name, created, started, completed,
+    timeout_ms) of the oldest and newest entries (outcome.edges): the newest events are among the
+    newest entries, and a bounded sample keeps this O(1) on huge dumps. Every way to a trace calls
+    this, so they agree."""
+    newest = max(0, *(max(filter(None, c), default=0) for c in (created, started, completed)))
+    trace.timeouts_ms.update(compress(zip(pg_names, timeouts), timeouts))  # type: ignore[arg-type]  # (no timeout: left out; a group.s last wins)
     trace.last_event_ns = newest or None
 
 

@@ -16,7 +16,8 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from bisect import bisect_left
-from operator import attrgetter, is_
+from itertools import compress, count
+from operator import attrgetter, is_not
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.outcome import event_backends
@@ -40,7 +41,7 @@ from frexport.model.rank_trace import (
     window,
 )
 
-_record_id = attrgetter("record_id")
+_record_id, _site = attrgetter("record_id"), attrgetter("site")
 
 
 class TraceWindow:
@@ -97,7 +98,7 @@ class TraceWindow:
         if not all(map(int.__lt__, rids, rids[1:])):
             return False
         k = bisect_left(old, rids[0], key=_record_id)  # the entries before it left the window
-        same = next((i for i, s in enumerate(map(is_, new, old[k:])) if not s), min(len(new), len(old) - k))
+        same = next(compress(count(), map(is_not, new, old[k:])), min(len(new), len(old) - k))  # kept as they were
         if same < len(new) // 2 or len(trace.signatures) > 2 * len(new) + 64:
             return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
         b = k + same  # rows from b on are taken out, and the new ones appended
@@ -110,7 +111,7 @@ class TraceWindow:
             if not heads:
                 break
             b = min(heads)
-        if any(m.site for m in marks[:k]) or any(m.site for m in marks[b:]):
+        if any(map(_site, marks[:k])) or any(map(_site, marks[b:])):
             return False  # the trace lists its window's call sites: one may have left
         touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
         kept, added = old[k:b], new[b - k:]

@@ -31,17 +31,19 @@ from bisect import bisect_left
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 from urllib.parse import urlsplit
 
 from frexport import logs
 from frexport.config import Peers
 from frexport.decode.errors import DecodeError
-from frexport.decode.peer_rows import MAX_INTERNED, Dropped, PeerRank, parse_body
+from frexport.decode.peer_rows import MAX_INTERNED, Dropped, PeerRank, Runs, parse_body
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
-from frexport.model.dump import Entry, RankDump
+from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
 from frexport.model.outcome import first_unsettled
+from frexport.model.peer_rows import expand_runs
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
 from frexport.sources.handlers import Fetched, fetch_cap
@@ -295,7 +297,7 @@ class PeersSource:
         cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
                            if h.entries)
         try:
-            body = self._get(peer, "/api/v1/ranks" + (f"?since={cursors}" if cursors else ""))
+            body = self._get(peer, "/api/v1/ranks?members=runs" + (f"&since={cursors}" if cursors else ""))
             ranks, dropped, suspected = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
@@ -334,8 +336,8 @@ class PeersSource:
         if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
             if len(self._interned) > MAX_INTERNED:  # a peer sending ever new groups must not grow it for good
                 self._interned.clear()
-            held.pg_config = tuple(c._replace(ranks=self._interned.setdefault(("members", c.ranks), c.ranks))
-                                   if c.ranks is not None else c for c in r.pg_config)
+            held.pg_config = tuple(self._members(c, runs)
+                                   for c, runs in zip(r.pg_config, r.pg_runs or repeat(None)))
         held.handlers = r.handlers
         # Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the
         # peer sends the entries from the cursor on, so only the held ones from the first sent on can
@@ -374,6 +376,18 @@ class PeersSource:
         now = time.time_ns()
         seen = r.dumped_at_ns if r.dumped_at_ns and r.dumped_at_ns <= now + 300_000_000_000 else now
         return Snapshot(held.dump, f"peer:{peer}", seen)
+
+    def _members(self, c: ProcessGroupConfig, runs: Runs | None) -> ProcessGroupConfig:
+        """A group with its member tuple shared across ranks and bodies: a list sent as runs is expanded
+        once, found again by its runs (hashing a 16384-member tuple for each of 16384 ranks cost more)."""
+        if runs is not None:
+            members = self._interned.get(("runs", runs))
+            if members is None:
+                members = self._interned[("runs", runs)] = expand_runs(runs)
+            return c._replace(ranks=members)
+        if c.ranks is None:
+            return c
+        return c._replace(ranks=self._interned.setdefault(("members", c.ranks), c.ranks))
 
     def _get(self, peer: str, path: str, timeout: float | None = None, max_body: int | None = None) -> bytes:
         parts = urlsplit(peer)

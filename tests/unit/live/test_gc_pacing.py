@@ -30,12 +30,13 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
 
 
 def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
-    # the clock's readings: a full collection from 0 s to 1 s, at a 25% share the next one from 5 s
-    readings = iter([0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
+    # the clock's readings: started at 0 s, a full collection from 0 s to 1 s, at a 25% share the next one
+    # from 5 s
+    readings = iter([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
     pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: next(readings))
     pacing.start()
     try:
-        pacing.after_pass()  # 0-1 s: the first pass collects everything
+        pacing.after_pass()  # 0-1 s: the first full collection
         assert pacing.last_full_s == 1.0
         held, ref = _cycle()
         pacing.after_pass()  # 2 s: survives the pass, frozen
@@ -55,6 +56,7 @@ def test_a_small_window_is_collected_whole_once_a_minute():
     pacing = GcPacing(clock=lambda: time.monotonic() + skipped[0])
     pacing.start()
     try:
+        skipped[0] += pacing.full_every_s  # the first full collection, a minute after the start
         pacing.after_pass()
         held, ref = _cycle()
         pacing.after_pass()
@@ -78,5 +80,38 @@ def test_what_leaves_the_window_is_freed_at_once_while_frozen():
         gone = weakref.ref(held[0])
         held.clear()  # reference counting, not the collector, frees a dropped snapshot
         assert gone() is None
+    finally:
+        pacing.stop()
+
+
+def test_the_first_pass_is_not_followed_by_a_full_collection():
+    pacing = GcPacing()
+    pacing.start()
+    try:
+        held, ref = _cycle()
+        pacing.after_pass()  # the young collection: the cycle is held, frozen
+        del held
+        pacing.after_pass()
+        assert ref() is not None and pacing.last_full_s == 0.0
+    finally:
+        pacing.stop()
+
+
+def test_a_pass_that_left_more_than_the_young_limit_is_frozen_without_a_walk_and_freed_by_the_full_one():
+    skipped = [0.0]
+    pacing = GcPacing(clock=lambda: time.monotonic() + skipped[0], young_limit=10_000)
+    pacing.start()
+    try:
+        ref = _cycle()[1]
+        many = [[i] for i in range(20_000)]  # the pass's survivors, over the limit
+        pacing.after_pass()
+        assert ref() is not None  # not walked: frozen with the rest
+        ref_small = _cycle()[1]
+        pacing.after_pass()  # a small pass is walked as before
+        assert ref_small() is None and ref() is not None
+        skipped[0] += pacing.full_every_s
+        pacing.after_pass()
+        assert ref() is None
+        del many
     finally:
         pacing.stop()

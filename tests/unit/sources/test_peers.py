@@ -180,3 +180,53 @@ def test_proxied_pyspy_is_rate_limited_and_honours_evidence_pyspy(tmp_path, pysp
     finally:
         src.stop()
         rank.close()
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["in-process", "decoders"])
+def test_long_member_lists_travel_as_runs_and_arrive_whole(sandboxed):
+    # a 4096-rank job's groups: the default one, a strided dp group, a list with no pattern
+    world, dp, odd = list(range(4096)), list(range(3, 4096, 32)), [5, 9, 10, 11, 12, 400, 17, 18, 19, 20, 21, 1, 2,
+                                                                   3, 4000, 4001, 7]
+    state, web = _state_server()
+    decoder = DecoderPool(1, Limits(require_memory_limit=False)) if sandboxed else None
+    try:
+        for r in (3, 35):
+            d = normalize(dump([entry(0, 1, pg_id=1)], world=4096, groups={"1": ("dp", dp), "2": ("odd", odd)}),
+                          f"rank {r}", "pickle", rank=r, dumped_at_ns=1, keep_frames=False)
+            state.ingest(d, "test", 1)
+        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8,
+                          decoder)
+        snaps = src.collect()
+        got = {s.dump.rank: {c.desc: c.ranks for c in s.dump.pg_config} for s in snaps}
+        assert got[3] == got[35] == {"default_pg": tuple(world), "dp": tuple(dp), "odd": tuple(odd)}
+        assert got[3]["default_pg"] is got[35]["default_pg"]  # one tuple for every rank that lists it
+        # the default group went as one run, not 4096 numbers
+        assert src.bytes_total < 2 * 4096, src.bytes_total
+    finally:
+        web.stop()
+        if decoder is not None:
+            decoder.close()
+
+
+def test_a_client_that_does_not_ask_for_runs_gets_lists():
+    state = LiveState()
+    state.ingest(normalize(dump([entry(0, 1)], world=64), "r0", "pickle", rank=0, dumped_at_ns=1, keep_frames=False),
+                 "test", 1)
+    status, body, _ = PeerApi(state, 8).handle("/api/v1/ranks", "")
+    assert status == 200 and json.loads(body)["ranks"][0]["pg_config"][0][2] == list(range(64))
+
+
+@pytest.mark.parametrize("runs", [
+    [[0, 1 << 20, 1]],  # more ranks than any job has
+    [[0, 3, 0]], [[0, 3, -1]], [[5, 0, 1]],  # no step, backwards, empty
+    [[200_000, 10, 10_000]],  # past the last rank a job can have
+    [[0, 2, 1, 4]], [["0", 2, 1]], [[0, 2.0, 1]], "0-4095", [[0, True, 1]],
+])
+def test_hostile_runs_leave_the_members_unknown(runs):
+    from frexport.decode.peer_rows import parse_body
+    from frexport.model.peer_rows import FORMAT
+    body = json.dumps({"format": FORMAT, "now_ns": 1, "ranks": [{
+        "rank": 0, "epoch": 0, "entries": [], "pg_config": [["0", "default_pg", {"runs": runs}]]}]}).encode()
+    _, ranks, dropped, _ = parse_body(body, "peer")
+    assert dropped.ranks == 0 and ranks[0].pg_config[0].ranks is None
+    assert ranks[0].pg_runs is None or ranks[0].pg_runs[0] is None
