@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
 from frexport.analysis.report import render_text
+from frexport.evidence import native
 from frexport.evidence.bundle import Bundle, BundleWriter
 from frexport.evidence.fetch import Raw, Stacks, pod_wanted, split
 from frexport.evidence.report import Reporter, report_of
@@ -93,9 +94,11 @@ class EvidenceSink(IncidentSink):
 
     def __init__(self, writer: BundleWriter, fetcher: HandlerFetcher[Any] | None = None, pyspy: bool = True,
                  deadline_s: float = 20.0, max_stacks: int = 8,
-                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None) -> None:
+                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None,
+                 native_max: int = 4) -> None:
         super().__init__(writer, after_write)
         self.fetcher = fetcher
+        self.native_max = native_max  # culprits and blocked ranks whose native stacks are taken (0: none)
         self.pyspy = pyspy
         self.deadline_s = deadline_s
         self.max_stacks = max_stacks
@@ -111,6 +114,9 @@ class EvidenceSink(IncidentSink):
         reason = roots[0].kind if roots else "ranks-down"
         focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
         raw, stacks = self._fetch(p.dumps, focus)
+        ordered = [r for f in roots for r in f.culprit_ranks] + [r for f in roots for r in f.blocked_ranks]
+        for rank, text in self._native(list(dict.fromkeys(ordered)) or sorted(p.gone_down)).items():
+            stacks.setdefault(rank, {})["native"] = text
         live = p.result or p.latest
         diagnosis = live.diagnosis if live else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
@@ -120,6 +126,23 @@ class EvidenceSink(IncidentSink):
         if draft is None:
             return None
         return self.writer.finish(draft, *report_of(self.reporter, draft.path, bundle))
+
+    def _native(self, ranks: list[int]) -> dict[int, str]:
+        """Native stacks of the first `native_max` of `ranks` (culprits first) whose pid we can see,
+        one at a time: each stops its process while it is read (evidence/native.py)."""
+        lookup = getattr(self.fetcher, "pid", None)
+        found = native.tool()
+        if lookup is None or self.native_max <= 0:
+            return {}
+        out = {}
+        for rank in ranks:
+            pid = lookup(rank)
+            if pid is None:
+                continue
+            out[rank] = native.capture(rank, pid, found)
+            if len(out) >= self.native_max:
+                break
+        return out
 
     def _fetch(self, dumps: dict[int, RankDump], focus: set[int]) -> tuple[Raw, Stacks]:
         if self.fetcher is None:
