@@ -49,8 +49,8 @@ def native_wait(stacks: NativeStacks) -> NativeWait | None:
             return None  # Python itself is what runs (py-spy puts no native frame below it)
         if _primitive(f):
             short = _short(f.function) if f.function else ""
-            if short and (not primitive or (short.startswith("pthread_") and not primitive.startswith("pthread_"))):
-                primitive = short  # the pthread call people know, over futex internals
+            if short and (not primitive or short.startswith("pthread_")):
+                primitive = short  # the outermost pthread call (the one people know), over futex internals
             continue
         if not _torch(f):
             return None

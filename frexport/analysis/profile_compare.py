@@ -5,8 +5,9 @@ function, the time that thread spent inside it (the union of its events: recursi
 counted once), divided by the steps the trace holds (DataLoader batches where the trace has them,
 else the calls of its most frequent collective, else seconds). The straggler's biggest excess over
 the peer names the cause; where several nested functions carry the same excess, a label the code
-set (`record_function`: the DataLoader's `enumerate(DataLoader)#...__next__`) is named, and the
-innermost function of the job's own code under it is given too.
+set (`record_function`: the DataLoader's `enumerate(DataLoader)#...__next__`) is named, else the
+innermost Python function (its callers hold the whole step); the innermost function of the job's
+own code with that excess is given too.
 """
 
 from __future__ import annotations
@@ -114,7 +115,11 @@ def compare(slow: RankProfile, peer: RankProfile) -> Comparison:
         return Comparison(slow, peer, None, None)
     carrying = [n for n, x in excess.items() if x >= _SHARE * top]
     labelled = [n for n in carrying if slow.kinds[n] == "user_annotation"]
-    pick = max(labelled or carrying, key=lambda n: (slow.seconds[n], n))
+    if labelled:  # a label the code set: the outermost
+        pick = max(labelled, key=lambda n: (slow.seconds[n], n))
+    else:  # else the innermost Python function that is not a builtin (outer ones hold the whole step)
+        named = [n for n in carrying if slow.kinds[n] == "python_function" and not n.startswith("<built-in")]
+        pick = min(named or carrying, key=lambda n: (slow.seconds[n], n))
     own = [n for n in carrying if slow.kinds[n] == "python_function" and not _library(n)]
     deepest = min(own, key=lambda n: (slow.seconds[n], n)) if own else None
     return Comparison(slow, peer, pick, deepest)

@@ -80,8 +80,8 @@ def _native(directory: str) -> tuple[list[str], dict]:
         raw = _read(os.path.join(directory, "stacks", n), MAX_CHARS)
         stacks = parse((raw or b"").decode(errors="replace"))
         if not stacks.threads:
-            first = (raw or b"").split(b"\n", 2)
-            why = first[1].decode(errors="replace").lstrip("# ") if len(first) > 1 else "empty"
+            said = [ln[2:] for ln in (raw or b"").decode(errors="replace").splitlines()[:5] if ln.startswith("# ")]
+            why = said[-1] if said else "empty"
             lines.append(f"native stack: rank {rank}: none ({why[:200]})")
             doc[str(rank)] = {"tool": stacks.tool, "frame": None}
             continue
