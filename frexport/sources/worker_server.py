@@ -287,7 +287,10 @@ class WorkerServerSource:
         resp = request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
                        max_body=max_body or self.cfg.max_body_bytes)
         if resp.status != 200:
-            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}")
+            # the rank's words say why (the agent's profile handler: "one profile per 600 s"), as peers.py's do
+            said = resp.body[:200].decode(errors="replace").strip()
+            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}"
+                            + (f": {said}" if said.isprintable() and said else ""))
         return resp.body
 
     def _poll_one(self, t: RankTarget, suspected: bool = False) -> Snapshot | None:
