@@ -111,7 +111,7 @@ def test_a_rank_waiting_in_a_gloo_collective_has_its_native_frame_in_the_bundle(
                      what=f"an incident bundle; sidecar log:\n{sc.output()}")
         bundle = _bundles(evidence, "missing_rank")[0]
         native = (bundle / "stacks" / "rank_1.native.txt").read_text()
-        assert native.startswith(f"# native stacks of rank 1 (pid ") and f" by {tool}: " in native.splitlines()[0]
+        assert native.startswith("# native stacks of rank 1 (pid ") and f" by {tool}: " in native.splitlines()[0]
         assert "c10d::Work::wait" in native
         assert (bundle / "stacks" / "rank_0.native.txt").exists()  # the culprit's too: it sleeps in Python
         report = (bundle / "report.txt").read_text()
