@@ -139,8 +139,9 @@ class Evidence:
     pyspy: bool = True  # also ask the worker server for a py-spy dump (needs py-spy in the trainer image)
     deadline: float = 20.0  # for fetching a bundle's stacks and pickles from every rank, all at once
     # native stacks (py-spy --native, else gdb; evidence/native.py) of this many culprits and blocked
-    # ranks per incident bundle; 0: none. Needs the trainer's pid namespace and SYS_PTRACE.
-    native_stacks: int = 4
+    # ranks per incident bundle; 0 (the default, like pyspy in the chart: it needs the trainer's pid
+    # namespace and SYS_PTRACE, and stops the rank while it reads it): none
+    native_stacks: int = 0
     profile: EvidenceProfile = field(default_factory=EvidenceProfile)
     upload: EvidenceUpload = field(default_factory=EvidenceUpload)
 

@@ -104,7 +104,8 @@ def test_a_rank_waiting_in_a_gloo_collective_has_its_native_frame_in_the_bundle(
     env = {"WAIT_RANK": "1", "WAIT_STEP": "5", "MARK_DIR": str(tmp_path)}
     with TorchJob("train_loader.py", shared, nproc=2, env=env) as job, \
             Sidecar("--sockets-dir", str(shared), "--evidence-dir", str(evidence), "--poll-interval", "1s",
-                    "--entries-interval", "1s", "--stall-after", "3s", env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s"},
+                    "--entries-interval", "1s", "--stall-after", "3s",
+                    env={"FREXPORT_ANALYSIS__INTERVAL": "0.5s", "FREXPORT_EVIDENCE__NATIVE_STACKS": "4"},
                     log=tmp_path / "serve.log") as sc:
         job.wait_for(lambda: (tmp_path / "waiting_1").exists(), timeout=90, what="rank 1 to wait")
         job.wait_for(lambda: _bundles(evidence, "missing_rank"), timeout=150,
