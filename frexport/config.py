@@ -123,12 +123,26 @@ class EvidenceUpload:
 
 
 @dataclass
+class EvidenceProfile:
+    """On a new straggler finding, a short PyTorch profiler trace of the straggler and one peer
+    (evidence/profiles.py), in a bundle of its own, at most one per rank per `interval`."""
+    enabled: bool = True
+    duration: float = 5.0  # seconds profiled; the agent refuses over 30
+    interval: float = 600.0  # the same rank is profiled at most once in this many seconds
+
+
+@dataclass
 class Evidence:
     dir: str | None = None
     max_bundles: int = 20
     max_bytes: int = 1024 * 1024 * 1024
     pyspy: bool = True  # also ask the worker server for a py-spy dump (needs py-spy in the trainer image)
     deadline: float = 20.0  # for fetching a bundle's stacks and pickles from every rank, all at once
+    # native stacks (py-spy --native, else gdb; evidence/native.py) of this many culprits and blocked
+    # ranks per incident bundle; 0 (the default, like pyspy in the chart: it needs the trainer's pid
+    # namespace and SYS_PTRACE, and stops the rank while it reads it): none
+    native_stacks: int = 0
+    profile: EvidenceProfile = field(default_factory=EvidenceProfile)
     upload: EvidenceUpload = field(default_factory=EvidenceUpload)
 
 
@@ -212,7 +226,7 @@ _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_FIELDS = {"poll_interval", "settle", "rescan_interval", "timeout", "backoff_max", "interval", "stall_after",
                     "min_stall_after", "straggler_lateness", "rank_expiry", "deadline", "startup_grace",
                     "discovery_interval", "status_interval", "entries_interval", "suspect_after",
-                    "suspected_interval"}
+                    "suspected_interval", "duration"}
 # max_entries is a count
 _SIZE_FIELDS = {"max_body_bytes", "max_bytes", "max_file_bytes", "memory_limit", "in_process_max_bytes"}
 
@@ -439,6 +453,10 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
         problems.append("sources.worker_servers.concurrency: must be at least 1")
     if cfg.evidence.deadline <= 0:
         problems.append("evidence.deadline: must be positive")
+    if not 0 < cfg.evidence.profile.duration <= 30:
+        problems.append("evidence.profile.duration: must be above 0 and at most 30 s (the agent's bound)")
+    if cfg.evidence.profile.interval < 0 or cfg.evidence.native_stacks < 0:
+        problems.append("evidence.profile.interval and evidence.native_stacks: must not be negative")
     if cfg.analysis.stall_after is not None and cfg.analysis.stall_after <= 0:
         problems.append("analysis.stall_after: must be positive (every wait would be a stall); "
                         "null derives it from the step time")

@@ -25,6 +25,8 @@ In each rank process it:
    Python stack frames (the JSON handlers never do), for evidence; and `frexport_fr_live` (live.py),
    what the sidecar polls: only the entries after its cursor, as JSON, without frames, at less
    than half the trainer's CPU of PyTorch's `fr_trace_json`;
+   It also registers `frexport_profile` (profile.py): a short PyTorch profiler trace of the training
+   thread, taken only when asked, rate-limited;
 4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count.
 Where the worker server does not exist (older torch) it writes atomic JSON snapshots to
 <dir>/snapshots/trace_<RANK>.json every FREXPORT_AGENT_SNAPSHOT_INTERVAL seconds (default 5)
@@ -276,6 +278,9 @@ def _serve(c10d, directory: str, rank: int, torch_version: str) -> None:
         _warn(f"this torch's Flight Recorder API is not one the agent knows ({type(exc).__name__}: {exc}): "
               "serving PyTorch's own handlers only")
         mode = "worker_server_pytorch_handlers"
+    from frexport.agent import profile
+
+    handlers[profile.PROFILE_HANDLER] = profile.make_handler(profile.from_environment())  # idle until asked
     names = c10d._get_handler_names()
     for name, raw in handlers.items():
         fn = _drained(raw)

@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--gap", type=_positive_float, default=None, metavar="SECONDS",
                    help="each rank is looked at again no sooner than this after it answered the look before "
                         "(default: analyze's stall threshold, 5 s: the least that can show a hang)")
+    from frexport.cli.profile import add_parser as add_profile
+
+    add_profile(sub)
     from frexport.cli.inject import add_parser as add_inject
 
     add_inject(sub)

@@ -137,9 +137,15 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         limits = Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit)  # the bundle is decoded too
         reporter = functools.partial(bundle_report, limits=limits)
         uploader = make_uploader(cfg)
-        sinks.append(EvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes), poller,
+        writer = EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes)
+        sinks.append(EvidenceSink(writer, poller,
                                   ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None,
-                                  reporter=reporter))
+                                  reporter=reporter, native_max=ev.native_stacks))
+        if ev.profile.enabled and poller is not None:
+            from frexport.evidence.profiles import ProfileSink
+
+            sinks.append(ProfileSink(writer, poller, ev.profile.duration, ev.profile.interval, reporter=reporter,
+                                     after_write=uploader.upload if uploader else None))
         if uploader is not None:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:

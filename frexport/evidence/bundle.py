@@ -24,6 +24,8 @@ class Bundle:
     raw_pickles: dict[int, bytes]  # rank -> PyTorch's own pickle (with frames), when fetched
     stacks: dict[int, dict[str, str]]  # rank -> {"traceback": text, "pyspy_dump": text}
     stall_after_s: float = 30.0  # the live analysis' threshold when the incident was seen
+    # bundle-relative path ("profiles/rank_<r>.pt.trace.json.gz", "profiles/profiles.json") -> bytes
+    profiles: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass

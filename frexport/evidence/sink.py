@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
 from frexport.analysis.report import render_text
+from frexport.evidence import native
 from frexport.evidence.bundle import Bundle, BundleWriter
 from frexport.evidence.fetch import Raw, Stacks, pod_wanted, split
 from frexport.evidence.report import Reporter, report_of
@@ -93,9 +95,11 @@ class EvidenceSink(IncidentSink):
 
     def __init__(self, writer: BundleWriter, fetcher: HandlerFetcher[Any] | None = None, pyspy: bool = True,
                  deadline_s: float = 20.0, max_stacks: int = 8,
-                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None) -> None:
+                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None,
+                 native_max: int = 0) -> None:
         super().__init__(writer, after_write)
         self.fetcher = fetcher
+        self.native_max = native_max  # culprits and blocked ranks whose native stacks are taken (0: none)
         self.pyspy = pyspy
         self.deadline_s = deadline_s
         self.max_stacks = max_stacks
@@ -110,7 +114,14 @@ class EvidenceSink(IncidentSink):
         roots = p.result.new_root_causes if p.result is not None else []
         reason = roots[0].kind if roots else "ranks-down"
         focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
+        ordered = [r for f in roots for r in f.culprit_ranks] + [r for f in roots for r in f.blocked_ranks]
+        # native stacks are taken while the handlers are asked: a bundle waits for the slower of the two
+        natives = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frexport-native")
+        native_future = natives.submit(self._native, list(dict.fromkeys(ordered)) or sorted(p.gone_down))
+        natives.shutdown(wait=False)
         raw, stacks = self._fetch(p.dumps, focus)
+        for rank, text in native_future.result().items():
+            stacks.setdefault(rank, {})["native"] = text
         live = p.result or p.latest
         diagnosis = live.diagnosis if live else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
@@ -120,6 +131,20 @@ class EvidenceSink(IncidentSink):
         if draft is None:
             return None
         return self.writer.finish(draft, *report_of(self.reporter, draft.path, bundle))
+
+    def _native(self, ranks: list[int]) -> dict[int, str]:
+        """Native stacks of the first `native_max` of `ranks` (culprits first) whose pid we can see, all
+        at once: each tool stops only its own rank, for as long as it reads it (evidence/native.py)."""
+        lookup = getattr(self.fetcher, "pid", None)
+        if lookup is None or self.native_max <= 0:
+            return {}
+        found = native.tool()
+        pids = [(r, pid) for r in ranks if (pid := lookup(r)) is not None][:self.native_max]
+        if not pids:
+            return {}
+        with ThreadPoolExecutor(max_workers=len(pids), thread_name_prefix="frexport-native") as pool:
+            texts = pool.map(lambda rp: native.capture(rp[0], rp[1], found), pids)
+            return {r: text for (r, _), text in zip(pids, texts)}
 
     def _fetch(self, dumps: dict[int, RankDump], focus: set[int]) -> tuple[Raw, Stacks]:
         if self.fetcher is None:

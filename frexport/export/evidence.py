@@ -126,6 +126,13 @@ class EvidenceWriter:
                 used += _write(os.path.join(tmp, rel), data)
                 draft.files.append(rel)
                 draft.hashes[rel] = digest(data)
+        for rel, data in sorted(bundle.profiles.items()):  # profiler traces (evidence/profiles.py)
+            if not rel.startswith("profiles/") or "/" in rel[len("profiles/"):] or used + len(data) > budget:
+                continue
+            os.makedirs(os.path.join(tmp, "profiles"), exist_ok=True)
+            used += _write(os.path.join(tmp, rel), data)
+            draft.files.append(rel)
+            draft.hashes[rel] = digest(data)
         for rank, dump in sorted(bundle.dumps.items()):
             data = bundle.raw_pickles.get(rank) or to_pickle(dump)
             if used + len(data) > budget:

@@ -23,15 +23,24 @@ PYSPY_HANDLER = "pyspy_dump"  # py-spy stops the rank's process while it reads i
 # PyTorch's stack handlers -> the kind of text they answer (a bundle's stacks/rank_<r>.<kind>.txt)
 STACK_HANDLERS = {TRACEBACK_HANDLER: "traceback", PYSPY_HANDLER: "pyspy_dump"}
 
+# A short PyTorch profiler trace of a rank's training thread, gzip'd (frexport.agent's, agent/profile.py,
+# `?duration_s=`); without the agent, torch 2.15's own `torch_profile` (`?duration=`, plain JSON)
+PROFILE_HANDLER = "frexport_profile"
+TORCH_PROFILE_HANDLER = "torch_profile"
+
 # What one evidence answer may hold, by kind (a pod's own fetch and the job view's through the peers):
 # a rank answering 60 MiB took a pod's sidecar to 1.2 GB for 4 ranks at the poll's 64 MiB body bound
 FETCH_MAX_PICKLE = 32 << 20  # a rank's recorder with frames: 2000 entries are 1-3 MB
 FETCH_MAX_STACKS = 4 << 20  # stacks, a dump-file answer
+FETCH_MAX_PROFILE = 32 << 20  # a profile: the agent caps its gzip'd trace at 16 MiB; torch_profile's is plain JSON
 
 
 def fetch_cap(handler: str) -> int:
     """The most bytes an evidence answer of `handler` (maybe with its `?backend=`) is read to."""
-    return FETCH_MAX_PICKLE if handler.split("?", 1)[0] == PICKLE_HANDLER else FETCH_MAX_STACKS
+    name = handler.split("?", 1)[0]
+    if name in (PROFILE_HANDLER, TORCH_PROFILE_HANDLER):
+        return FETCH_MAX_PROFILE
+    return FETCH_MAX_PICKLE if name == PICKLE_HANDLER else FETCH_MAX_STACKS
 
 
 # torch 2.15: writes a recorder's dump where it dumps on a timeout; its listing also says the
@@ -60,6 +69,13 @@ class HandlerFetcher(Protocol[T]):
 
     def fetch_all(self, wanted: list[tuple[T, str]], deadline_s: float) -> Fetched:
         """Every (target, handler) asked at once, all within one deadline; failures as PeerError."""
+
+
+class PidLookup(Protocol):
+    """A source that can say a rank's process id as this process sees it (same pid namespace)."""
+
+    def pid(self, rank: int) -> int | None:
+        """The rank's pid, or None where it cannot be known from here."""
 
 
 class PickleFetcher(HandlerFetcher[T], Protocol[T]):

@@ -287,7 +287,10 @@ class WorkerServerSource:
         resp = request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
                        max_body=max_body or self.cfg.max_body_bytes)
         if resp.status != 200:
-            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}")
+            # the rank's words say why (the agent's profile handler: "one profile per 600 s"), as peers.py's do
+            said = resp.body[:200].decode(errors="replace").strip()
+            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}"
+                            + (f": {said}" if said.isprintable() and said else ""))
         return resp.body
 
     def _poll_one(self, t: RankTarget, suspected: bool = False) -> Snapshot | None:
@@ -606,6 +609,14 @@ class WorkerServerSource:
                 return self._backoff[t.name].names
         return frozenset()
 
+    def pid(self, rank: int) -> int | None:
+        """The rank's pid from the agent's rank-<N>.json, where the trainer runs in our pid namespace
+        (the chart's shareProcessNamespace): what a native-stack tool is pointed at."""
+        for t in self.targets():
+            if t.rank == rank and t.target.unix_path and t.target.unix_path.endswith(".sock"):
+                return agent_pid(t.target.unix_path[: -len(".sock")] + ".json")
+        return None
+
     def fetch_all(self, wanted: list[tuple[RankTarget, str]], deadline_s: float) -> Fetched:
         """POST many handlers at once (evidence: pickles and stacks of many ranks) within one deadline, each
         answer read to its kind's bound (handlers.fetch_cap), not the poll's."""
@@ -772,6 +783,18 @@ def _pid_namespace() -> str | None:
         except OSError:
             _OWN_PID_NS = ""
     return _OWN_PID_NS or None
+
+
+def agent_pid(meta_path: str) -> int | None:
+    """The pid an agent's rank-<N>.json names, if it says it runs in our pid namespace."""
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.loads(f.read(65536))
+    except (OSError, ValueError, RecursionError):
+        return None
+    pid = meta.get("pid") if isinstance(meta, dict) else None
+    same_ns = isinstance(meta, dict) and meta.get("pid_ns") is not None and meta.get("pid_ns") == _pid_namespace()
+    return pid if type(pid) is int and pid > 0 and same_ns else None
 
 
 def _pid_gone(socket_path: str | None, b: _Backoff) -> bool:
