@@ -139,7 +139,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         uploader = make_uploader(cfg)
         sinks.append(EvidenceSink(EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes), poller,
                                   ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None,
-                                  reporter=reporter))
+                                  reporter=reporter,
+                                  logs_dir=os.path.join(ws.sockets_dir, "logs") if ws.sockets_dir else None))
         if uploader is not None:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:

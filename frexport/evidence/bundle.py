@@ -24,6 +24,7 @@ class Bundle:
     raw_pickles: dict[int, bytes]  # rank -> PyTorch's own pickle (with frames), when fetched
     stacks: dict[int, dict[str, str]]  # rank -> {"traceback": text, "pyspy_dump": text}
     stall_after_s: float = 30.0  # the live analysis' threshold when the incident was seen
+    logs: dict[int, str] = field(default_factory=dict)  # rank -> the last lines it printed (decode/rank_logs.py)
 
 
 @dataclass

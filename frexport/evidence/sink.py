@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
 from frexport.analysis.report import render_text
+from frexport.decode.rank_logs import ring_tail
 from frexport.evidence.bundle import Bundle, BundleWriter
 from frexport.evidence.fetch import Raw, Stacks, pod_wanted, split
 from frexport.evidence.report import Reporter, report_of
@@ -88,18 +89,22 @@ class IncidentSink:
 
 class EvidenceSink(IncidentSink):
     """A pod's bundle, when a new root cause appears or ranks go down: every rank's recorder, the
-    stuck ranks' stacks (fetched through the worker-server source), and the report of the bundle's
-    own files by `reporter` (evidence/report.py's bundle_report; without one, the live diagnosis)."""
+    stuck ranks' stacks (fetched through the worker-server source) and last lines printed (the agent's
+    ring files in `logs_dir`, read here: a rank that left cannot answer), and the report of the
+    bundle's own files by `reporter` (evidence/report.py's bundle_report; without one, the live diagnosis)."""
 
     def __init__(self, writer: BundleWriter, fetcher: HandlerFetcher[Any] | None = None, pyspy: bool = True,
                  deadline_s: float = 20.0, max_stacks: int = 8,
-                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None) -> None:
+                 after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None,
+                 logs_dir: str | None = None, max_logs: int = 32) -> None:
         super().__init__(writer, after_write)
         self.fetcher = fetcher
         self.pyspy = pyspy
         self.deadline_s = deadline_s
         self.max_stacks = max_stacks
         self.reporter = reporter
+        self.logs_dir = logs_dir
+        self.max_logs = max_logs
 
     def wants(self, p: Pass) -> bool:
         # ranks going down is an incident when we hold what they were doing (not for sockets a job left
@@ -111,15 +116,28 @@ class EvidenceSink(IncidentSink):
         reason = roots[0].kind if roots else "ranks-down"
         focus = {r for f in roots for r in f.culprit_ranks + f.blocked_ranks} or set(p.gone_down)
         raw, stacks = self._fetch(p.dumps, focus)
+        culprits = sorted({r for f in roots for r in f.culprit_ranks})
+        logs = self._logs(culprits + sorted(focus - set(culprits)))
         live = p.result or p.latest
         diagnosis = live.diagnosis if live else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
         report = diagnosis.to_json() if diagnosis else {}
-        bundle = Bundle(reason, text, report, p.dumps, raw, stacks, live.stall_after_s if live else 30.0)
+        bundle = Bundle(reason, text, report, p.dumps, raw, stacks, live.stall_after_s if live else 30.0, logs)
         draft = self.writer.begin(bundle)
         if draft is None:
             return None
         return self.writer.finish(draft, *report_of(self.reporter, draft.path, bundle))
+
+    def _logs(self, ranks: list[int]) -> dict[int, str]:
+        """The last lines of the first `max_logs` of `ranks` (culprits first) that kept a log."""
+        if not self.logs_dir:
+            return {}
+        out: dict[int, str] = {}
+        for r in ranks[:self.max_logs]:
+            text = ring_tail(self.logs_dir, r)
+            if text:
+                out[r] = text
+        return out
 
     def _fetch(self, dumps: dict[int, RankDump], focus: set[int]) -> tuple[Raw, Stacks]:
         if self.fetcher is None:

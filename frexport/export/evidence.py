@@ -4,7 +4,8 @@ A bundle is a directory `<evidence dir>/<UTC time>-<reason>/` with every rank's 
 snapshot as `trace_<rank>` (PyTorch's pickle format: the raw bytes of the agent's pickle handler
 when it answered, with stack frames, else re-encoded from the last snapshot), the stuck ranks'
 Python stacks (`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the
-worker server lists are asked for), the analysis (`report.txt`, `report.json`: made by the evidence
+worker server lists are asked for), the last lines those ranks printed (`logs/rank_<r>.log`, from the
+agent's ring files beside the sockets), the analysis (`report.txt`, `report.json`: made by the evidence
 stage, frexport/evidence/, from the bundle's own files, so call sites come from the pickles' frames
 and each culprit's place now from its stack) and `manifest.json`. This writer only writes what the
 stage hands it: `begin` the data, `finish` the report and the manifest. A bundle is written to a
@@ -126,6 +127,16 @@ class EvidenceWriter:
                 used += _write(os.path.join(tmp, rel), data)
                 draft.files.append(rel)
                 draft.hashes[rel] = digest(data)
+        for rank, text in sorted(bundle.logs.items()):  # as small, and why a rank that left went
+            data = text.encode(errors="replace")
+            if used + len(data) > budget:
+                continue
+            rel = f"logs/rank_{rank}.log"  # read back by decode/rank_logs.py's read_log_dirs
+            if not os.path.isdir(os.path.join(tmp, "logs")):
+                os.mkdir(os.path.join(tmp, "logs"))
+            used += _write(os.path.join(tmp, rel), data)
+            draft.files.append(rel)
+            draft.hashes[rel] = digest(data)
         for rank, dump in sorted(bundle.dumps.items()):
             data = bundle.raw_pickles.get(rank) or to_pickle(dump)
             if used + len(data) > budget:
