@@ -41,6 +41,7 @@ QUEUE_BYTES = 4 << 20  # ring bytes waiting for the file writer; beyond, ring li
 CHUNK = 64 << 10  # read per wake-up
 MAX_LINE = 16 << 10  # a longer line (a progress bar without newlines) is cut into ring lines of this size
 IDLE_FLUSH_S = 1.0  # an unfinished line waits this long for its end before it goes to the ring
+HOLD_S = 0.05  # ... and this long before it goes to the console (a prompt, a progress bar)
 EXIT_FLUSH_S = 10.0  # at EOF, the longest the ring writer may take to catch up
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -207,11 +208,16 @@ def run(streams: dict[int, tuple[int, bytes]], ring: RingWriter, prefix: bytes) 
     poller = select.poll()
     for fd in streams:
         poller.register(fd, select.POLLIN)
-    idle_ms = int(IDLE_FLUSH_S * 1000)
+    held = {fd: b"" for fd in streams}  # an unfinished line for the console, briefly (HOLD_S)
+    idle_ms, hold_ms = int(IDLE_FLUSH_S * 1000), int(HOLD_S * 1000)
     while lines:
-        events = poller.poll(idle_ms)
+        events = poller.poll(hold_ms if any(held.values()) else idle_ms)
         stamp = stamp_now()
         if not events:
+            for fd, part in held.items():
+                if part and fd in console and not forward(console[fd], part):
+                    del console[fd]
+                held[fd] = b""
             for cut in lines.values():
                 ring.put(cut.flush(stamp))
             continue
@@ -225,11 +231,17 @@ def run(streams: dict[int, tuple[int, bytes]], ring: RingWriter, prefix: bytes) 
             if not data:  # every writer is gone
                 ring.put(lines.pop(fd).flush(stamp))
                 poller.unregister(fd)
-                continue
+                data, held[fd] = held[fd], b""
+            else:
+                ring.put(lines[fd].feed(data, stamp))
+                data = held[fd] + data
+                # whole lines go on at once; the rest waits a moment for its end, so that ranks sharing a
+                # console do not cut into each other's lines where the rank wrote a line in pieces
+                cut = data.rfind(b"\n") + 1 if len(data) < MAX_LINE else len(data)
+                data, held[fd] = data[:cut], data[cut:]
             out = console.get(fd)
-            if out is not None and not forward(out, data):
+            if data and out is not None and not forward(out, data):
                 del console[fd]
-            ring.put(lines[fd].feed(data, stamp))
 
 
 def _say(message: str) -> None:

@@ -2,7 +2,8 @@
 root causes that quote it for their culprits: a rank that left the job says why in its last words
 (`RuntimeError: loss is NaN at step 5`, `torch.OutOfMemoryError: CUDA out of memory. ...`).
 
-The one rule: reading back from the end, the last line that is an exception's final line as Python
+The one rule: reading back from the end (past the ring's prefix and a launcher's `[rank3]:`), the
+last line that is an exception's final line as Python
 prints it (`Name: message` or a bare `NameError`, the name ending in Error, Exception, Interrupt, Exit
 or Failure, at the start of the line: traceback frames are indented), or C++'s `terminate called ...`,
 its `what():`, or `Fatal Python error`. Warnings are not errors. Pure: the text comes from the callers
@@ -19,6 +20,9 @@ from frexport.analysis.findings import Finding
 MAX_QUOTE = 400  # characters of a quoted line
 # the agent's ring prefix: `[host:rank] 2026-05-01T12:03:07.412Z err| `
 _PREFIX = re.compile(r"^\[[^\]\n]{0,300}:\d{1,7}\] (?P<at>\d{4}-\d\d-\d\dT[\d:.]{8,12}Z) (?:out|err)\| ")
+# what launchers and torch put before a rank's lines: torch's `[rank3]: ` before an uncaught exception's
+# traceback, torchrun --tee's `[default0]:`
+_LAUNCHER = re.compile(r"^(?:\[[\w.:-]{1,64}\]:\s?){1,3}")
 _ERROR = re.compile(
     r"^(?:(?:[A-Za-z_]\w{0,100}\.){0,8}[A-Za-z_]\w{0,100}(?:Error|Exception|Interrupt|Exit|Failure)(?::\s.*)?"
     r"|terminate called .*|\s*what\(\):\s.*|Fatal Python error: .*)$")
@@ -36,7 +40,7 @@ def last_error(text: str) -> LastWords | None:
     for raw in reversed(text.split("\n")):
         m = _PREFIX.match(raw)
         body = raw[m.end():] if m else raw
-        body = body.rstrip("\r")
+        body = _LAUNCHER.sub("", body).rstrip("\r")
         if _ERROR.match(body):
             quoted = _CONTROL.sub("?", body.strip())
             if len(quoted) > MAX_QUOTE:
