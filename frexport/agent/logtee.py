@@ -12,8 +12,9 @@ most RING_BYTES: the newest 1-2 MiB of the rank's output, which the sidecar puts
 Why a process and not a thread in the trainer: a thread needs the GIL, and a trainer stuck in native
 code holding it would leave the pipe unread until its writes block; this process never needs anything
 of the trainer. It must outlive the rank's last words and never stop the trainer:
-- it ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT (Ctrl-C and torchrun's killpg reach it with the
-  rank) and exits when every writer of its pipes is gone (EOF), after copying what they wrote;
+- it runs in a session of its own (torchrun's killpg is for the rank) and ignores SIGINT, SIGTERM,
+  SIGHUP and SIGQUIT, blocked from its start until then; it exits when every writer of its pipes is
+  gone (EOF: the rank and its children), after copying what they wrote;
 - the console write is the only one the trainer can wait for, as it would have without the tee; a
   console that went away (EPIPE) is no longer written, and the pipes are still drained;
 - the ring files are written by a thread of their own behind a bounded queue (QUEUE_BYTES): a slow or
@@ -43,6 +44,7 @@ MAX_LINE = 16 << 10  # a longer line (a progress bar without newlines) is cut in
 IDLE_FLUSH_S = 1.0  # an unfinished line waits this long for its end before it goes to the ring
 HOLD_S = 0.05  # ... and this long before it goes to the console (a prompt, a progress bar)
 EXIT_FLUSH_S = 10.0  # at EOF, the longest the ring writer may take to catch up
+IGNORED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -237,8 +239,8 @@ def run(streams: dict[int, tuple[int, bytes]], ring: RingWriter, prefix: bytes) 
                 data = held[fd] + data
                 # whole lines go on at once; the rest waits a moment for its end, so that ranks sharing a
                 # console do not cut into each other's lines where the rank wrote a line in pieces
-                cut = data.rfind(b"\n") + 1 if len(data) < MAX_LINE else len(data)
-                data, held[fd] = data[:cut], data[cut:]
+                end = data.rfind(b"\n") + 1 if len(data) < MAX_LINE else len(data)
+                data, held[fd] = data[:end], data[end:]
             out = console.get(fd)
             if data and out is not None and not forward(out, data):
                 del console[fd]
@@ -252,8 +254,11 @@ def _say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)  # the rank's last words come after these; EOF ends this
+    # output.py starts this process with them blocked, so that none came before they were ignored: one
+    # pending now is discarded
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a console gone is EPIPE, handled in forward
     p = argparse.ArgumentParser(prog="logtee")
     p.add_argument("--dir", required=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import time
 ENV_LOGS = "FREXPORT_AGENT_LOGS"  # "0": off; "tty": terminals too; anything else: pipes and files only
 TEE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "logtee.py")
 PIPE_BYTES = 1 << 20  # what a rank may write while nothing reads (Linux's unprivileged maximum)
+_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}  # what the tee ignores (logtee.IGNORED)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Python 3.10+ names it; the value is Linux's)
 
 
@@ -59,8 +61,15 @@ def capture(directory: str, rank: int, warn=lambda message: None) -> int | None:
         cmd += [arg for fd in fds for arg in ("--stream", f"{'out' if fd == 1 else 'err'}:{pipes[fd][0]}")]
         # its own session: torchrun's killpg (SIGTERM, then SIGKILL after 30 s) is for the rank; the tee
         # ends when the rank's (and its children's) ends of the pipes are closed
-        tee = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, pass_fds=[r for r, _ in pipes.values()],
-                               start_new_session=True)
+        # the signals the tee ignores are blocked while it starts (a blocked mask is inherited through exec,
+        # and the tee unblocks them once it ignores them): a Ctrl-C or killpg in its first milliseconds
+        # would end it before it can; this thread's mask only, so the trainer loses no signal
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        try:
+            tee = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, pass_fds=[r for r, _ in pipes.values()],
+                                   start_new_session=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         for r, w in pipes.values():
             os.close(r)
