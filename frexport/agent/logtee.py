@@ -80,8 +80,9 @@ class Ring:
         self._fd, self._size = fd, st.st_size
 
     def write(self, data: bytes) -> None:
-        if len(data) > self.cap:
-            data = data[-self.cap:]  # only the newest bytes could stay anyway
+        if len(data) > self.cap:  # only the newest bytes could stay anyway: from a line's start
+            data = data[-self.cap:]
+            data = data[data.find(b"\n") + 1:] or data
         if self._size and self._size + len(data) > self.cap:
             os.close(self._fd)
             os.rename(self.name, self.name + ".1", src_dir_fd=self._dfd, dst_dir_fd=self._dfd)

@@ -23,15 +23,17 @@ def test_writes_past_the_cap_keep_the_newest_bytes(tmp_path):
         chunk = b"line %04d\n" % i
         ring.write(chunk)
         written += chunk
-    ring.write(b"x" * (3 * CAP) + b"\n")  # one write over the cap: its newest bytes only
-    written += b"x" * (3 * CAP) + b"\n"
+    big = b"".join(b"big %06d\n" % i for i in range(3 * CAP // 11))  # one write over the cap: its newest lines
+    ring.write(big)
+    written += big
     ring.write(b"last words\n")
     written += b"last words\n"
     ring.close()
     current, older = (tmp_path / "rank-0.log").read_bytes(), (tmp_path / "rank-0.log.1").read_bytes()
     assert len(current) <= CAP and len(older) <= CAP and sorted(os.listdir(tmp_path)) == ["rank-0.log", "rank-0.log.1"]
     kept = older + current
-    assert written.endswith(kept) and current.endswith(b"last words\n") and len(kept) >= CAP
+    assert written.endswith(kept) and current.endswith(b"last words\n") and len(kept) >= CAP - 11
+    assert older.startswith(b"big ")  # the big write's newest lines, from a line's start
     assert (tmp_path / "rank-0.log").stat().st_mode & 0o777 == 0o640
 
 
@@ -98,7 +100,9 @@ def test_the_console_gets_every_byte_unchanged_and_the_ring_the_prefixed_lines(t
     assert p.returncode == 0, err
     assert out == b"".join(b"%s %d\n" % (b"x" * 1000, i) for i in range(3000)) + b"last words\n"
     text = _ring_text(tmp_path)
-    assert text.rstrip("\n").splitlines()[-1].endswith(" out| last words") and text.startswith("[")
+    outs = [line for line in text.splitlines() if " out| " in line]
+    assert outs[-1].endswith(" out| last words") and outs[-2].endswith(" out| %s 2999" % ("x" * 1000))
+    assert all(line.startswith("[") for line in text.splitlines())
     assert len(text) <= 1 << 20  # the newest MiB: 3 MB were written
 
 
