@@ -27,7 +27,9 @@ In each rank process it:
    than half the trainer's CPU of PyTorch's `fr_trace_json`;
    It also registers `frexport_profile` (profile.py): a short PyTorch profiler trace of the training
    thread, taken only when asked, rate-limited;
-4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count.
+4. writes <dir>/rank-<RANK>.json: rank, pid, host, socket, torch version, job id, restart count;
+5. keeps the rank's stdout and stderr, console unchanged, in <dir>/logs/rank-<RANK>.log (+ .1, each at
+   most 1 MiB) through a log tee process (output.py, logtee.py); FREXPORT_AGENT_LOGS=0 turns it off.
 Where the worker server does not exist (older torch) it writes atomic JSON snapshots to
 <dir>/snapshots/trace_<RANK>.json every FREXPORT_AGENT_SNAPSHOT_INTERVAL seconds (default 5)
 instead. Nothing in here may break or slow training: every failure is reported once, on stderr.
@@ -106,6 +108,8 @@ def enable(directory: str | None = None) -> bool:
     except OSError as exc:
         _warn(f"cannot prepare {directory}: {exc}")
         return False
+    if started_as_rank:
+        _keep_output(directory, rank)
     threading.Thread(target=_when_torch_is_ready, args=(directory, rank, not started_as_rank),
                      name="frexport-agent", daemon=True).start()
     return True
@@ -126,6 +130,16 @@ def rank_process() -> int | None:
     if owner and owner != str(os.getpid()):
         return None
     return int(rank)
+
+
+def _keep_output(directory: str, rank: int) -> None:
+    """The rank's stdout and stderr kept in <dir>/logs by a log tee process (output.py)."""
+    try:
+        from frexport.agent.output import capture
+
+        capture(directory, rank, _warn)
+    except Exception as exc:  # noqa: BLE001 - the output stays as it was
+        _warn(f"the rank's output is not kept: {type(exc).__name__}: {exc}")
 
 
 def _set_default(name: str, value: str) -> None:
@@ -151,6 +165,7 @@ def _when_torch_is_ready(directory: str, rank: int, needs_group: bool) -> None:
             while not sys.modules["torch.distributed"].is_initialized():
                 time.sleep(0.5)
             os.environ[ENV_RANK_PID] = str(os.getpid())  # children started from now on stay out
+            _keep_output(directory, rank)
         import torch
 
         c10d = torch._C._distributed_c10d

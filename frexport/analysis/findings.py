@@ -67,6 +67,9 @@ class Finding:
     waited: Waited | None = None  # how long the oldest waiting rank waited, and by which clock (clock.py)
     # faults that followed this one and are explained by it (consequence.py): deaths, waits, missing dumps
     consequences: tuple[Finding, ...] = ()
+    # (rank, its last error line, when it was printed or None) for culprits whose log tail is at hand
+    # (last_words.py): why a rank that left the job went
+    last_words: tuple[tuple[int, str, str | None], ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -82,7 +85,9 @@ class Finding:
             "reason": self.reason,
             "certain": self.certain,
             "waited": self.waited.to_json() if self.waited is not None else None,
-        } | ({"consequences": [c.to_json() for c in self.consequences]} if self.consequences else {})
+        } | ({"consequences": [c.to_json() for c in self.consequences]} if self.consequences else {}) | (
+            {"last_error_lines": {str(r): {"line": line, "at": at} for r, line, at in self.last_words}}
+            if self.last_words else {})
 
 
 @dataclass

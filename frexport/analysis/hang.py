@@ -223,6 +223,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
     no_dump: list[int]
     not_yet: list[int]
     missing, no_dump, not_yet, joined, left, still, outlived = [], [], [], [], [], [], []
+    fresh: list[int] = []  # seen too soon after it was issued to say they never will issue it
     all_in = 0
     moved_on = False
     name = group.name
@@ -248,7 +249,7 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
                 # wait in it were dumped earlier (dumps of a running job are never simultaneous)
                 moved_on = moved_on or i < len(g.seq) - 1 or (t.last_created_ns or 0) > g.created_ns[i]
         elif _fresh(t, created_ns, stall_after_ns, clock):
-            not_yet.append(m)
+            fresh.append(m)
         elif not t.groups:  # its dump holds no entry (a recorder emptied as its process exited): no record
             (no_dump if _absence_counts(m, stalled, None, clock) else not_yet).append(m)
         elif g is None and (t.first_created_ns is None or t.first_created_ns > created_ns):
@@ -257,6 +258,14 @@ def _classify_collective(group: Group, seq: int, created_ns: int, traces: dict[i
             missing.append(m)
             if _outlived(t, created_ns, stall_after_ns):
                 outlived.append(m)
+    if fresh and stalled and left and not moved_on:
+        # Members finished it without the fresh ones while others waited past the threshold: they failed
+        # out of it, and a collective fails when a member vanishes (or on the watchdog's timeout). A member
+        # that vanished is never seen again, so it would look fresh for good: here it is a candidate like
+        # any member that lacks the op (engine `_vanished_root` and departure.py pick among them).
+        missing = [m for m in group.members if m in set(missing) | set(fresh)]
+    else:
+        not_yet += fresh
     if missing or no_dump or not_yet:
         all_in = 0
     if moved_on:

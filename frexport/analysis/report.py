@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from frexport.analysis.engine import Options, analyze, format_ranks
 from frexport.analysis.findings import HEALTHY, Diagnosis, Finding
+from frexport.analysis.last_words import last_errors, with_last_words
 from frexport.analysis.whereabouts import places, with_whereabouts
 from frexport.model.call_site import Frame, Threads
 from frexport.model.dump import InputError
@@ -22,13 +23,16 @@ Calls = dict[int, tuple[str, dict[str, str]]]  # rank -> the torch.distributed c
 
 def diagnose(traces: Sequence[RankTrace], errors: Sequence[InputError], notes: Sequence[str],
              stacks: dict[int, Threads], calls: Calls, options: Options,
-             callee: Callable[[Frame], str | None] = lambda f: None) -> tuple[Diagnosis, dict[int, str]]:
+             callee: Callable[[Frame], str | None] = lambda f: None,
+             logs: dict[int, str] | None = None) -> tuple[Diagnosis, dict[int, str]]:
     """The diagnosis of the traces, with where each rank is now where its stack is known (a bundle,
-    `frexport snapshot --stacks`), and that place per rank: the same for `analyze` and bundles."""
+    `frexport snapshot --stacks`), and that place per rank: the same for `analyze` and bundles. `logs`:
+    the last lines ranks printed (a bundle's logs/), whose last error line each root cause quotes for
+    its culprits."""
     diagnosis = analyze(list(traces), list(errors), options=options, stacks=stacks, calls=calls)
     diagnosis.notes[:0] = notes
     where = places(stacks, callee)
-    diagnosis.findings = with_whereabouts(diagnosis.findings, where)
+    diagnosis.findings = with_last_words(with_whereabouts(diagnosis.findings, where), last_errors(logs or {}))
     return diagnosis, where
 
 
@@ -116,4 +120,6 @@ def _finding(i: int, f: Finding) -> list[str]:
     if f.call_site:
         out.append(f"   call site: {f.call_site}")
     out.extend(f"   {d}" for d in f.details)
+    out.extend(f"   last error line of rank {r}{f' (printed {at})' if at else ''}: {line}"
+               for r, line, at in f.last_words)
     return out

@@ -140,7 +140,7 @@ def diagnose(loaded: Loaded, paths: list[str], options: Options) -> tuple[Diagno
     same for `analyze` and evidence bundles)."""
     found = loaded.stacks_beside(paths)
     return report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes, found.threads,
-                           found.calls, options, callee)
+                           found.calls, options, callee, loaded.logs_beside(paths))
 
 
 def _has_files(prefix: str) -> bool:

@@ -140,7 +140,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
         writer = EvidenceWriter(cfg.evidence.dir, ev.max_bundles, ev.max_bytes)
         sinks.append(EvidenceSink(writer, poller,
                                   ev.pyspy, deadline_s=ev.deadline, after_write=uploader.upload if uploader else None,
-                                  reporter=reporter, native_max=ev.native_stacks))
+                                  reporter=reporter, native_max=ev.native_stacks,
+                                  logs_dir=os.path.join(ws.sockets_dir, "logs") if ws.sockets_dir else None))
         if ev.profile.enabled and poller is not None:
             from frexport.evidence.profiles import ProfileSink
 

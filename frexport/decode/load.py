@@ -17,6 +17,7 @@ from frexport.decode.errors import DecodeError
 from frexport.decode.fast_trace import trace_from_raw
 from frexport.decode.json_decode import trace as trace_from_json
 from frexport.decode.normalize import normalize
+from frexport.decode.rank_logs import read_log_dirs
 from frexport.decode.read import DEFAULT_MAX_BYTES, decode_raw, read_checked, sniff_format
 from frexport.decode.sandbox import Limits, SandboxPool
 from frexport.decode.scanned import trace_from_pickle
@@ -41,6 +42,14 @@ class Loaded:
         self.discovery.skipped = [(p, why) for p, why in self.discovery.skipped if p not in found.read]
         self.notes.extend(found.notes)
         return found
+
+    def logs_beside(self, paths: list[str]) -> dict[int, str]:
+        """rank -> the last lines it printed, where a bundle kept them beside these dumps
+        (`logs/rank_<r>.log`, decode/rank_logs.py); those files leave the list of files skipped."""
+        found = read_log_dirs(paths)
+        self.discovery.skipped = [(p, why) for p, why in self.discovery.skipped
+                                  if os.path.normpath(p) not in found.read]
+        return found.tails
 
 
 @dataclass(frozen=True)

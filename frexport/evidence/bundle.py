@@ -26,6 +26,7 @@ class Bundle:
     stall_after_s: float = 30.0  # the live analysis' threshold when the incident was seen
     # bundle-relative path ("profiles/rank_<r>.pt.trace.json.gz", "profiles/profiles.json") -> bytes
     profiles: dict[str, bytes] = field(default_factory=dict)
+    logs: dict[int, str] = field(default_factory=dict)  # rank -> the last lines it printed (decode/rank_logs.py)
 
 
 @dataclass

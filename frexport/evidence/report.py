@@ -29,7 +29,7 @@ def bundle_report(directory: str, stall_after_s: float, limits: Limits | None = 
     found = loaded.stacks_beside([directory])
     diagnosis, where = report.diagnose(loaded.traces, loaded.errors, loaded.discovery.notes + loaded.notes,
                                        found.threads, found.calls, Options(stall_after_s=stall_after_s, clock=True),
-                                       callee)
+                                       callee, loaded.logs_beside([directory]))
     return report.render_text(diagnosis, loaded.discovery.skipped), report.report_json(diagnosis, where)
 
 

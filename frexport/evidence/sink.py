@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from frexport import logs
 from frexport.analysis.report import render_text
+from frexport.decode.rank_logs import ring_tail
 from frexport.evidence import native
 from frexport.evidence.bundle import Bundle, BundleWriter
 from frexport.evidence.fetch import Raw, Stacks, pod_wanted, split
@@ -90,13 +91,14 @@ class IncidentSink:
 
 class EvidenceSink(IncidentSink):
     """A pod's bundle, when a new root cause appears or ranks go down: every rank's recorder, the
-    stuck ranks' stacks (fetched through the worker-server source), and the report of the bundle's
-    own files by `reporter` (evidence/report.py's bundle_report; without one, the live diagnosis)."""
+    stuck ranks' stacks (fetched through the worker-server source) and last lines printed (the agent's
+    ring files in `logs_dir`, read here: a rank that left cannot answer), and the report of the
+    bundle's own files by `reporter` (evidence/report.py's bundle_report; without one, the live diagnosis)."""
 
     def __init__(self, writer: BundleWriter, fetcher: HandlerFetcher[Any] | None = None, pyspy: bool = True,
                  deadline_s: float = 20.0, max_stacks: int = 8,
                  after_write: Callable[[str], object] | None = None, reporter: Reporter | None = None,
-                 native_max: int = 0) -> None:
+                 native_max: int = 0, logs_dir: str | None = None, max_logs: int = 32) -> None:
         super().__init__(writer, after_write)
         self.fetcher = fetcher
         self.native_max = native_max  # culprits and blocked ranks whose native stacks are taken (0: none)
@@ -104,6 +106,8 @@ class EvidenceSink(IncidentSink):
         self.deadline_s = deadline_s
         self.max_stacks = max_stacks
         self.reporter = reporter
+        self.logs_dir = logs_dir
+        self.max_logs = max_logs
 
     def wants(self, p: Pass) -> bool:
         # ranks going down is an incident when we hold what they were doing (not for sockets a job left
@@ -122,11 +126,13 @@ class EvidenceSink(IncidentSink):
         raw, stacks = self._fetch(p.dumps, focus)
         for rank, text in native_future.result().items():
             stacks.setdefault(rank, {})["native"] = text
+        culprits = sorted({r for f in roots for r in f.culprit_ranks})
+        logs = self._logs(culprits + sorted(focus - set(culprits)))
         live = p.result or p.latest
         diagnosis = live.diagnosis if live else None
         text = render_text(diagnosis) if diagnosis else "no analysis yet\n"
         report = diagnosis.to_json() if diagnosis else {}
-        bundle = Bundle(reason, text, report, p.dumps, raw, stacks, live.stall_after_s if live else 30.0)
+        bundle = Bundle(reason, text, report, p.dumps, raw, stacks, live.stall_after_s if live else 30.0, logs=logs)
         draft = self.writer.begin(bundle)
         if draft is None:
             return None
@@ -145,6 +151,17 @@ class EvidenceSink(IncidentSink):
         with ThreadPoolExecutor(max_workers=len(pids), thread_name_prefix="frexport-native") as pool:
             texts = pool.map(lambda rp: native.capture(rp[0], rp[1], found), pids)
             return {r: text for (r, _), text in zip(pids, texts)}
+
+    def _logs(self, ranks: list[int]) -> dict[int, str]:
+        """The last lines of the first `max_logs` of `ranks` (culprits first) that kept a log."""
+        if not self.logs_dir:
+            return {}
+        out: dict[int, str] = {}
+        for r in ranks[:self.max_logs]:
+            text = ring_tail(self.logs_dir, r)
+            if text:
+                out[r] = text
+        return out
 
     def _fetch(self, dumps: dict[int, RankDump], focus: set[int]) -> tuple[Raw, Stacks]:
         if self.fetcher is None:

@@ -4,7 +4,8 @@ A bundle is a directory `<evidence dir>/<UTC time>-<reason>/` with every rank's 
 snapshot as `trace_<rank>` (PyTorch's pickle format: the raw bytes of the agent's pickle handler
 when it answered, with stack frames, else re-encoded from the last snapshot), the stuck ranks'
 Python stacks (`stacks/rank_<r>.traceback.txt`, `stacks/rank_<r>.pyspy_dump.txt`; only handlers the
-worker server lists are asked for), the analysis (`report.txt`, `report.json`: made by the evidence
+worker server lists are asked for), the last lines those ranks printed (`logs/rank_<r>.log`, from the
+agent's ring files beside the sockets), the analysis (`report.txt`, `report.json`: made by the evidence
 stage, frexport/evidence/, from the bundle's own files, so call sites come from the pickles' frames
 and each culprit's place now from its stack) and `manifest.json`. This writer only writes what the
 stage hands it: `begin` the data, `finish` the report and the manifest. A bundle is written to a
@@ -117,22 +118,24 @@ class EvidenceWriter:
         draft = Draft(bundle, tmp, stamp, name, reserve=max(2 * live_size, _REPORT_RESERVE))
         budget = self.max_bytes - draft.reserve - 64 * 1024  # and the manifest
         used = 0
-        for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
-            for kind, text in sorted(kinds.items()):
-                data = text.encode(errors="replace")
-                if used + len(data) > budget:
-                    continue
-                rel = f"stacks/rank_{rank}.{kind}.txt"
-                used += _write(os.path.join(tmp, rel), data)
-                draft.files.append(rel)
-                draft.hashes[rel] = digest(data)
-        for rel, data in sorted(bundle.profiles.items()):  # profiler traces (evidence/profiles.py)
-            if not rel.startswith("profiles/") or "/" in rel[len("profiles/"):] or used + len(data) > budget:
-                continue
-            os.makedirs(os.path.join(tmp, "profiles"), exist_ok=True)
+
+        def add(rel: str, data: bytes) -> None:  # a small file, within the budget (else left out)
+            nonlocal used
+            if used + len(data) > budget:
+                return
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
             used += _write(os.path.join(tmp, rel), data)
             draft.files.append(rel)
             draft.hashes[rel] = digest(data)
+
+        for rank, kinds in sorted(bundle.stacks.items()):  # stacks first: small, and what matters most
+            for kind, text in sorted(kinds.items()):
+                add(f"stacks/rank_{rank}.{kind}.txt", text.encode(errors="replace"))
+        for rank, text in sorted(bundle.logs.items()):  # as small, and why a rank that left went
+            add(f"logs/rank_{rank}.log", text.encode(errors="replace"))  # read back by decode/rank_logs.py
+        for rel, data in sorted(bundle.profiles.items()):  # profiler traces (evidence/profiles.py)
+            if rel.startswith("profiles/") and "/" not in rel[len("profiles/"):]:
+                add(rel, data)
         for rank, dump in sorted(bundle.dumps.items()):
             data = bundle.raw_pickles.get(rank) or to_pickle(dump)
             if used + len(data) > budget:
