@@ -43,6 +43,9 @@ def test_a_rank_that_raises_is_quoted_in_the_bundle_and_its_console_is_unchanged
         job.wait_for(lambda: any("missing_rank" in b.name for b in _bundles(evidence)), timeout=90,
                      what=f"a bundle; sidecar: {sc.output()}")
         bundle = next(b for b in _bundles(evidence) if "missing_rank" in b.name)
+        # the tee copies a rank's last words a few ms after it wrote them (later on a loaded machine)
+        job.wait_for(lambda: ERROR in job.log.read_text(errors="replace") and "rank 0 step 1" in job.output(),
+                     timeout=30, what="rank 3's last words on the console")
         console = job.log.read_text(errors="replace").splitlines()
 
     # the ring file beside the sockets: every line prefixed with host:rank, a time and the stream
