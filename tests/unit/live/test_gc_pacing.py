@@ -20,6 +20,7 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
     pacing.start()
     try:
         assert not gc.isenabled()
+        pacing.after_pass()  # the first pass: only frozen
         ref = _cycle()[1]
         assert ref() is not None
         pacing.after_pass()
@@ -30,12 +31,13 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
 
 
 def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
-    # the clock's readings: started at 0 s, a full collection from 0 s to 1 s, at a 25% share the next one
-    # from 5 s
-    readings = iter([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
+    # the clock's readings: the first pass at 0 s; a full collection from 0 s to 1 s (full_every_s 0), at
+    # a 25% share the next one from 5 s
+    readings = iter([0.0, 0.0, 1.0, 2.0, 2.0, 3.0, 3.0, 5.0, 6.0])  # (a young collection: two readings)
     pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: next(readings))
     pacing.start()
     try:
+        pacing.after_pass()  # the first pass, only frozen
         pacing.after_pass()  # 0-1 s: the first full collection
         assert pacing.last_full_s == 1.0
         held, ref = _cycle()
@@ -56,7 +58,6 @@ def test_a_small_window_is_collected_whole_once_a_minute():
     pacing = GcPacing(clock=lambda: time.monotonic() + skipped[0])
     pacing.start()
     try:
-        skipped[0] += pacing.full_every_s  # the first full collection, a minute after the start
         pacing.after_pass()
         held, ref = _cycle()
         pacing.after_pass()
@@ -97,21 +98,22 @@ def test_the_first_pass_is_not_followed_by_a_full_collection():
         pacing.stop()
 
 
-def test_a_pass_that_left_more_than_the_young_limit_is_frozen_without_a_walk_and_freed_by_the_full_one():
-    skipped = [0.0]
-    pacing = GcPacing(clock=lambda: time.monotonic() + skipped[0], young_limit=10_000)
+def test_after_a_costly_young_collection_passes_are_only_frozen_until_the_next_full_one():
+    # the clock's readings: a second pass at 1 s whose young collection takes until 2 s (over young_max_s); a pass
+    # at 3 s, only frozen; the full collection at 61-62 s; a young one again at 63 s
+    readings = iter([0.5, 1.0, 2.0, 3.0, 61.0, 62.0, 63.0, 63.0])
+    pacing = GcPacing(clock=lambda: next(readings), young_max_s=0.5)
     pacing.start()
     try:
+        pacing.after_pass()  # 0.5 s: the first pass, only frozen
+        pacing.after_pass()  # 1-2 s: walked, and found costly
         ref = _cycle()[1]
-        many = [[i] for i in range(20_000)]  # the pass's survivors, over the limit
-        pacing.after_pass()
-        assert ref() is not None  # not walked: frozen with the rest
-        ref_small = _cycle()[1]
-        pacing.after_pass()  # a small pass is walked as before
-        assert ref_small() is None and ref() is not None
-        skipped[0] += pacing.full_every_s
-        pacing.after_pass()
+        pacing.after_pass()  # 3 s: frozen with the rest, not walked
+        assert ref() is not None
+        pacing.after_pass()  # 61 s: the full collection frees it
         assert ref() is None
-        del many
+        ref = _cycle()[1]
+        pacing.after_pass()  # 63 s: young collections again
+        assert ref() is None
     finally:
         pacing.stop()
