@@ -44,6 +44,7 @@ from frexport.export.peer_api import PeerApi  # noqa: E402
 from frexport.live.diagnosis import LiveAnalysis  # noqa: E402
 from frexport.live.gc_pacing import GcPacing  # noqa: E402
 from frexport.live.state import LiveState  # noqa: E402
+from frexport.model.outcome import first_unsettled  # noqa: E402
 from frexport.sources.health import HealthRegistry  # noqa: E402
 from frexport.sources.peers import PeersSource  # noqa: E402
 from tests.support.proctree import descendants  # noqa: E402
@@ -94,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generated and decoded {args.ranks} ranks x {args.entries} entries in {time.monotonic() - t:.1f} s "
               f"(culprit {meta.get('culprit')})")
     per_pod = args.ranks // args.pods
+    # the first pass whose entries hold an op still unfinished (the peers' wait in the stuck collective):
+    # the culprit is due on that pass, its peers' wait being older than the threshold when it shows
+    shown = min((i for d in dumps.values() if (i := first_unsettled(d.entries)) is not None), default=None)
+    due = next((i for i in range(args.passes + 1)
+                if shown is not None and args.entries - (args.passes - i) * args.new > shown), None)
     states = [LiveState() for _ in range(args.pods)]
     apis = {f"http://pod-{p}:9464": PeerApi(states[p], args.window) for p in range(args.pods)}
     cfg = Analysis(stall_after=30.0)
@@ -112,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         seen = start_ns + i * 5_000_000_000
         for r, d in dumps.items():  # the pods' own sidecars poll their ranks (not timed: not the view's work)
             states[r // per_pod].ingest(replace(d, entries=d.entries[:keep], dumped_at_ns=seen), "bench", seen)
+        if i == 0:  # the pods hold their ranks' data now: what the process gains from here on is the view's
+            rss_before = _rss_mb()
         before, served = source.bytes_total, source.served_s
         wall, t0, d0, gc0 = time.perf_counter(), time.process_time(), decoders_cpu_s(), collector.total
         snaps = source.collect()
@@ -138,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                      "ingest_s": round(t2 - t1, 2), "analysis_s": round(t3 - t2, 2), "total_s": round(t3 - t0, 2),
                      "gc_s": round(collector.total - gc0, 2), "decoders_s": round(decoding, 2),
                      "wall_s": round(wall, 2), "bytes": moved,
-                     "snapshots": len(snaps), "root_causes": roots[:2]})
+                     "snapshots": len(snaps), "root_causes": roots[:2],
+                     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024})
     print(f"{args.pods} pods x {per_pod} ranks; window {args.window}; {args.new} new entries per rank per pass; "
           f"full JSON dumps of these ranks: {full_json / 1e6:.0f} MB; CPU seconds in the view's process "
           f"(the decoders' and the wall time apart)")
@@ -149,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
               f"[decoders {row['decoders_s']:5.2f} s, "
               f"wall {row['wall_s']:5.2f} s]  "
               f"moved {row['bytes'] / 1e6:7.1f} MB ({row['bytes'] / full_json:.1%} of full dumps)  "
-              f"{row['root_causes']}")
+              f"{row['root_causes']}  [peak RSS {row['peak_rss_mb']} MB]")
+    named = next((i for i, row in enumerate(rows) if row["root_causes"]), None)
+    print(f"the stuck collective first shows on pass {due}; the culprit is named on pass {named} "
+          f"(0: the first pass). RSS before the view's first pass (the simulated pods' states and every rank's "
+          f"generated dump): {rss_before} MB; the view's own peak is at most the peak less that: "
+          f"{rows[-1]['peak_rss_mb'] - rss_before} MB")
     print(json.dumps(rows))
     if not args.no_gc_pacing:  # (it walks the simulated pods' data too: an upper bound)
         t = time.process_time()
@@ -163,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 CLK = os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
 
 
 class GcClock:
