@@ -20,12 +20,12 @@ from itertools import compress, count
 from operator import attrgetter, is_not
 
 from frexport.model.dump import Entry, RankDump
-from frexport.model.outcome import event_backends
 from frexport.model.rank_trace import (
     COLUMN,
     MERGED,
     P2P,
     SKIPPED,
+    EdgeFacts,
     GroupTrace,
     P2POp,
     RankTrace,
@@ -59,6 +59,7 @@ class TraceWindow:
         self._events: frozenset[str] = frozenset()
         self._followable = False  # the last build left columns in row order: it can be followed
         self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
+        self._facts = EdgeFacts()  # the header's facts of every entry of the window (rank_trace.EdgeFacts)
 
     def update(self, dump: RankDump, rank: int | None = None) -> RankTrace:
         rank = dump.rank if rank is None else rank
@@ -74,9 +75,11 @@ class TraceWindow:
 
     def _rebuild(self, dump: RankDump, rank: int, entries: tuple[Entry, ...]) -> None:
         self.rebuilds += 1
-        trace = new_trace(dump, rank, entries)
+        self._facts = EdgeFacts.of(entries)
+        sample = self._facts.sample()
+        trace = new_trace(dump, rank, entries, sample)
         self._index, self._marks, self._base = RowIndex(), [], 0
-        self._events = event_backends(entries)
+        self._events = sample.event_backends()
         append_rows(trace, entry_rows(entries), self._events, self._index, self._marks, 0)
         self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
         sorted_out = [finish_group(g) for g in trace.groups.values()]
@@ -92,7 +95,7 @@ class TraceWindow:
         """Move the trace to `new`; False where only a rebuild is exact (the caller rebuilds, so an
         update given up half way leaves nothing behind)."""
         old, trace = self._entries, self.trace
-        if trace is None or not self._followable or not new or event_backends(new) != self._events:
+        if trace is None or not self._followable or not new:
             return False
         rids = list(map(_record_id, new))
         if not all(map(int.__lt__, rids, rids[1:])):
@@ -113,8 +116,12 @@ class TraceWindow:
             b = min(heads)
         if any(map(_site, marks[:k])) or any(map(_site, marks[b:])):
             return False  # the trace lists its window's call sites: one may have left
-        touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
         kept, added = old[k:b], new[b - k:]
+        facts = self._facts[k:b] + EdgeFacts.of(added)
+        sample = facts.sample()
+        if sample.event_backends() != self._events:
+            return False  # the recorder changed how it reports completion
+        touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
         self._base = base + k
         self._marks = marks[k:b]
         self._merged = [i - k for head, i in merged if k <= i < b]
@@ -139,7 +146,8 @@ class TraceWindow:
             return False
         for g in trace.groups.values():
             settle_issued(g)
-        set_header(trace, dump, new)
+        set_header(trace, dump, len(new), sample)
+        self._facts = facts
         return True
 
     def _drop(self, marks: list[RowMark], front: bool) -> set[str]:
