@@ -270,6 +270,9 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> 
     side = med(watched, "sidecar")
     per_entry = statistics.median(r["sidecar"] * r["wall"] / r["recorded"] * 1e6 for r in watched)
     extra = med(watched, "trainer") - med(plain, "trainer")
+    # per collective: the rounds' rates differ (a crowded machine), and a rank's CPU follows its rate
+    per_op = {name: statistics.median(r["trainer"] * r["wall"] * args.ranks / r["recorded"] * 1e6 for r in rows)
+              for name, rows in (("plain", plain), ("watched", watched))}
     print(f"\n{args.ranks} ranks, a collective every {args.interval_ms:g} ms: {rate:.0f} a second a rank achieved, "
           f"{BUFFER}-entry buffers, {args.seconds:g} s x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     print(f"sidecar:  {side * 100:.2f} % of one core ({side * 100 / args.ranks:.3f} % per rank), "
@@ -280,6 +283,11 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> 
           f"{med(watched, 'trainer') * 100:.2f} % watched ({extra * 100:+.2f} %; target at most +0.5 %); "
           f"serving polls: {med(watched, 'serving') * 100:.3f} % per rank (not watched "
           f"{med(plain, 'serving') * 100:.3f} %)")
+    more = per_op["watched"] - per_op["plain"]
+    print(f"          per collective: {per_op['plain']:.1f} µs not watched, {per_op['watched']:.1f} µs watched "
+          f"({more:+.1f} µs = {more * 500 / 1e4:+.2f} % "
+          f"of a core a rank at 500 a second); serving polls at 500 a second: "
+          f"{med(watched, 'serving') * 100 * 500 / rate:.2f} % a rank")
     for i, r in enumerate(watched):
         bad = r["counted"] != r["expected"] or r["missed"]
         print(f"round {i + 1}: entries counted {r['counted']:.0f}, recorded {r['expected']} "
