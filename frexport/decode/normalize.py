@@ -246,12 +246,15 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
     """`_each` on entries given by kind: each kind's first entry through `_entry`, every entry of the
     kind that Entry with its own numbers, read by the same rules. What refuses an entry is its kind
     (its numbers are well-typed 64-bit integers): every entry of a refused kind is skipped."""
-    built: list[tuple | None] = []  # (as a plain tuple: sliced by position below)
+    # each kind's Entry fields cut once (group; op to sizes; timeout to the end), not once per entry
+    built: list[tuple[tuple, tuple, tuple] | None] = []
     for raw in kinded.firsts:
         try:
-            built.append(_entry(raw, 0, caches, keep_frames))
+            e: tuple = _entry(raw, 0, caches, keep_frames)  # (as a plain tuple: sliced by position)
         except _REFUSED:
             built.append(None)
+        else:
+            built.append((e[_GROUP], e[_OP], e[_REST]))
     out: list[Entry] = []
     append = out.append
     skipped = 0
@@ -262,13 +265,16 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
             if old is not None and old.finished and old.time_created_ns == created:
                 append(old)
                 continue
-        e = built[kind]
-        if e is None:
+        parts = built[kind]
+        if parts is None:
             skipped += 1
             continue
-        append(_new_tuple(Entry, (record_id, pg_id, *e[_GROUP], seq, p2p_seq, op_id, *e[_OP], created,
-                                  discovered_ns(started), discovered_ns(completed), duration_ms(duration),
-                                  *e[_REST])))
+        group, op, rest = parts
+        # the field rules, with their usual values (None: not yet, not timed) answered without a call
+        append(_new_tuple(Entry, (record_id, pg_id, *group, seq, p2p_seq, op_id, *op, created,
+                                  None if started is None else discovered_ns(started),
+                                  None if completed is None else discovered_ns(completed),
+                                  None if duration is None else duration_ms(duration), *rest)))
     return out, skipped
 
 

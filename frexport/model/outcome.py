@@ -26,8 +26,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from enum import Enum
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, count
+from operator import and_, attrgetter, not_
 from typing import TYPE_CHECKING, TypeVar
 
 if sys.version_info >= (3, 11):
@@ -44,7 +44,7 @@ _Seq = TypeVar("_Seq", list, tuple)
 
 # Entry.state values, as PyTorch derives them at dump time.
 SCHEDULED = "scheduled"
-_backend, _state = attrgetter("backend"), attrgetter("state")
+_backend, _state, _retired = attrgetter("backend"), attrgetter("state"), attrgetter("retired")
 STARTED = "started"
 COMPLETED = "completed"
 
@@ -157,9 +157,9 @@ def settled(state: str, retired: bool | None) -> bool:
 
 
 def first_unsettled(entries: Sequence) -> int | None:
-    """Index of the first entry not `settled` (the rule above, inlined: pollers call this on every
-    snapshot of thousands of entries), None when all are."""
-    for i, e in enumerate(entries):
-        if e.state != COMPLETED and not e.retired:
-            return i
-    return None
+    """Index of the first entry not `settled` (the rule above, in C-level passes: pollers call this on
+    every snapshot of thousands of entries), None when all are."""
+    unsettled = map(and_, map(COMPLETED.__ne__, map(_state, entries)), map(not_, map(_retired, entries)))
+    return next(compress(count(), unsettled), None)
+
+

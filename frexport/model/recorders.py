@@ -16,6 +16,7 @@ from __future__ import annotations
 import zlib
 from array import array
 from dataclasses import replace
+from operator import attrgetter
 
 from frexport.model.dump import (
     DEFAULT_RECORDER,
@@ -101,10 +102,15 @@ def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | N
         recorders=tuple(order))
 
 
+_PG_ID, _PG_NAME = attrgetter("pg_id"), attrgetter("pg_name")
+
+
 def pg_names(dump: RankDump) -> dict[int, str]:
     """A recorder's pg_id -> the name its group's ops are filed under, from its entries (pg_status is
-    keyed by the process-local pg_id)."""
-    return {e.pg_id: e.pg_name for e in dump.entries}
+    keyed by the process-local pg_id). (C-level passes: the sidecar asks at every entries read, over
+    the whole buffer; the last entry of a pg_id names it, as a loop would.)"""
+    es = dump.entries
+    return dict(zip(map(_PG_ID, es), map(_PG_NAME, es)))
 
 
 def group_statuses(statuses: dict[str, tuple[ProcessGroupStatus, ...]],

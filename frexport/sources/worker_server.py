@@ -522,9 +522,10 @@ class WorkerServerSource:
         last = self._last.get((t.rank, recorder))
         if last is None or not last.entries:
             return None
-        rids, resume, _ = _cursor(last.entries)
+        cursor = _cursor(last.entries)
+        rids, resume, _ = cursor
         body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={rids[resume]}")
-        dump = self._decode_tail(t, recorder, body, now_ns, last, window=True)
+        dump = self._decode_tail(t, recorder, body, now_ns, last, window=True, cursor=cursor)
         if dump is None and _holds_whole_buffer(body, rids[resume]):
             # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
             # every entry came, so this body is decoded whole rather than asked for a second time
@@ -532,13 +533,14 @@ class WorkerServerSource:
         return dump
 
     def _decode_tail(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, last: RankDump,
-                     window: bool = False) -> RankDump | None:
+                     window: bool = False, cursor: tuple[list[int], int, bool] | None = None) -> RankDump | None:
         """The same process, further along: keep the older entries of `last`, decode the rest; None
         where that cannot be done (the caller parses it all). `window`: the body is the agent's
         answer from a cursor, which says where the buffer starts (FIRST_RECORD_KEY) instead of
-        holding every entry."""
+        holding every entry. `cursor`: `_cursor(last.entries)` where the caller has it (a pass over the
+        whole buffer, not made twice)."""
         entries = last.entries
-        rids, resume, ordered = _cursor(entries)
+        rids, resume, ordered = cursor or _cursor(entries)
         since = rids[resume]
         # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
         tail = parse_tail(body, since, self.in_process_max_bytes)

@@ -1,6 +1,5 @@
 """Span mapping: what a user sees in Jaeger for an entry, a finding and a stall."""
 
-import dataclasses
 import pickle
 
 from opentelemetry.trace import StatusCode
@@ -44,7 +43,7 @@ def test_end_time_without_nccl_timing_is_the_discovered_or_observed_one():
     s = _span(ev)
     assert s.attributes[NS + "end_time_source"] == "discovered" and s.end_time == ev.entry.time_completed_ns
     gloo = _events(backend="gloo", state="scheduled", retired=True)[0]  # gloo records no end
-    s = _span(dataclasses.replace(gloo, observed_ns=T0 + 5 * 10**9))
+    s = _span(gloo._replace(observed_ns=T0 + 5 * 10**9))
     assert s.attributes[NS + "end_time_source"] == "observed" and s.end_time == T0 + 5 * 10**9
     assert s.attributes[NS + "outcome"] == "retired"
 
@@ -70,7 +69,7 @@ def test_a_hooked_backends_spans_end_when_the_backend_reported_or_say_the_end_is
 
 def test_timed_out_entry_and_an_entry_a_finding_names_are_errors():
     ev = _events()[0]
-    timed_out = _span(dataclasses.replace(ev, outcome=Outcome.TIMED_OUT))
+    timed_out = _span(ev._replace(outcome=Outcome.TIMED_OUT))
     assert timed_out.status.status_code == StatusCode.ERROR and timed_out.status.description == "timed out"
     dumps = {0: snapshot(0, 0, 3, T0), 1: snapshot(1, 0, 3, T0, sizes=((8, 8),))}
     f = next(f for f in result_of(dumps).diagnosis.findings if f.kind == "size_mismatch")
@@ -86,7 +85,7 @@ def test_one_trace_per_collective_across_ranks_and_one_span_id_per_entry_and_epo
         by_seq.setdefault(ev.entry.collective_seq_id, set()).add(_span(ev).context.trace_id)
     assert all(len(ids) == 1 for ids in by_seq.values()) and len({min(i) for i in by_seq.values()}) == 3
     assert len({_span(ev).context.span_id for ev in evs}) == len(evs)
-    again = dataclasses.replace(evs[0], epoch=1)  # the trainer restarted: same record id, a new entry
+    again = evs[0]._replace(epoch=1)  # the trainer restarted: same record id, a new entry
     assert _span(again).context.span_id != _span(evs[0]).context.span_id
     assert S.trace_id_for("j", "0", 3) != S.trace_id_for("j", "0", 3, p2p=True) != S.trace_id_for("k", "0", 3)
 
