@@ -36,6 +36,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from bench_sidecar import tree_cpu_seconds  # noqa: E402
+from bench_status_first import sidecar_reads as reads  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.support.ports import free_port  # noqa: E402
@@ -202,20 +203,6 @@ def watched_round(job: Job, seconds: float, profile: str | None = None) -> dict:
     finally:
         sidecar.kill()
         sidecar.wait(10)
-
-
-def reads(port: int) -> dict[str, float]:
-    """The sidecar's reads of the ranks: status reads, entries reads by reason (since it started)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "frexport_status_reads_total":
-                out["status"] = out.get("status", 0.0) + s.value
-            elif s.name == "frexport_entries_reads_total":
-                out[s.labels["reason"]] = out.get(s.labels["reason"], 0.0) + s.value
-    return out
 
 
 def _wait_count(port: int, expected: int, timeout: float) -> dict:

@@ -73,7 +73,7 @@ def _statuses(port: int) -> dict[int, str]:
             for s in fam.samples if s.name == "frexport_rank_status" and s.value == 1.0}
 
 
-def _reads(port: int) -> dict[str, float]:
+def sidecar_reads(port: int) -> dict[str, float]:
     """The sidecar's read counters: status reads, and entries reads by reason."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
@@ -116,11 +116,11 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
         serve0 = {p: _thread_cpu(p, "pt_workerserver") for p in pids}
         all0 = {p: _thread_cpu(p, None) for p in pids}
         side0 = tree_cpu_seconds(sidecar.pid) if sidecar else 0.0
-        reads0 = _reads(port) if sidecar else {}
+        reads0 = sidecar_reads(port) if sidecar else {}
         t0 = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - t0
-        reads = {k: v - reads0.get(k, 0.0) for k, v in _reads(port).items()} if sidecar else {}
+        reads = {k: v - reads0.get(k, 0.0) for k, v in sidecar_reads(port).items()} if sidecar else {}
         serving = sum(_thread_cpu(p, "pt_workerserver") - serve0[p] for p in pids) / len(pids) / wall
         whole = sum(_thread_cpu(p, None) - all0[p] for p in pids) / wall
         side = (tree_cpu_seconds(sidecar.pid) - side0) / wall if sidecar else 0.0
