@@ -37,32 +37,13 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 from bench_sidecar import tree_cpu_seconds  # noqa: E402
 from bench_status_first import sidecar_reads as reads  # noqa: E402
+from bench_status_first import thread_cpu_s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.proctree import descendants, kill_tree  # noqa: E402
 
 BUFFER = 2000
-
-
-def thread_cpu_s(pid: int, name: str | None = None) -> float:
-    """CPU seconds of a process's threads (those named `name`, else all) from schedstat (ns)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            if name is not None:
-                with open(f"/proc/{pid}/task/{task}/comm") as f:
-                    if f.read().strip() != name:
-                        continue
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
 
 
 def metrics(port: int) -> dict[str, float]:

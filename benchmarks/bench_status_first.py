@@ -40,23 +40,26 @@ from tests.support.proctree import kill_tree  # noqa: E402
 BIN = Path(sys.executable).parent
 
 
-def _thread_cpu(pid: int, name: str | None) -> float:
+def thread_cpu_s(pid: int, name: str | None = None) -> float:
     """CPU seconds of a process's threads named `name` (all threads: None), from schedstat (ns: the
     clock-tick counts of /proc/<pid>/task/*/stat round each of a rank's nine server threads to 10 ms,
     as much as a whole poll costs)."""
-    total = 0.0
+    total = 0
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return 0.0
     for task in tasks:
         try:
-            if name is not None and open(f"/proc/{pid}/task/{task}/comm").read().strip() != name:
-                continue
-            total += int(open(f"/proc/{pid}/task/{task}/schedstat").read().split()[0]) / 1e9
-        except (OSError, ValueError):
+            if name is not None:
+                with open(f"/proc/{pid}/task/{task}/comm") as f:
+                    if f.read().strip() != name:
+                        continue
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
             continue
-    return total
+    return total / 1e9
 
 
 def _ranks(job: subprocess.Popen) -> list[int]:
@@ -113,16 +116,16 @@ def run(design: str, ranks: int, seconds: float, step_ms: float, stall_after: fl
                                        env=senv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(warm)  # the ring buffers fill; the sidecar's first whole reads are behind us
         pids = _ranks(job)
-        serve0 = {p: _thread_cpu(p, "pt_workerserver") for p in pids}
-        all0 = {p: _thread_cpu(p, None) for p in pids}
+        serve0 = {p: thread_cpu_s(p, "pt_workerserver") for p in pids}
+        all0 = {p: thread_cpu_s(p) for p in pids}
         side0 = tree_cpu_seconds(sidecar.pid) if sidecar else 0.0
         reads0 = sidecar_reads(port) if sidecar else {}
         t0 = time.monotonic()
         time.sleep(seconds)
         wall = time.monotonic() - t0
         reads = {k: v - reads0.get(k, 0.0) for k, v in sidecar_reads(port).items()} if sidecar else {}
-        serving = sum(_thread_cpu(p, "pt_workerserver") - serve0[p] for p in pids) / len(pids) / wall
-        whole = sum(_thread_cpu(p, None) - all0[p] for p in pids) / wall
+        serving = sum(thread_cpu_s(p, "pt_workerserver") - serve0[p] for p in pids) / len(pids) / wall
+        whole = sum(thread_cpu_s(p) - all0[p] for p in pids) / wall
         side = (tree_cpu_seconds(sidecar.pid) - side0) / wall if sidecar else 0.0
         latency = None
         if sidecar:
