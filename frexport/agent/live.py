@@ -15,6 +15,16 @@ unsettled one, else its newest). The answer is PyTorch's JSON dump layout (versi
 pg_status, entries) with the entries whose record id is at least `after`, and one key of ours,
 `frexport_first_record`: the record id of the oldest entry still in the buffer, so the sidecar
 knows which of its older entries the buffer still holds. Without `after`, all entries.
+
+    POST /handler/frexport_fr_live?after=<record id>&format=pickle
+
+answers the pickle itself with the entries before `after` cut out of its bytes (`_cut`), nothing
+loaded or written here: the trainer's part of a poll is then PyTorch's dump and a fraction of a
+millisecond (the JSON answer loads ~1000 entries and writes them again, a third of the poll's cost in
+the trainer). The sidecar reads it with the compiled scanner, which refuses anything outside the
+common shape, and keeps the entries from `after` on; the oldest entry is always kept (its record id
+is the first record). Where no cut can be made, the whole pickle. Only a sidecar that asks gets it:
+an older one keeps its JSON.
 """
 
 from __future__ import annotations
@@ -66,9 +76,12 @@ class FinalRead:
             self._done.wait(self.max_s)
 
 
-def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
-    """The JSON body for a poll from `after` on (None: everything), from one pickle dump."""
+def live_dump(dump_pickle: Callable[..., bytes], after: int | None, fmt: str = "json") -> bytes:
+    """The body for a poll from `after` on (None: everything), from one pickle dump: JSON, or with
+    `fmt="pickle"` the pickle with what precedes `after` cut out where that can be done."""
     data = dump_pickle(True, False, False)
+    if fmt == "pickle":
+        return (_cut(data, after) if after is not None else None) or data
     raw = (_load_from(data, after) if after is not None else None) or pickle.loads(data)
     entries = raw.pop("entries", None) or []
     raw[FIRST_RECORD_KEY] = entries[0]["record_id"] if entries else None
@@ -83,18 +96,42 @@ def live_dump(dump_pickle: Callable[..., bytes], after: int | None) -> bytes:
 
 
 def _load_from(data: bytes, after: int) -> dict[str, Any] | None:
-    """The dump with the entries between the first one and `after` cut out of the pickle before it
-    is loaded; None where that cannot be done safely (the caller loads it all).
+    """The dump loaded from its `_cut` bytes; None where the cut cannot be made, or made wrong (the
+    caller loads it all). Loading all 2000 entries costs a third of the dump itself and makes ~16 000
+    Python containers, enough to trigger full collections of the trainer's whole heap."""
+    cut = _cut(data, after)
+    if cut is None:
+        return None
+    try:
+        raw = pickle.loads(cut)
+        rids = [e["record_id"] for e in raw["entries"]]
+    except Exception:  # noqa: BLE001 - a cut in the wrong place: load it all
+        return None
+    return raw if _cut_holds(rids, after) else None
 
-    Loading all 2000 entries costs a third of the dump itself and makes ~16 000 Python containers,
-    enough to trigger full collections of the trainer's whole heap. PyTorch's pickler (protocol 2)
+
+def _cut_holds(rids: list[int], after: int) -> bool:
+    """Whether the record ids of a `_cut` pickle's entries are what a right cut leaves: a few older
+    entries in record order, then every id from `after` on, consecutively (the sidecar checks its
+    pickle answer so too: decode/pickle_tail.py)."""
+    tail = rids.index(after) if after in rids else -1
+    head = rids[:tail]
+    return tail >= 1 and rids[tail:] == list(range(after, after + len(rids) - tail)) \
+        and all(x < y for x, y in zip(head, rids[1:tail + 1]))
+
+
+def _cut(data: bytes, after: int) -> bytes | None:
+    """The pickle with the entries between the first one and `after` cut out of its bytes; None
+    where that cannot be done (`after` is the first entry, not in the buffer, an unknown layout).
+
+    PyTorch's pickler (protocol 2)
     writes each entry as `}(` + key/value pairs with the key "record_id" first, and memoizes only
     strings: each is written once (BINUNICODE `X`, then BINPUT `q`/`r`) and referenced after (BINGET
     `h`/`j`). So whole entries can be cut from the entry list: the first entry and every entry that
     writes a string for the first time stay (later entries may refer to those strings), the rest
     before `after` goes. A cut that lands wrong fails to load or fails the record-id check
-    below; a reference to a string that was cut out fails to load (the memo has no such index):
-    both fall back to a full load, never to wrong values.
+    (`_cut_holds`); a reference to a string that was cut out fails to load (the memo has no such
+    index): both fall back to a full load, never to wrong values.
     """
     # "record_id" is written in full in the first entry only; its memo index is what every later
     # entry starts with.
@@ -131,17 +168,7 @@ def _load_from(data: bytes, after: int) -> dict[str, Any] | None:
         else:
             spans.append((start, stop))
     spans.append((cut_to, len(data)))
-    try:
-        raw = pickle.loads(b"".join(data[i:j] for i, j in spans))
-        rids = [e["record_id"] for e in raw["entries"]]
-    except Exception:  # noqa: BLE001 - a cut in the wrong place: load it all
-        return None
-    tail = rids.index(after) if after in rids else -1
-    head = rids[:tail]
-    if tail < 1 or rids[tail:] != list(range(after, after + len(rids) - tail)) \
-            or any(x >= y for x, y in zip(head, rids[1:tail + 1])):
-        return None
-    return raw
+    return b"".join(data[i:j] for i, j in spans)
 
 
 def _int_opcode(value: int) -> bytes:
@@ -164,6 +191,9 @@ def parse_after(text: str) -> int | None:
     return int(text)
 
 
+_CONTENT_TYPE = {"json": "application/json", "pickle": "application/octet-stream"}
+
+
 def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None],
                  final: FinalRead | None = None) -> Callable[[Any, Any], None]:
     """The worker-server handler (req, resp) around `live_dump`: `?backend=<recorder>` (default: the first
@@ -176,12 +206,17 @@ def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None],
             resp.set_content(str(exc), "text/plain")
             resp.set_status(400)
             return
+        fmt = req.get_param("format") or "json"
+        if fmt not in _CONTENT_TYPE:
+            resp.set_content(f"format={fmt[:40]!r}: json or pickle", "text/plain")
+            resp.set_status(400)
+            return
         dump = dump_for(req.get_param("backend"))
         if dump is None:
             resp.set_content("no such recorder", "text/plain")
             resp.set_status(404)
             return
-        resp.set_content(live_dump(dump, after), "application/json")
+        resp.set_content(live_dump(dump, after, fmt), _CONTENT_TYPE[fmt])
         resp.set_status(200)
         if final is not None:
             final.entries_read(req.get_param("backend"))

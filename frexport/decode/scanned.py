@@ -20,6 +20,7 @@ speed changes. A property test checks that both paths build identical traces.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Callable
 from importlib import import_module
@@ -64,6 +65,10 @@ def _load() -> tuple[Callable[[bytes], tuple | None] | None, str]:
 
 
 _scan, _why_not = _load()
+# The scanner keeps its work buffers in C statics and holds the GIL throughout, but an object it makes
+# can start a collection whose finalizer lets another thread in: the live sidecar's poll threads
+# scan at once (decode/pickle_tail.py), so one scan at a time.
+_one_scan = threading.Lock()
 
 
 def available() -> bool:
@@ -100,7 +105,8 @@ def columns(data: bytes) -> tuple[dict, list, array, array, array, list, list, l
     (scanned_dump.dump_from_pickle, through read.decode_bytes) both read pickles through it."""
     if _scan is None:
         return None
-    cols = _scan(data)
+    with _one_scan:
+        cols = _scan(data)
     if cols is None:
         return None
     top, kinds, kind_of, ints, durations, stacks, frames, threads = cols

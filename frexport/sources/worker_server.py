@@ -32,13 +32,16 @@ from operator import attrgetter
 
 from frexport import logs
 from frexport.config import WorkerServers, recorder_name_ok
+from frexport.decode import scanned
 from frexport.decode.discover import parse_name
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import opt_int
 from frexport.decode.json_decode import parse_tail
 from frexport.decode.normalize import normalize
+from frexport.decode.pickle_tail import parse_pickle_tail
 from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
+from frexport.decode.scanned_dump import dump_from_pickle
 from frexport.model.dump import ProcessGroupStatus, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.recorders import Shifter, group_statuses, merge_recorders, pg_names
@@ -56,6 +59,7 @@ _record_id = attrgetter("record_id")
 LIVE_HANDLER = "frexport_fr_live"
 FIRST_RECORD_KEY = "frexport_first_record"
 RECORDERS_HANDLER = "frexport_recorders"
+_PICKLE = b"\x80"  # the first byte of PyTorch's pickles (protocol 2): the agent's live answer in that form
 LIVE_RETRY_S = 60.0  # after the live handler failed, PyTorch's own JSON handler is polled this long
 
 # A rank is every recorder its process holds (model/recorders.py). PyTorch's handlers: gloo's (the
@@ -524,12 +528,20 @@ class WorkerServerSource:
             return None
         cursor = _cursor(last.entries)
         rids, resume, _ = cursor
-        body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={rids[resume]}")
+        since = rids[resume]
+        # the agent's cut pickle where the compiled scanner reads it (decode/pickle_tail.py), else JSON
+        body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={since}"
+                             f"{'&format=pickle' if scanned.available() else ''}")
         dump = self._decode_tail(t, recorder, body, now_ns, last, window=True, cursor=cursor)
-        if dump is None and _holds_whole_buffer(body, rids[resume]):
+        if dump is None:
             # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
             # every entry came, so this body is decoded whole rather than asked for a second time
-            dump = self._decode(t, recorder, body, now_ns)
+            if body[:1] == _PICKLE:
+                whole = dump_from_pickle(body, str(t.target), t.rank, now_ns, keep_frames=False,
+                                         max_entries=self._max_entries(t), recorder=recorder)
+                return whole if whole is not None and whole.entries and whole.entries[0].record_id > since else None
+            if _holds_whole_buffer(body, since):
+                dump = self._decode(t, recorder, body, now_ns)
         return dump
 
     def _decode_tail(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, last: RankDump,
@@ -542,11 +554,13 @@ class WorkerServerSource:
         entries = last.entries
         rids, resume, ordered = cursor or _cursor(entries)
         since = rids[resume]
+        pickled = body[:1] == _PICKLE
         # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
-        tail = parse_tail(body, since, self.in_process_max_bytes)
+        # (the scanner's columns are bounded by the body, and its entries by fields.MAX_ENTRIES)
+        tail = parse_pickle_tail(body, since) if pickled else parse_tail(body, since, self.in_process_max_bytes)
         if tail is None:
             return None
-        first = tail.meta.pop(FIRST_RECORD_KEY, None) if window else tail.first_record
+        first = tail.meta.pop(FIRST_RECORD_KEY, None) if window and not pickled else tail.first_record
         if window and (type(first) is not int or first > since):
             return None  # the buffer no longer holds the cursor's entry: more than a buffer's worth since
         anchor = entries[resume] if ordered else next((e for e in entries if e.record_id == since), None)
@@ -561,8 +575,9 @@ class WorkerServerSource:
             carry = tuple(e for e in entries if first <= e.record_id < since)
         raw = dict(tail.meta)
         raw["entries"] = tail.entries
-        return normalize(raw, str(t.target), "json", rank=t.rank, dumped_at_ns=now_ns, size_bytes=len(body),
-                         keep_frames=False, carry=carry, max_entries=self._max_entries(t), recorder=recorder)
+        return normalize(raw, str(t.target), "pickle" if pickled else "json", rank=t.rank, dumped_at_ns=now_ns,
+                         size_bytes=len(body), keep_frames=False, carry=carry, max_entries=self._max_entries(t),
+                         recorder=recorder)
 
     def down_ranks(self) -> set[int]:
         """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent

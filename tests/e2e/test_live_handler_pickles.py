@@ -11,7 +11,12 @@ import sys
 import pytest
 
 from frexport.agent import live
+from frexport.decode import scanned
+from frexport.decode.json_decode import parse_tail
+from frexport.decode.normalize import normalize
+from frexport.decode.pickle_tail import parse_pickle_tail
 from tests.support.ports import free_port
+from tests.support.torchjob import torch_envs
 
 # Two groups, a dtype first seen in the middle of the buffer (a string the pickle writes once, there),
 # 300 entries of which the buffer keeps the newest 250.
@@ -30,15 +35,23 @@ open(sys.argv[1], "wb").write(torch._C._distributed_c10d._dump_fr_trace(True, Fa
 """
 
 
+def _record(out, python: str) -> bytes:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
+               TORCH_FR_BUFFER_SIZE="250", OMP_NUM_THREADS="1")
+    subprocess.run([python, "-c", _RECORDER, str(out)], env=env, check=True, timeout=120, capture_output=True)
+    return out.read_bytes()
+
+
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory) -> bytes:
     pytest.importorskip("torch")
-    out = tmp_path_factory.mktemp("fr") / "dump.pkl"
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
-               TORCH_FR_BUFFER_SIZE="250", OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-c", _RECORDER, str(out)], env=env, check=True, timeout=120,
-                   capture_output=True)
-    return out.read_bytes()
+    return _record(tmp_path_factory.mktemp("fr") / "dump.pkl", sys.executable)
+
+
+@pytest.fixture(scope="module", params=sorted(torch_envs()))
+def each_build(request, tmp_path_factory) -> bytes:
+    """The same recording on every torch build installed (.torch/<version>)."""
+    return _record(tmp_path_factory.mktemp("fr") / "dump.pkl", str(torch_envs()[request.param] / "python"))
 
 
 def _answer(dump: bytes, after: int | None) -> dict:
@@ -77,3 +90,38 @@ def test_a_pickle_it_cannot_cut_is_loaded_whole(dump):
     assert live._load_from(renamed, last) is None
     # a cut whose result does not hold the cursor's entry where it should: refused too
     assert live._load_from(dump, last + 1) is None
+
+
+def _normalized(tail, fmt: str):
+    raw = dict(tail.meta)
+    raw.pop(live.FIRST_RECORD_KEY, None)
+    raw["entries"] = tail.entries
+    return normalize(raw, "rank-0", fmt, rank=0, keep_frames=False)
+
+
+@pytest.mark.torchjob
+@pytest.mark.skipif(not scanned.available(), reason="the pickle answer is read by the compiled scanner only")
+def test_the_pickle_answer_reads_as_the_json_answer(each_build):
+    # what the sidecar asks for where its scanner is built: the pickle with the old entries cut out of
+    # its bytes, nothing loaded in the trainer; read, it must give the very entries the JSON answer gives
+    full = pickle.loads(each_build)
+    rids = [e["record_id"] for e in full["entries"]]
+    first, last = rids[0], rids[-1]
+    bf16 = next(e["record_id"] for e in full["entries"] if "BFloat16" in e["input_dtypes"])
+    for after in (first, first + 1, bf16 - 1, bf16, bf16 + 1, last - 99, last - 1, last):
+        body = live.live_dump(lambda *flags: each_build, after, "pickle")
+        assert len(body) < len(each_build) or after <= first + 1, after  # the old entries are not sent
+        got = parse_pickle_tail(body, after)
+        want = parse_tail(live.live_dump(lambda *flags: each_build, after), after)
+        assert got is not None and want is not None, after
+        assert got.first_record == first and got.first_created == want.first_created
+        a, b = _normalized(got, "pickle"), _normalized(want, "json")
+        assert a.entries == b.entries and [e.record_id for e in a.entries] == rids[rids.index(after):], after
+        assert (a.pg_config, a.pg_status, a.version_text) == (b.pg_config, b.pg_status, b.version_text)
+    # the cursor gone from the buffer: the whole pickle comes, and no tail is made of it
+    assert live.live_dump(lambda *flags: each_build, first - 1, "pickle") == each_build
+    assert parse_pickle_tail(each_build, first - 1) is None
+    # a cut that landed wrong (an entry missing after the cursor) is refused, never read short
+    body = live.live_dump(lambda *flags: each_build, last - 10, "pickle")
+    entry = body.rfind(b"}(", 0, body.rfind(b"}("))
+    assert parse_pickle_tail(body[:entry] + body[body.rfind(b"}("):], last - 10) is None

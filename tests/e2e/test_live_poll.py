@@ -14,6 +14,7 @@ import pytest
 
 from frexport.agent.live import LIVE_HANDLER, live_dump
 from frexport.config import WorkerServers
+from frexport.decode import scanned
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.sources.health import HealthRegistry
@@ -49,7 +50,7 @@ class AgentRank:
     """A worker server with the agent's live handler over a recorder that is at `self.dump`."""
 
     def __init__(self, path: str, dump: bytes, live_hangs: bool = False) -> None:
-        self.dump, self.asked, self.release = dump, [], threading.Event()
+        self.dump, self.asked, self.formats, self.release = dump, [], [], threading.Event()
         rank = self
 
         class Handler(QuietHandler):
@@ -63,11 +64,14 @@ class AgentRank:
                     return self.send(live_dump(lambda *flags: rank.dump, None))
                 if url.path != f"/handler/{LIVE_HANDLER}":
                     return self.send(b"", status=404)
-                after = parse_qs(url.query).get("after", [""])[0]
+                query = parse_qs(url.query)
+                after = query.get("after", [""])[0]
                 rank.asked.append(after)
+                rank.formats.append(query.get("format", ["json"])[0])
                 if live_hangs:
                     rank.release.wait(30)
-                self.send(live_dump(lambda *flags: rank.dump, int(after) if after else None))
+                self.send(live_dump(lambda *flags: rank.dump, int(after) if after else None,
+                                    query.get("format", ["json"])[0]))
 
         self.server = serve_unix(path, Handler)
 
@@ -90,6 +94,8 @@ def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
         # oldest entry that may change (the first not retired, else the newest), and after the ring
         # passed that cursor, the one answer that holds the whole buffer is decoded as it is
         assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), _cursor(dumps[1])]
+        # from the cursor on, the agent's pickle with the old entries cut out, where the scanner reads it
+        assert rank.formats == ["pickle" if scanned.available() else "json"] * 2
     finally:
         src.stop()
         rank.server.shutdown()

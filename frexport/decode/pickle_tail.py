@@ -1,0 +1,82 @@
+"""The live sidecar's new tail from the agent's pickle answer (`frexport_fr_live?...&format=pickle`).
+
+The agent cuts the entries before the sidecar's cursor out of PyTorch's pickle dump without loading it
+(agent/live.py `_cut`): what arrives is the dump's head, its oldest entry, the few older entries that
+first write a string the rest refers to, and every entry from the cursor on. The compiled scanner reads
+that in C into kinds and columns (scanned.columns: about 1 µs an entry and no object per entry, where
+msgspec's typed decode of the JSON answer took ~10 µs), and this module hands normalize the entries
+from the cursor on by kind (normalize.KindedEntries), as json_decode.parse_tail does for the JSON
+answer, so normalize builds the same Entry objects from either (tests/unit/decode/test_pickle_tail.py
+checks it on real dumps of every torch build installed).
+
+It answers None wherever it cannot tell safely, and the caller reads the whole buffer: no scanner
+(it never unpickles in-process: see sandbox.py), a pickle outside the common shape or with stack
+frames, record ids other than a right cut leaves (a cut that landed wrong, a buffer being rewritten).
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import compress, islice
+from operator import itemgetter, lt
+
+from frexport.decode import scanned
+from frexport.decode.json_decode import Tail, _Index
+from frexport.decode.normalize import KindedEntries
+
+# the scanner's numbers per entry (scanned.N_INTS): where each of KindedEntries.NUMBERS sits
+_SEQ, _P2P, _CREATED, _STARTED, _COMPLETED, _RECORD, _OP_ID, _THREAD = range(scanned.N_INTS)
+_ZERO_IS_NONE = {0: None}  # the scanner's 0 for a time not yet discovered (None in the pickle)
+_TOP_KEYS = ("version", "pg_config", "pg_status", "comm_lib_version", "nccl_version")
+
+
+def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
+    """The entries from the one with record id `since` on, by kind, and the rest of the document, from
+    the agent's cut pickle (or a whole one); None where that cannot be told safely (see the module)."""
+    cols = scanned.columns(body)
+    if cols is None:
+        return None
+    top, kinds, which, nums, durations, stacks, _frames, threads = cols
+    if stacks:
+        return None  # stack frames: not what the live answer holds (the plain path reads them)
+    k = scanned.N_INTS
+    rids = nums[_RECORD::k]
+    at = _cursor_at(rids, since)
+    if at is None:
+        return None
+    n = len(rids)
+    tail = range(at, n)
+    live_kind = _Index()  # the scanner's kind and the entry's thread: what a JSON entry's kind holds
+    kind_of = list(map(live_kind.__getitem__, zip(which[at:], nums[at * k + _THREAD::k])))
+    firsts = [_first(kinds[kind], threads[thread]) for kind, thread in live_kind]
+    pg_ids = list(map(itemgetter(2), kinds))
+    duration = durations[at:]
+    durs = [None if d != d else d for d in duration] if any(d == d for d in duration) else [None] * len(tail)
+    started, completed = nums[at * k + _STARTED::k], nums[at * k + _COMPLETED::k]
+    numbers = list(zip(rids[at:], map(pg_ids.__getitem__, which[at:]), nums[at * k + _SEQ::k],
+                       nums[at * k + _P2P::k], nums[at * k + _OP_ID::k], nums[at * k + _CREATED::k],
+                       map(_ZERO_IS_NONE.get, started, started), map(_ZERO_IS_NONE.get, completed, completed),
+                       durs))
+    meta = {key: top[key] for key in _TOP_KEYS if key in top}
+    return Tail(meta, rids[0], KindedEntries(firsts, kind_of, numbers), numbers[0][5])
+
+
+def _cursor_at(rids: array, since: int) -> int | None:
+    """Where the entry `since` is, if the record ids are what a right cut leaves: ascending, and
+    consecutive from `since` on (the agent keeps every entry from its cursor on, and some before)."""
+    if not rids or not all(map(lt, rids, islice(rids, 1, None))):
+        return None
+    at = next(compress(range(len(rids)), map(since.__eq__, rids)), None)
+    if at is None or rids[-1] - since != len(rids) - 1 - at:
+        return None
+    return at
+
+
+def _first(kind: tuple, thread: tuple) -> dict:
+    """A kind as the plain entry normalize's field rules read (its numbers are each entry's own)."""
+    pg_name, pg_desc, pg_id, is_p2p, pname, state, retired, in_s, out_s, in_d, out_d, _stack, timeout = kind
+    return {"record_id": 0, "pg_id": pg_id, "process_group": (pg_name, pg_desc), "collective_seq_id": 0,
+            "p2p_seq_id": 0, "op_id": 0, "profiling_name": pname, "time_created_ns": 0, "state": state,
+            "is_p2p": is_p2p, "input_sizes": in_s, "output_sizes": out_s, "input_dtypes": in_d,
+            "output_dtypes": out_d, "retired": retired, "timeout_ms": timeout, "time_discovered_started_ns": None,
+            "time_discovered_completed_ns": None, "thread_id": thread[0], "thread_name": thread[1]}

@@ -1,0 +1,80 @@
+"""The live sidecar's tail from the agent's pickle answer (decode/pickle_tail.py) normalizes to what the
+same entries normalize to when read whole; where it cannot tell, it answers None (the caller reads the
+whole buffer). Real PyTorch pickles cut by the agent: tests/e2e/test_live_handler_pickles.py."""
+
+import pickle
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frexport.decode import scanned
+from frexport.decode.normalize import KindedEntries, normalize
+from frexport.decode.pickle_tail import parse_pickle_tail
+from tests.support.examples import examples
+from tests.support.synth import dump
+from tests.unit.decode.test_fast_trace import _ops
+from tests.unit.decode.test_json_decode import _hostile, _json_shapes
+from tests.unit.decode.test_json_tail import _entry
+
+pytestmark = pytest.mark.skipif(not scanned.available(), reason="read by the compiled scanner only")
+
+
+def _doc(entries) -> dict:
+    return {"version": "2.10", "comm_lib_version": "", "entries": entries,
+            "pg_config": {"0": {"desc": "default_pg", "name": "0", "ranks": "[0, 1]"}},
+            "pg_status": {"0": {"last_completed_collective": 1, "last_enqueued_collective": 1,
+                                "last_started_collective": -1}}}
+
+
+def _pickle_of(entries) -> bytes:  # (a pickle's tuples and None where JSON has lists and 0)
+    for e in entries:
+        e["process_group"] = tuple(e["process_group"])
+        for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+            e[key] = e[key] or None
+    return pickle.dumps(_doc(entries), protocol=2)
+
+
+def test_the_entries_from_a_record_on():
+    body = _pickle_of([_entry(i, 1000 + i, done=i < 8) for i in range(10)])
+    tail = parse_pickle_tail(body, 7)
+    assert isinstance(tail.entries, KindedEntries) and tail.first_record == 0 and tail.first_created == 1007
+    assert [n[0] for n in tail.entries.numbers] == [7, 8, 9] and "entries" not in tail.meta
+    got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=0, keep_frames=False)
+    assert [(e.record_id, e.state, e.time_started_ns, e.time_completed_ns) for e in got.entries] == \
+           [(7, "completed", 1008, 1012), (8, "started", 1009, None), (9, "started", 1010, None)]
+
+
+def test_what_a_right_cut_does_not_leave_is_refused():
+    es = [_entry(i, 1000 + i) for i in range(10)]
+    assert parse_pickle_tail(_pickle_of(es), 42) is None  # not there
+    assert parse_pickle_tail(_pickle_of(es[:3] + es[5:]), 6) is not None  # older entries cut out: kept
+    assert parse_pickle_tail(_pickle_of(es[:6] + es[7:]), 4) is None  # a gap after the cursor
+    assert parse_pickle_tail(_pickle_of(es[::-1]), 7) is None  # not in record order
+    framed = [dict(e, frames=[{"name": "f", "filename": "a.py", "line": 1}]) for e in es]
+    assert parse_pickle_tail(_pickle_of(framed), 7) is None  # stack frames: not the live answer
+    assert parse_pickle_tail(b"\x80\x02}q\x00.", 0) is None  # no entries
+    assert parse_pickle_tail(_pickle_of(es)[:-30], 7) is None  # cut short
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.integers(0, 10**9), st.lists(_hostile, min_size=1, max_size=5))
+def test_a_tail_normalizes_as_its_entries_read_whole(seed, hostile):
+    """Hostile strings, odd numbers, extra and missing keys: where the scanner takes the pickle, the
+    tail's entries are those the pickle's entries from `since` on normalize to."""
+    rng = random.Random(seed)
+    raw = _json_shapes(rng, dump(_ops(rng), world=2, groups={"5": ("pp", [0, 1])}), hostile)
+    rids = [e.get("record_id") if isinstance(e, dict) else None for e in raw["entries"]]
+    if not rids or type(rids[-1]) is not int:
+        return
+    since = rids[rng.randrange(len(rids))]
+    tail = parse_pickle_tail(pickle.dumps(raw, protocol=2), since) if type(since) is int else None
+    if tail is None:
+        return
+    at = rids.index(since)
+    assert rids[at:] == list(range(since, since + len(rids) - at))
+    got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=1, dumped_at_ns=5, keep_frames=False)
+    want = normalize({**{k: raw[k] for k in tail.meta}, "entries": raw["entries"][at:]}, "x", "pickle", rank=1,
+                     dumped_at_ns=5, keep_frames=False)
+    assert got == want
