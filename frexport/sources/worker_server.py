@@ -536,7 +536,9 @@ class WorkerServerSource:
         if dump is None:
             # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
             # every entry came, so this body is decoded whole rather than asked for a second time
-            if body[:1] == _PICKLE:
+            if body[:1] == _PICKLE:  # (in-process only by the scanner, and only as much as a JSON tail)
+                if len(body) > self.in_process_max_bytes:
+                    return None
                 whole = dump_from_pickle(body, str(t.target), t.rank, now_ns, keep_frames=False,
                                          max_entries=self._max_entries(t), recorder=recorder)
                 return whole if whole is not None and whole.entries and whole.entries[0].record_id > since else None
@@ -556,8 +558,11 @@ class WorkerServerSource:
         since = rids[resume]
         pickled = body[:1] == _PICKLE
         # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
-        # (the scanner's columns are bounded by the body, and its entries by fields.MAX_ENTRIES)
-        tail = parse_pickle_tail(body, since) if pickled else parse_tail(body, since, self.in_process_max_bytes)
+        # (a pickle is decoded whole, by the compiled scanner only: the body is what is bounded)
+        if pickled:
+            tail = parse_pickle_tail(body, since) if len(body) <= self.in_process_max_bytes else None
+        else:
+            tail = parse_tail(body, since, self.in_process_max_bytes)
         if tail is None:
             return None
         first = tail.meta.pop(FIRST_RECORD_KEY, None) if window and not pickled else tail.first_record
