@@ -13,6 +13,7 @@ caches and the inlined type checks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from frexport.decode.errors import DecodeError
@@ -129,7 +130,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     entries, skipped = _entries(entries_raw, keep_frames, previous)
     if carry:
         entries = (carry + entries)[-max_entries:]
-        if any(is_coalesced_marker(e.op) for e in entries[len(carry):]):
+        if any(map(is_coalesced_marker, set(map(_op, entries[len(carry):])))):
             entries = tuple(complete_coalesced(entries))
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
@@ -295,8 +296,7 @@ def complete_coalesced(entries: list[Entry] | tuple[Entry, ...]) -> list[Entry]:
     return out
 
 
-def _op(e: Entry) -> str:
-    return e.op
+_op = attrgetter("op")
 
 
 def _coalesced_key(e: Entry) -> tuple:

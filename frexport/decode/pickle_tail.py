@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from array import array
 from itertools import compress, islice
+from math import isnan
 from operator import itemgetter, lt
 
 from frexport.decode import scanned
@@ -51,7 +52,7 @@ def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
     firsts = [_first(kinds[kind], threads[thread]) for kind, thread in live_kind]
     pg_ids = list(map(itemgetter(2), kinds))
     duration = durations[at:]
-    durs = [None if d != d else d for d in duration] if any(d == d for d in duration) else [None] * len(tail)
+    durs = [None] * len(tail) if all(map(isnan, duration)) else [None if d != d else d for d in duration]
     started, completed = nums[at * k + _STARTED::k], nums[at * k + _COMPLETED::k]
     numbers = list(zip(rids[at:], map(pg_ids.__getitem__, which[at:]), nums[at * k + _SEQ::k],
                        nums[at * k + _P2P::k], nums[at * k + _OP_ID::k], nums[at * k + _CREATED::k],
