@@ -166,7 +166,7 @@ class _Dump(msgspec.Struct):
     comm_lib_version: Any = msgspec.UNSET
 
 
-_TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
+TOP_KEYS = ("version", "pg_config", "pg_status", "nccl_version", "comm_lib_version")
 _DUMP = msgspec.json.Decoder(_Dump)
 # an entry's kind, as _scan.scan gives kinds (see scanned.trace_from_columns) less its stack (none):
 # its spans and its small values (`_kind_keys`), the spans read once per distinct kind with these types
@@ -195,7 +195,7 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
     if isinstance(entries, msgspec.UnsetType) or not entries or len(entries) > MAX_ENTRIES \
             or any(map(_FRAMES, entries)):
         return None  # no entries (the plain path is cheap), more than normalize keeps, or frames
-    index = _Index()
+    index = FirstSeen()
     which = array("i", map(index.__getitem__, _kind_keys(entries, _KIND_SPANS, _KIND_VALUES)))
     try:
         kinds = [(pg[0], pg[1], pg_id, p2p, name, state, retired, in_s, out_s, in_d, out_d, -1, timeout)
@@ -204,7 +204,7 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
     except (msgspec.DecodeError, RecursionError):
         return None  # a field of another type: the plain path's field rules say what it is
     seqs, p2p_seqs, created, started, completed, durations = zip(*map(_NUMBERS, entries))
-    top = {k: v for k in _TOP_KEYS if (v := getattr(dump, k)) is not msgspec.UNSET}
+    top = {k: v for k in TOP_KEYS if (v := getattr(dump, k)) is not msgspec.UNSET}
     top["entries"] = []
     return trace_from_columns(top, kinds, which, array("q", seqs), array("q", p2p_seqs), array("q", created),
                               _discovered(started), _discovered(completed), _durations(durations), [], [],
@@ -213,11 +213,11 @@ def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_by
 
 def _kind_keys(entries: list, spans: attrgetter, values: attrgetter) -> Iterator[tuple[bytes, tuple]]:
     """Each entry's kind as a key: its spans' bytes joined by commas (a JSON array's body, decoded once
-    per distinct kind) and its small values. C-level passes: `_Index` makes a call per new kind only."""
+    per distinct kind) and its small values. C-level passes: `FirstSeen` makes a call per new kind only."""
     return zip(map(_JOIN, map(spans, entries)), map(values, entries))
 
 
-class _Index(dict):
+class FirstSeen(dict):
     """Each key's index in the order of first appearance: a new key gets the next one."""
 
     def __missing__(self, key: tuple) -> int:
@@ -278,7 +278,7 @@ _LIVE_KIND_SPANS = attrgetter("process_group", "profiling_name", "state", "input
 _LIVE_KIND_VALUES = attrgetter("is_p2p", "retired", "timeout_ms")
 _LIVE_NUMBERS = attrgetter(*KindedEntries.NUMBERS)
 _RECORD_AT, _CREATED_AT = KindedEntries.NUMBERS.index("record_id"), KindedEntries.NUMBERS.index("time_created_ns")
-_META_KEYS = (*_TOP_KEYS, "frexport_first_record")
+_META_KEYS = (*TOP_KEYS, "frexport_first_record")
 # A span per entry costs ~60 bytes: more objects than a recorder's buffer holds is not a buffer to
 # walk in-process (a body of `{},` repeated); the caller decodes it whole (in its sandbox when large).
 MAX_TAIL_OBJECTS = 200_000
@@ -345,7 +345,7 @@ def _by_kind(text: bytes, raws: list[msgspec.Raw]) -> KindedEntries | None:
         return None
     if not typed or any(map(_FRAMES, typed)):
         return None
-    index = _Index()
+    index = FirstSeen()
     kind_of = list(map(index.__getitem__, _kind_keys(typed, _LIVE_KIND_SPANS, _LIVE_KIND_VALUES)))
     # each kind's first entry: where the kind is above every one before it
     firsts = compress(range(len(kind_of)), map(gt, kind_of, chain((-1,), accumulate(kind_of, max))))

@@ -6,7 +6,7 @@ first write a string the rest refers to, and every entry from the cursor on. The
 that in C into kinds and columns (scanned.columns: about 1 µs an entry and no object per entry, where
 msgspec's typed decode of the JSON answer took ~10 µs), and this module hands normalize the entries
 from the cursor on by kind (normalize.KindedEntries), as json_decode.parse_tail does for the JSON
-answer, so normalize builds the same Entry objects from either (tests/unit/decode/test_pickle_tail.py
+answer, so normalize builds the same Entry objects from either (tests/e2e/test_live_handler_pickles.py
 checks it on real dumps of every torch build installed).
 
 It answers None wherever it cannot tell safely, and the caller reads the whole buffer: no scanner
@@ -22,13 +22,13 @@ from math import isnan
 from operator import itemgetter, lt
 
 from frexport.decode import scanned
-from frexport.decode.json_decode import Tail, _Index
+from frexport.decode.json_decode import TOP_KEYS, FirstSeen, Tail
 from frexport.decode.normalize import KindedEntries
 
 # the scanner's numbers per entry (scanned.N_INTS): where each of KindedEntries.NUMBERS sits
 _SEQ, _P2P, _CREATED, _STARTED, _COMPLETED, _RECORD, _OP_ID, _THREAD = range(scanned.N_INTS)
 _ZERO_IS_NONE = {0: None}  # the scanner's 0 for a time not yet discovered (None in the pickle)
-_TOP_KEYS = ("version", "pg_config", "pg_status", "comm_lib_version", "nccl_version")
+_CREATED_AT = KindedEntries.NUMBERS.index("time_created_ns")
 
 
 def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
@@ -45,21 +45,20 @@ def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
     at = _cursor_at(rids, since)
     if at is None:
         return None
-    n = len(rids)
-    tail = range(at, n)
-    live_kind = _Index()  # the scanner's kind and the entry's thread: what a JSON entry's kind holds
+    n = len(rids) - at
+    live_kind = FirstSeen()  # the scanner's kind and the entry's thread: what a JSON entry's kind holds
     kind_of = list(map(live_kind.__getitem__, zip(which[at:], nums[at * k + _THREAD::k])))
     firsts = [_first(kinds[kind], threads[thread]) for kind, thread in live_kind]
     pg_ids = list(map(itemgetter(2), kinds))
     duration = durations[at:]
-    durs = [None] * len(tail) if all(map(isnan, duration)) else [None if d != d else d for d in duration]
+    durs = [None] * n if all(map(isnan, duration)) else [None if d != d else d for d in duration]
     started, completed = nums[at * k + _STARTED::k], nums[at * k + _COMPLETED::k]
     numbers = list(zip(rids[at:], map(pg_ids.__getitem__, which[at:]), nums[at * k + _SEQ::k],
                        nums[at * k + _P2P::k], nums[at * k + _OP_ID::k], nums[at * k + _CREATED::k],
                        map(_ZERO_IS_NONE.get, started, started), map(_ZERO_IS_NONE.get, completed, completed),
                        durs))
-    meta = {key: top[key] for key in _TOP_KEYS if key in top}
-    return Tail(meta, rids[0], KindedEntries(firsts, kind_of, numbers), numbers[0][5])
+    meta = {key: top[key] for key in TOP_KEYS if key in top}
+    return Tail(meta, rids[0], KindedEntries(firsts, kind_of, numbers), numbers[0][_CREATED_AT])
 
 
 def _cursor_at(rids: array, since: int) -> int | None:
