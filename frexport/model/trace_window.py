@@ -60,15 +60,23 @@ class TraceWindow:
         self._followable = False  # the last build left columns in row order: it can be followed
         self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
         self._facts = EdgeFacts()  # the header's facts of every entry of the window (rank_trace.EdgeFacts)
+        self._of: tuple[Entry, ...] | None = None  # the entries of the snapshot the trace was last updated to
 
     def update(self, dump: RankDump, rank: int | None = None) -> RankTrace:
         rank = dump.rank if rank is None else rank
         if rank is None:
             raise ValueError(f"{dump.source}: the rank of this dump is unknown")
+        if self.trace is not None and self.trace.rank == rank and dump.entries is self._of:
+            # the same entries, re-stamped (a sidecar's status read between two entries reads): the
+            # same rows, only the header is the new snapshot's (windowing 2000 entries again was
+            # most of an idle sidecar's analysis)
+            set_header(self.trace, dump, len(self._entries), self._facts.sample())
+            return self.trace
         entries = window(dump.entries, self.tail)
         if self.trace is None or self.trace.rank != rank or not self._follow(dump, entries):
             self._rebuild(dump, rank, entries)
         assert self.trace is not None  # (for mypy) _rebuild sets it
+        self._of = dump.entries
         return self.trace
 
     # --- from scratch ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ live analysis of ranks followed that way, must equal what a from-scratch build g
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from frexport.analysis.engine import Options, analyze
 from frexport.config import Analysis
 from frexport.live.diagnosis import LiveAnalysis
 from frexport.model.call_site import Frame
-from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
+from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
 from frexport.model.rank_trace import RankTrace, build_rank_trace
 from frexport.model.trace_window import TraceWindow
 
@@ -111,6 +112,11 @@ def test_a_followed_trace_is_the_trace_built_from_scratch(seed, tail, odd):
     for _ in range(25):
         dump = stream.step()
         assert resolved(follower.update(dump)) == resolved(build_rank_trace(dump, tail=tail))
+        # the same entries re-stamped by a status read (a sidecar between two entries reads): a new
+        # snapshot of the same tuple of entries, with its own time and status
+        again = replace(dump, dumped_at_ns=dump.dumped_at_ns + 10**9, source="restamped",
+                        pg_status=(ProcessGroupStatus(0, 7, 6, 5),))
+        assert resolved(follower.update(again)) == resolved(build_rank_trace(again, tail=tail))
 
 
 def test_a_window_that_slides_is_followed_not_rebuilt():
