@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -210,6 +211,8 @@ def main() -> int:
     ap.add_argument("--warm", type=float, default=10.0, help="running before the first round (buffers fill)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frx-busy-"))
+    # stopped by `timeout` or kill: the finally below still kills the job (its ranks spin on gloo)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     job = Job(args.ranks, args.interval_ms, work)
     plain: list[dict] = []
     watched: list[dict] = []
