@@ -48,3 +48,38 @@ def test_at_exit_the_last_read_is_waited_for_only_where_a_sidecar_reads_status_f
     final.entries_read("nccl2")
     waiter.join(1.0)
     assert not waiter.is_alive()
+
+
+class _Req:
+    def __init__(self, **params: str) -> None:
+        self.params = params
+
+    def get_param(self, name: str) -> str:
+        return self.params.get(name, "")
+
+
+class _Resp:
+    def set_content(self, body, content_type: str) -> None:
+        self.body, self.content_type = body, content_type
+
+    def set_status(self, status: int) -> None:
+        self.status = status
+
+
+def test_the_answer_comes_in_the_form_asked():
+    import json
+    import pickle
+    dump = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {},
+                         "entries": [{"record_id": i} for i in range(3)]}, protocol=2)
+    handler = live.make_handler(lambda backend: (lambda *flags: dump))
+    answers = {}
+    for fmt in ("", "json", "pickle", "xml"):
+        resp = _Resp()
+        handler(_Req(after="1", format=fmt), resp)
+        answers[fmt] = resp
+    assert answers["json"].status == answers[""].status == 200 and answers[""].body == answers["json"].body
+    assert [e["record_id"] for e in json.loads(answers["json"].body)["entries"]] == [1, 2]
+    # the pickle as it is where no cut can be made (not PyTorch's layout): the sidecar keeps from `after` on
+    assert (answers["pickle"].status, answers["pickle"].body, answers["pickle"].content_type) == \
+           (200, dump, "application/octet-stream")
+    assert answers["xml"].status == 400 and "json or pickle" in answers["xml"].body
