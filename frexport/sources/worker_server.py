@@ -112,6 +112,9 @@ class _Backoff:
     recorders_at: float = 0.0  # monotonic time they were last listed
     next_whole: float = 0.0  # without a status-only read: monotonic time of its next whole-dump poll
     read_before: bool = False  # its entries were read once (frexport_entries_reads_total: first, not poll)
+    # the agent's live answer asked in its pickle form (decode/pickle_tail.py) until one could not be
+    # read (a layout the scanner refuses): JSON from then on, never the whole buffer at every read
+    live_pickle: bool = True
 
 
 class WorkerServerSource:
@@ -475,7 +478,7 @@ class WorkerServerSource:
         """One recorder of the rank: through the agent's live handler from the cursor on where it
         runs, else (and for a whole buffer) through PyTorch's C++ handler for that recorder."""
         try:
-            dump = self._poll_live(t, recorder, now_ns) if b.handler == LIVE_HANDLER else None
+            dump = self._poll_live(t, b, recorder, now_ns) if b.handler == LIVE_HANDLER else None
             if dump is None:
                 dump = self._decode(t, recorder, self.fetch(t, _whole_buffer_handler(b, recorder)), now_ns)
         except PeerError as exc:
@@ -520,7 +523,7 @@ class WorkerServerSource:
         b = self._backoff.get(t.name)
         return max(1, self.cfg.max_entries // max(1, len(b.recorders) if b is not None else 1))
 
-    def _poll_live(self, t: RankTarget, recorder: str, now_ns: int) -> RankDump | None:
+    def _poll_live(self, t: RankTarget, b: _Backoff, recorder: str, now_ns: int) -> RankDump | None:
         """Ask the agent only for the entries from the first one that may still change; None where
         that answer cannot be joined to the last snapshot (the caller then fetches the whole buffer)."""
         last = self._last.get((t.rank, recorder))
@@ -531,20 +534,29 @@ class WorkerServerSource:
         since = rids[resume]
         # the agent's cut pickle where the compiled scanner reads it (decode/pickle_tail.py), else JSON
         body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={since}"
-                             f"{'&format=pickle' if scanned.available() else ''}")
+                             f"{'&format=pickle' if b.live_pickle and scanned.available() else ''}")
         dump = self._decode_tail(t, recorder, body, now_ns, last, window=True, cursor=cursor)
-        if dump is None:
+        if dump is None and body[:1] == _PICKLE:
+            dump = self._whole_pickle(t, recorder, body, now_ns, since)
+            if dump is None and len(body) <= self.in_process_max_bytes and scanned.columns(body) is None:
+                # not a wrap, nor a cut the ids refuse: a layout the scanner does not read
+                b.live_pickle = False
+                self._say_once(t, "live_pickle", logging.INFO, "rank %s: the agent's pickle answer could not be "
+                               "read here; asking its JSON answer from now on", t.rank)
+        elif dump is None and _holds_whole_buffer(body, since):
             # the ring moved past the cursor (a buffer's worth of collectives since the last poll):
             # every entry came, so this body is decoded whole rather than asked for a second time
-            if body[:1] == _PICKLE:  # (in-process only by the scanner, and only as much as a JSON tail)
-                if len(body) > self.in_process_max_bytes:
-                    return None
-                whole = dump_from_pickle(body, str(t.target), t.rank, now_ns, keep_frames=False,
-                                         max_entries=self._max_entries(t), recorder=recorder)
-                return whole if whole is not None and whole.entries and whole.entries[0].record_id > since else None
-            if _holds_whole_buffer(body, since):
-                dump = self._decode(t, recorder, body, now_ns)
+            dump = self._decode(t, recorder, body, now_ns)
         return dump
+
+    def _whole_pickle(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, since: int) -> RankDump | None:
+        """A pickle answer that holds the whole buffer (the ring moved past the cursor: no cut), read
+        whole: in-process by the compiled scanner only, and only as much as a JSON tail may be."""
+        if len(body) > self.in_process_max_bytes:
+            return None
+        whole = dump_from_pickle(body, str(t.target), t.rank, now_ns, keep_frames=False,
+                                 max_entries=self._max_entries(t), recorder=recorder)
+        return whole if whole is not None and whole.entries and whole.entries[0].record_id > since else None
 
     def _decode_tail(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, last: RankDump,
                      window: bool = False, cursor: tuple[list[int], int, bool] | None = None) -> RankDump | None:

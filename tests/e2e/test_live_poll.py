@@ -49,7 +49,7 @@ def dumps(tmp_path_factory) -> list[bytes]:
 class AgentRank:
     """A worker server with the agent's live handler over a recorder that is at `self.dump`."""
 
-    def __init__(self, path: str, dump: bytes, live_hangs: bool = False) -> None:
+    def __init__(self, path: str, dump: bytes, live_hangs: bool = False, odd_pickle: bytes | None = None) -> None:
         self.dump, self.asked, self.formats, self.release = dump, [], [], threading.Event()
         rank = self
 
@@ -70,8 +70,10 @@ class AgentRank:
                 rank.formats.append(query.get("format", ["json"])[0])
                 if live_hangs:
                     rank.release.wait(30)
-                self.send(live_dump(lambda *flags: rank.dump, int(after) if after else None,
-                                    query.get("format", ["json"])[0]))
+                fmt = query.get("format", ["json"])[0]
+                if odd_pickle is not None and fmt == "pickle":
+                    return self.send(odd_pickle)
+                self.send(live_dump(lambda *flags: rank.dump, int(after) if after else None, fmt))
 
         self.server = serve_unix(path, Handler)
 
@@ -123,4 +125,26 @@ def test_a_live_handler_that_cannot_answer_gives_way_to_pytorchs(tmp_path, dumps
     finally:
         src.stop()
         rank.release.set()
+        rank.server.shutdown()
+
+
+@pytest.mark.torchjob
+@pytest.mark.skipif(not scanned.available(), reason="the pickle answer is asked only where the scanner reads it")
+def test_a_pickle_answer_it_cannot_read_turns_that_rank_to_json(tmp_path, dumps):
+    # a pickle of a layout the scanner refuses (here: a bare list): that poll reads the whole buffer
+    # from PyTorch's handler, and the rank's next polls ask the JSON answer, not the whole buffer again
+    rank = AgentRank(str(tmp_path / "rank-0.sock"), dumps[0], odd_pickle=pickle.dumps([1, 2, 3], protocol=2))
+    src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), poll_interval=0.0))
+    state = LiveState()
+    try:
+        for n, dump in enumerate(dumps):
+            rank.dump = dump
+            assert pump(src, state) == 1
+            want = decode_bytes(dump, "pickle", rank=0, keep_frames=False)
+            assert state.latest_dumps()[0].entries == tuple(e._replace(frames=(), call_site=None)
+                                                             for e in want.entries), n
+        assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), "fr_trace_json", _cursor(dumps[1])]
+        assert rank.formats == ["pickle", "json"]
+    finally:
+        src.stop()
         rank.server.shutdown()
