@@ -78,9 +78,8 @@ class AgentRank:
         self.server = serve_unix(path, Handler)
 
 
-@pytest.mark.torchjob
-def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
-    rank = AgentRank(str(tmp_path / "rank-0.sock"), dumps[0])
+def _poll_each(tmp_path, rank: AgentRank, dumps) -> None:
+    """Poll the rank once per dump: the sidecar's snapshot is that dump read whole, every time."""
     src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), poll_interval=0.0))
     state = LiveState()
     try:
@@ -92,15 +91,21 @@ def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
             # every field but the frames, which the live view never reads (evidence fetches the pickle)
             assert got.entries == tuple(e._replace(frames=(), call_site=None) for e in want.entries), n
             assert got.pg_status == want.pg_status and len(got.entries) == 250
-        # one request per poll: the whole buffer first (from PyTorch's fr_trace_json), then from the
-        # oldest entry that may change (the first not retired, else the newest), and after the ring
-        # passed that cursor, the one answer that holds the whole buffer is decoded as it is
-        assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), _cursor(dumps[1])]
-        # from the cursor on, the agent's pickle with the old entries cut out, where the scanner reads it
-        assert rank.formats == ["pickle" if scanned.available() else "json"] * 2
     finally:
         src.stop()
         rank.server.shutdown()
+
+
+@pytest.mark.torchjob
+def test_each_poll_asks_once_and_ends_with_the_whole_buffer(tmp_path, dumps):
+    rank = AgentRank(str(tmp_path / "rank-0.sock"), dumps[0])
+    _poll_each(tmp_path, rank, dumps)
+    # one request per poll: the whole buffer first (from PyTorch's fr_trace_json), then from the
+        # oldest entry that may change (the first not retired, else the newest), and after the ring
+        # passed that cursor, the one answer that holds the whole buffer is decoded as it is
+    assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), _cursor(dumps[1])]
+    # from the cursor on, the agent's pickle with the old entries cut out, where the scanner reads it
+    assert rank.formats == ["pickle" if scanned.available() else "json"] * 2
 
 
 def _cursor(dump: bytes) -> str:
@@ -134,17 +139,6 @@ def test_a_pickle_answer_it_cannot_read_turns_that_rank_to_json(tmp_path, dumps)
     # a pickle of a layout the scanner refuses (here: a bare list): that poll reads the whole buffer
     # from PyTorch's handler, and the rank's next polls ask the JSON answer, not the whole buffer again
     rank = AgentRank(str(tmp_path / "rank-0.sock"), dumps[0], odd_pickle=pickle.dumps([1, 2, 3], protocol=2))
-    src = WorkerServerSource(HealthRegistry(), WorkerServers(str(tmp_path), poll_interval=0.0))
-    state = LiveState()
-    try:
-        for n, dump in enumerate(dumps):
-            rank.dump = dump
-            assert pump(src, state) == 1
-            want = decode_bytes(dump, "pickle", rank=0, keep_frames=False)
-            assert state.latest_dumps()[0].entries == tuple(e._replace(frames=(), call_site=None)
-                                                             for e in want.entries), n
-        assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), "fr_trace_json", _cursor(dumps[1])]
-        assert rank.formats == ["pickle", "json"]
-    finally:
-        src.stop()
-        rank.server.shutdown()
+    _poll_each(tmp_path, rank, dumps)
+    assert rank.asked == ["fr_trace_json", _cursor(dumps[0]), "fr_trace_json", _cursor(dumps[1])]
+    assert rank.formats == ["pickle", "json"]
