@@ -17,7 +17,8 @@ frames, record ids other than a right cut leaves (a cut that landed wrong, a buf
 from __future__ import annotations
 
 from array import array
-from itertools import compress, islice
+from bisect import bisect_left
+from itertools import islice
 from math import isnan
 from operator import itemgetter, lt
 
@@ -66,8 +67,8 @@ def _cursor_at(rids: array, since: int) -> int | None:
     consecutive from `since` on (the agent keeps every entry from its cursor on, and some before)."""
     if not rids or not all(map(lt, rids, islice(rids, 1, None))):
         return None
-    at = next(compress(range(len(rids)), map(since.__eq__, rids)), None)
-    if at is None or rids[-1] - since != len(rids) - 1 - at:
+    at = bisect_left(rids, since)
+    if at == len(rids) or rids[at] != since or rids[-1] - since != len(rids) - 1 - at:
         return None
     return at
 
