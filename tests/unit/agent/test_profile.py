@@ -3,6 +3,7 @@ and the bounds hold whatever the caller asks."""
 
 import gzip
 import json
+import sys
 import threading
 import time
 
@@ -61,7 +62,16 @@ def test_a_main_thread_in_native_code_fails_the_request_in_bounded_time(monkeypa
     p = Profiler(interval_s=0, max_bytes=1 << 20)
     box = {}
 
+    main = threading.main_thread().ident
+
+    def wait_in_c(lock):
+        lock.acquire(timeout=60)  # the main thread waits in C, runs no Python, until the request ends
+
     def run():
+        # the request begins only once the main thread is in the C call: were it still running the
+        # Python before it (slow on a loaded machine), it would start the profile
+        while sys._current_frames()[main].f_code is not wait_in_c.__code__:
+            time.sleep(0.001)
         try:
             p.take(0.2)
         except Refused as exc:
@@ -72,7 +82,7 @@ def test_a_main_thread_in_native_code_fails_the_request_in_bounded_time(monkeypa
     t = threading.Thread(target=lambda: (run(), lock.release()))
     start = time.monotonic()
     t.start()
-    lock.acquire(timeout=60)  # the main thread waits in C, runs no Python, until the request ends
+    wait_in_c(lock)
     t.join()
     assert box["refused"].status == 504 and "stuck in native code" in str(box["refused"])
     assert time.monotonic() - start < 30
