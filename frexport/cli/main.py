@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import importlib
 import os
 import sys
+import threading
+from typing import Any
 
 from frexport import __version__
 from frexport.model.world import MAX_WORLD
@@ -205,16 +208,49 @@ def _escape_unencodable_output() -> None:
                 pass
 
 
+class _Interrupts:
+    """A Ctrl-C that lands while a finalizer runs (`__del__`, called by the collector wherever it
+    happens to run) is printed as "Exception ignored" and lost there: the analysis went on to its end
+    and exited 0. Here it is kept, and delivered to the main thread again once the finalizer is over
+    (raised from the finalizer's hook itself, it would be lost the same way)."""
+
+    def __init__(self) -> None:
+        self.lost = False
+        self._again: threading.Timer | None = None
+        self._default = sys.unraisablehook
+        sys.unraisablehook = self._hook
+
+    def _hook(self, unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self._default(unraisable)
+            return
+        self.lost = True
+        self._again = threading.Timer(0.05, _thread.interrupt_main)
+        self._again.daemon = True
+        self._again.start()
+
+    def done(self) -> None:
+        if self._again is not None:
+            self._again.cancel()
+
+
 def main(argv: list[str] | None = None) -> int:
+    interrupts = _Interrupts()
     try:
-        return _run(argv)
+        code = _run(argv)
+        interrupted = interrupts.lost
     except BrokenPipeError:
         # `frexport analyze ... | head`: the reader left; not an error of ours, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # what a shell reports for a process ended by SIGPIPE
     except KeyboardInterrupt:  # Ctrl-C: the user asked for it, so no traceback
+        interrupted = True
+    finally:
+        interrupts.done()
+    if interrupted:
         sys.stderr.write("frexport: interrupted\n")
         return 130  # what a shell reports for a process ended by SIGINT
+    return code
 
 
 def _run(argv: list[str] | None) -> int:
