@@ -14,9 +14,11 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from functools import partial
+from itertools import repeat
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
@@ -105,6 +107,7 @@ class RankState:
     by_record: dict[int, Entry] = field(default_factory=dict)
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
+    pairs: set[tuple[str, str]] = field(default_factory=set)  # the (pg_desc, op) pairs its snapshot holds
 
 
 # the families whose label sets the state bounds, as `refused()` names them
@@ -161,18 +164,19 @@ class LiveState:
                     if g.seen_ns == rs.last_seen_ns:
                         g.seen_ns = now_ns
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
-                self._held(dump, now_ns)
+                self._held(rs.pairs, now_ns)
                 self._status(rs, groups, now_ns, with_entries=True)
                 self._recount_pending(rs)
                 return []
             if rs.dump is not None and self._restarted(rs, dump):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.timed_out, rs.groups = -1, set(), set(), {}
-            events, changed = self._advance(rs, dump, now_ns)
+            events, changed, outcomes = self._advance(rs, dump, now_ns)
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
-            self._progress(rs, changed, now_ns, {ev.entry.record_id: ev.outcome for ev in events})
-            self._held(dump, now_ns)
+            self._progress(rs, changed, outcomes, now_ns)
+            rs.pairs = set(map(_pair, dump.entries))
+            self._held(rs.pairs, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
         return events
@@ -263,59 +267,56 @@ class LiveState:
                 return True
         return False
 
-    def _advance(self, rs: RankState, dump: RankDump, now_ns: int) -> tuple[list[EntryEvent], list[Entry]]:
-        """Events for entries first seen finished; also every entry that is new or changed.
-        Per entry, as few Python steps as the rules allow (a busy rank brings hundreds a second): an
-        outcome depends only on the entry's state, retired and backend (outcome_of), so it is worked
-        out once per such triple; the counts are added once per label set."""
-        events: list[EntryEvent] = []
-        changed: list[Entry] = []
+    def _advance(self, rs: RankState, dump: RankDump,
+                 now_ns: int) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome]]:
+        """Events for entries first seen finished; also every entry that is new or changed, and its outcome.
+        In C-level passes over the entries rather than Python steps per entry (a busy rank brings
+        hundreds a second): an outcome depends only on the entry's state, retired and backend
+        (outcome_of), so it is worked out once per such triple; the counts are added once per label set."""
         if dump.entries and rs.max_record >= 0:
             oldest = dump.entries[0].record_id
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
                 rs.dropped += oldest - rs.max_record - 1
-        pending, max_record = rs.pending, rs.max_record
-        world_size = dump.world_size
+        changed = _unseen(dump.entries, rs.max_record, rs.pending)
+        if not changed:
+            return [], changed, []
+        keys = list(map(_outcome_key, changed))
         recorders = event_backends(dump.entries)
-        outcomes: dict[tuple, Outcome] = {}  # (state, retired, backend) -> outcome_of
-        counted: dict[tuple[str, str], bool] = {}  # (pg_desc, op) -> counted (else refused: the state is full)
-        counts: Counter[tuple[str, str, str]] = Counter()
-        rank, epoch = rs.rank, rs.epoch
-        add_event, add_changed = events.append, changed.append
-        for e in _unseen(dump.entries, max_record, pending):
-            rid = e.record_id
-            if rid <= max_record and rid not in pending:
-                continue
-            add_changed(e)
-            key = (e.state, e.retired, e.backend)
-            outcome = outcomes.get(key)
-            if outcome is None:
-                outcome = outcomes[key] = outcome_of(e, recorders)
-            if outcome is not PENDING:  # e.finished: settled, whatever the recorder
-                pending.discard(rid)
-                if outcome is Outcome.TIMED_OUT:
-                    rs.timed_out.add(rid)
-                pair = (e.pg_desc, e.op)
-                kept = counted.get(pair)
-                if kept is None:
-                    kept = counted[pair] = self._admit(pair, now_ns)
-                if kept:
-                    counts[(e.pg_desc, e.op, outcome)] += 1
-                    if outcome is COMPLETED or outcome is RETIRED:  # outcome.done
-                        self._observe(pair, e)
-                else:
-                    for family in COLLECTIVE_FAMILIES:
-                        self._refused[family] += 1
-                add_event(EntryEvent(rank, epoch, e, outcome, now_ns, world_size))
-            else:
-                pending.add(rid)
-            if rid > max_record:
-                max_record = rid
-        rs.max_record = max_record
+        by_key = {key: outcome_of(e, recorders) for key, e in dict(zip(keys, changed)).items()}
+        outcomes = list(map(by_key.__getitem__, keys))
+        rids = list(map(_record_id, changed))
+        rs.max_record = max(rs.max_record, max(rids))
+        if PENDING in by_key.values():
+            settled = [i for i, o in enumerate(outcomes) if o is not PENDING]
+            rs.pending.difference_update([rids[i] for i in settled])
+            rs.pending.update(r for r, o in zip(rids, outcomes) if o is PENDING)
+            done: Sequence[Entry] = [changed[i] for i in settled]
+            done_outcomes = [outcomes[i] for i in settled]
+        else:
+            rs.pending.difference_update(rids)
+            done, done_outcomes = changed, outcomes
+        if Outcome.TIMED_OUT in by_key.values():
+            rs.timed_out.update(r for r, o in zip(rids, outcomes) if o is Outcome.TIMED_OUT)
+        self._count(done, done_outcomes, now_ns)
+        events = list(map(_event, zip(repeat(rs.rank), repeat(rs.epoch), done, done_outcomes, repeat(now_ns),
+                                      repeat(dump.world_size))))
+        return events, changed, outcomes
+
+    def _count(self, done: Sequence[Entry], outcomes: list[Outcome], now_ns: int) -> None:
+        """Count the entries seen settled by (pg_desc, op, outcome), and time those proven over."""
+        pairs = list(map(_pair, done))
+        kept = {pair: self._admit(pair, now_ns) for pair in dict.fromkeys(pairs)}  # in first-seen order
         collectives = self.collectives
-        for label_set, n in counts.items():  # (first seen first, as one at a time would add them)
-            collectives[label_set] += n
-        return events, changed
+        for (pair, outcome), n in Counter(zip(pairs, outcomes)).items():
+            if kept[pair]:
+                collectives[pair + (outcome,)] += n
+            else:
+                for family in COLLECTIVE_FAMILIES:
+                    self._refused[family] += n
+        if any(map(is_not, map(_duration_ms, done), repeat(None))) or any(map(_time_started, done)):
+            for e, pair, outcome in zip(done, pairs, outcomes):
+                if (outcome is COMPLETED or outcome is RETIRED) and kept[pair]:  # outcome.done
+                    self._observe(pair, e)
 
     def _admit(self, pair: tuple[str, str], now_ns: int) -> bool:
         """Whether a (pg_desc, op) pair is counted: the state holds at most `max_label_sets`."""
@@ -332,25 +333,23 @@ class LiveState:
                 h = self.durations[pair] = Histogram()
             h.observe(seconds)
 
-    def _held(self, dump: RankDump, now_ns: int) -> None:
-        """The counted pairs this snapshot still holds stay: they expire only once none does."""
+    def _held(self, pairs: set[tuple[str, str]], now_ns: int) -> None:
+        """The counted pairs a snapshot still holds stay: they expire only once none does."""
         seen = self.pair_seen_ns
-        if not seen:
-            return
-        for pair in set(map(_pair, dump.entries)):
+        for pair in pairs:
             if pair in seen:
                 seen[pair] = now_ns
 
-    def _progress(self, rs: RankState, changed: list[Entry], now_ns: int, outcomes: dict[int, Outcome]) -> None:
+    def _progress(self, rs: RankState, changed: Sequence[Entry], outcomes: list[Outcome], now_ns: int) -> None:
         """Update each group's progress from the entries that are new or changed since the last
-        snapshot (values only grow within an epoch; `outcomes`: those seen settled, by record id): only
-        an entry that proves its op over moves `last_completed`. Pending is recounted by the caller,
-        once the status read with them is in too."""
+        snapshot (values only grow within an epoch; `outcomes`: theirs): only an entry that proves its
+        op over moves `last_completed`. Pending is recounted by the caller, once the status read with
+        them is in too."""
         first_sight = not rs.groups
         advanced: set[str] = set()
-        groups, get_outcome = rs.groups, outcomes.get
+        groups = rs.groups
         g: GroupProgress | None = None
-        for e in changed:
+        for e, outcome in zip(changed, outcomes):
             if e.is_p2p:
                 continue
             if g is None or g.pg_name != e.pg_name:  # (a run of one group's entries: looked up once)
@@ -366,7 +365,6 @@ class LiveState:
                 g.last_enqueued = seq
             if (e.state != "scheduled" or e.time_started_ns) and (g.last_started is None or seq > g.last_started):
                 g.last_started = seq
-            outcome = get_outcome(e.record_id)
             if (outcome is COMPLETED or outcome is RETIRED) and (g.last_completed is None or seq > g.last_completed):
                 g.last_completed = seq
                 advanced.add(e.pg_name)
@@ -419,15 +417,15 @@ class LiveState:
             g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
 
 
-def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]):
-    """The entries `_advance` must look at, in order: those past `max_record` and the pending ones.
-    A dump's entries are in record order (ids only grow): the older ones are skipped by bisection
-    instead of one by one; where they are not in order, all are looked at."""
-    if max_record < 0 or not entries:
-        return entries
+def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]) -> Sequence[Entry]:
+    """The entries `_advance` must look at, each record once, in order: those past `max_record` and
+    the pending ones. A dump's entries are in record order (ids only grow): the older ones are skipped
+    by bisection instead of one by one. Where they are not in order (a corrupt dump), a record listed
+    twice is looked at once, as its last listing says."""
     rids = list(map(_record_id, entries))
     if not all(map(int.__lt__, rids, rids[1:])):
-        return entries
+        last = dict(zip(rids, entries))
+        return [e for r, e in last.items() if r > max_record or r in pending]
     cut = bisect_right(rids, max_record)
     if not pending:
         return entries[cut:]
@@ -441,6 +439,9 @@ PENDING, COMPLETED, RETIRED = Outcome.PENDING, Outcome.COMPLETED, Outcome.RETIRE
 _record_id = attrgetter("record_id")
 _pair = attrgetter("pg_desc", "op")
 _pg_name = attrgetter("pg_name")
+_outcome_key = attrgetter("state", "retired", "backend")
+_duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
+_event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)
 
 
 def _known(seq: int | None) -> int | None:
