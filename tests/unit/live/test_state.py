@@ -1,8 +1,11 @@
 """Live state: entries counted once across overlapping polls, wraps counted, restarts start a new epoch."""
 
 import pickle
+from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
@@ -218,3 +221,27 @@ def test_a_status_of_a_group_or_rank_the_state_does_not_hold_changes_nothing():
     state.ingest(_snap([entry(0, 1)]), "s", T0)
     state.observe_status(0, {"nccl:9": _status(1, 1)}, T0 + 1)
     assert set(state.view().ranks) == {0} and set(state.view().ranks[0].groups) == {"nccl:0"}
+
+
+_rows = st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["scheduled", "started", "completed"]),
+                           st.sampled_from([None, True, False]), st.sampled_from(["nccl", "gloo", "custom"]),
+                           st.sampled_from(["all_reduce", "broadcast"])), max_size=12)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(_rows, st.booleans()), min_size=1, max_size=6))
+def test_each_record_is_counted_once_whatever_the_snapshots(snapshots):
+    """Snapshots that overlap, go back and forth between pending and finished, come out of order or
+    list a record twice (a corrupt dump): a record is counted at most once, and every count is an
+    event (the counters and the spans agree)."""
+    state, events = LiveState(), []
+    for i, (rows, ordered) in enumerate(snapshots):
+        if ordered:  # as a dump lists them: each record once, oldest first
+            rows = sorted({r[0]: r for r in rows}.values(), key=lambda r: r[0])
+        # one creation time per record id: a record seen again is the same op, not a restart
+        es = [entry(rid, rid, op=op, state=st_, retired=ret, backend=be) for rid, st_, ret, be, op in rows]
+        events.extend(state.ingest(_snap(es, at=T0 + i), "s", T0 + i))
+    per_record = Counter((ev.epoch, ev.entry.record_id) for ev in events)
+    assert all(n == 1 for n in per_record.values()), per_record
+    counted = Counter((ev.entry.pg_desc, ev.entry.op, ev.outcome) for ev in events)
+    assert dict(state.view().collectives) == dict(counted)
