@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,20 @@ def _post(sock: str, handler: str, timeout: float = 15.0) -> bytes | None:
     return r.body if r.status == 200 else None
 
 
+def _refuses(sock: str) -> bool:
+    """Whether nobody listens on the rank's socket any more: its process is gone (killed)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(sock)
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # not there yet (a rank still starting), or another trouble: not known to be gone
+        return False
+    finally:
+        s.close()
+    return False
+
+
 def _holds_entries(answers: dict[str, tuple[bytes, bytes]]) -> bool:
     return any(b'"entries"' in js for js, _ in answers.values())
 
@@ -242,9 +257,11 @@ def capture(scenario: str, out: Path, stable_s: float = 7.0, limit_s: float = 12
             if fp != fingerprint:
                 fingerprint, changed_at = fp, time.monotonic()
             # the snapshot clock starts once every rank has recorded a collective (a loaded machine
-            # can take many seconds to get 8 ranks through init and new_group)
-            if all_answered_at is None and len(last) == world and all(
-                    _holds_entries(last[r]) for r in last):
+            # can take many seconds to get 8 ranks through init and new_group), or is gone: a rank
+            # killed before its first answer held entries would otherwise hold the capture to its limit
+            if all_answered_at is None and any(_holds_entries(a) for a in last.values()) and all(
+                    (r in last and _holds_entries(last[r])) or _refuses(str(sockdir / f"rank-{r}.sock"))
+                    for r in range(world)):
                 all_answered_at = time.monotonic()
             if snapshot_after is not None:
                 if all_answered_at is not None and time.monotonic() - all_answered_at >= snapshot_after:
