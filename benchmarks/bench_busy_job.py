@@ -9,7 +9,10 @@ each measuring `--seconds` of the running job:
   (b) watched by a real `frexport serve` (a separate process, default configuration, poll interval 5 s,
       through the agent's sockets), started for the round while the job is paused (its first whole
       reads are not measured) and stopped after it.
-Printed, medians over the rounds: the job's real rate (collectives a second a rank); the sidecar's CPU
+`--entries-via pytorch` runs the sidecar with PyTorch's C++ handler for the entries (no GIL) instead
+of the agent's cut pickle. Printed, medians over the rounds: the job's real rate (collectives a second
+a rank); the training loop's longest stall (a step late beyond one interval, the most of any rank and
+round: what a pause of the trainer's Python costs it); the sidecar's CPU
 (% of one core, its decoder processes included) and its CPU per entry recorded (µs, all in: reads,
 status reads, decode, counting, analysis, the loop); the trainer's CPU per rank watched and not
 watched (% of one core: all its threads; and its worker-server threads alone, where the polls are
@@ -70,6 +73,7 @@ class Job:
         self.shared, self.pause_file = work / "shared", work / "pause"
         self.generation = 0
         self.counts: list[int] = []  # each rank's collectives at the last pause
+        self.stalled_ms: list[float] = []  # each rank's longest stall since the pause before
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE=str(BUFFER), MARK_DIR=str(work),
                    PAUSE_FILE=str(self.pause_file), INTERVAL_S=str(interval_ms / 1000),
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
@@ -111,19 +115,20 @@ class Job:
         os.replace(tmp, self.pause_file)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            counts = [self._count(r) for r in range(self.ranks)]
-            if all(c is not None for c in counts):
-                self.counts = [int(c) for c in counts]  # type: ignore[arg-type]
+            marks = [self._mark(r) for r in range(self.ranks)]
+            if all(m is not None for m in marks):
+                self.counts = [m[0] for m in marks]  # type: ignore[index]
+                self.stalled_ms = [m[1] for m in marks]  # type: ignore[index]
                 return self.counts
             time.sleep(0.05)
         raise RuntimeError("the job did not pause")
 
-    def _count(self, rank: int) -> int | None:
+    def _mark(self, rank: int) -> tuple[int, float] | None:
         try:
-            gen, count = (self.work / f"count_{rank}").read_text().split()
+            gen, count, stalled = (self.work / f"count_{rank}").read_text().split()
         except (OSError, ValueError):
             return None
-        return int(count) if int(gen) == self.generation else None
+        return (int(count), float(stalled)) if int(gen) == self.generation else None
 
     def resume(self) -> None:
         self.pause_file.unlink()
@@ -147,17 +152,19 @@ def measure(job: Job, seconds: float) -> dict:
     serving = sum(thread_cpu_s(p, "pt_workerserver") - serve0[p] for p in pids) / len(pids) / wall
     after = job.pause()
     recorded = sum(a - b for a, b in zip(after, before))
-    return {"wall": wall, "trainer": trainer, "serving": serving, "recorded": recorded, "counts": after}
+    return {"wall": wall, "trainer": trainer, "serving": serving, "recorded": recorded, "counts": after,
+            "stalled_ms": max(job.stalled_ms)}
 
 
-def watched_round(job: Job, seconds: float, profile: str | None = None) -> dict:
+def watched_round(job: Job, seconds: float, profile: str | None = None, entries_via: str = "agent") -> dict:
     """A fresh `frexport serve` reads the paused job, then watches `seconds` of it running."""
     start_counts = job.counts
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(":"))
     log = open(job.work / f"sidecar-{job.generation}.log", "wb")
     sidecar = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{port}",
-                                "--sockets-dir", str(job.shared), "--poll-interval", "5s"],
+                                "--sockets-dir", str(job.shared), "--poll-interval", "5s",
+                                "--entries-via", entries_via],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # its first whole reads: every finished entry in the buffers is counted once
@@ -209,6 +216,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", help="py-spy the sidecar's measured windows into PROFILE.<n>.txt (raw)")
     ap.add_argument("--warm", type=float, default=10.0, help="running before the first round (buffers fill)")
+    ap.add_argument("--entries-via", choices=("agent", "pytorch"), default="agent",
+                    help="the sidecar's `--entries-via`: whose handler serves the entries")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="frx-busy-"))
     # stopped by `timeout` or kill: the finally below still kills the job (its ranks spin on gloo)
@@ -222,7 +231,7 @@ def main() -> int:
         job.pause()
         for i in range(args.rounds):
             plain.append(measure(job, args.seconds))
-            watched.append(watched_round(job, args.seconds, args.profile))
+            watched.append(watched_round(job, args.seconds, args.profile, args.entries_via))
             print(f"round {i + 1}: not watched: trainer {plain[-1]['trainer'] * 100:.2f} %/rank; watched: trainer "
                   f"{watched[-1]['trainer'] * 100:.2f} %/rank, sidecar {watched[-1]['sidecar'] * 100:.2f} %, "
                   f"counted {watched[-1]['counted']:.0f} of {watched[-1]['expected']}, missed "
@@ -244,7 +253,8 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> 
     # per collective: the rounds' rates differ (a crowded machine), and a rank's CPU follows its rate
     per_op = {name: statistics.median(r["trainer"] * r["wall"] * args.ranks / r["recorded"] * 1e6 for r in rows)
               for name, rows in (("plain", plain), ("watched", watched))}
-    print(f"\n{args.ranks} ranks, a collective every {args.interval_ms:g} ms: {rate:.0f} a second a rank achieved, "
+    print(f"\n{args.ranks} ranks, entries via {args.entries_via}, a collective every {args.interval_ms:g} ms: "
+          f"{rate:.0f} a second a rank achieved, "
           f"{BUFFER}-entry buffers, {args.seconds:g} s x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     print(f"sidecar:  {side * 100:.2f} % of one core ({side * 100 / args.ranks:.3f} % per rank), "
           f"{per_entry:.2f} µs per entry recorded, all in")
@@ -254,6 +264,9 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> 
           f"{med(watched, 'trainer') * 100:.2f} % watched ({extra * 100:+.2f} %; target at most +0.5 %); "
           f"serving polls: {med(watched, 'serving') * 100:.3f} % per rank (not watched "
           f"{med(plain, 'serving') * 100:.3f} %)")
+    print(f"          the training loop's longest stall (a step started late beyond one interval): "
+          f"{max(r['stalled_ms'] for r in plain):.1f} ms not watched, "
+          f"{max(r['stalled_ms'] for r in watched):.1f} ms watched (entries via {args.entries_via})")
     more = per_op["watched"] - per_op["plain"]
     print(f"          per collective: {per_op['plain']:.1f} µs not watched, {per_op['watched']:.1f} µs watched "
           f"({more:+.1f} µs = {more * 500 / 1e4:+.2f} % "

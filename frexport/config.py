@@ -50,6 +50,12 @@ class WorkerServers:
     status_first: bool = True
     status_interval: float = 1.0
     entries_interval: float = 10.0
+    # Whose handler serves a rank's entries where frexport.agent runs: "agent" sends only those from the
+    # sidecar's cursor on, cut out of PyTorch's pickle dump (the least CPU on both sides), but that dump
+    # runs in Python and holds the trainer's GIL: its training loop pauses ~35 ms a read of a 2000-entry
+    # buffer. "pytorch": PyTorch's C++ JSON handler, which holds no GIL (no pause), at ~1.7x the dump's
+    # CPU on a worker-server thread and a whole buffer for the sidecar to parse (docs/agent.md).
+    entries_via: str = "agent"
     # work pending and a status that has not moved for this long: a stall is suspected, every rank's
     # entries are fetched at once. Shorter than any stall threshold worth paging for; not so short
     # that a rank the CPU scheduler left waiting a second sets it off in a busy job.
@@ -66,6 +72,7 @@ class WorkerServers:
     recorders: list[str] = field(default_factory=list)
 
 
+ENTRIES_VIA = ("agent", "pytorch")
 _RECORDER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -444,6 +451,8 @@ def validate(cfg: Config, job_view: bool = False) -> list[str]:
         if not recorder_name_ok(name):
             problems.append(f"sources.worker_servers.recorders[{i}]: {name!r} is not a backend name "
                             "(1 to 64 ASCII letters, digits, '-', '_', '.')")
+    if ws.entries_via not in ENTRIES_VIA:
+        problems.append(f"sources.worker_servers.entries_via: {ws.entries_via!r}: one of {', '.join(ENTRIES_VIA)}")
     for name in ("poll_interval", "status_interval", "entries_interval", "suspect_after"):
         if getattr(ws, name) <= 0:
             problems.append(f"sources.worker_servers.{name}: must be positive")

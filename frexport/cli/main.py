@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(frexport.agent's), e.g. 5s")
     s.add_argument("--status-interval", help="how often each rank's status is read (status first), e.g. 1s")
     s.add_argument("--entries-interval", help="the longest a moving rank's entries wait to be fetched, e.g. 10s")
+    s.add_argument("--entries-via", choices=("agent", "pytorch"),
+                   help="whose handler serves the entries where frexport.agent runs: agent (the least CPU; its "
+                        "dump holds the trainer's GIL, ~35 ms a read) or pytorch (C++, no GIL, more CPU)")
     s.add_argument("--stall-after", help="stall threshold, e.g. 2m (default: derived from the step time)")
     s.add_argument("--evidence-dir", help="where to write evidence bundles when a stall is seen")
     s.add_argument("--log-format", choices=("text", "json"))

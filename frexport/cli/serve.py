@@ -59,6 +59,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "sources.worker_servers.poll_interval": args.poll_interval,
             "sources.worker_servers.status_interval": args.status_interval,
             "sources.worker_servers.entries_interval": args.entries_interval,
+            "sources.worker_servers.entries_via": args.entries_via,
             "analysis.stall_after": args.stall_after,
             "evidence.dir": args.evidence_dir,
             "log.format": args.log_format,

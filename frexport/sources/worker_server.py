@@ -339,7 +339,7 @@ class WorkerServerSource:
                 newest = min(dump.newest_event_ns(), time.time_ns())
                 groups = group_statuses({r: d.pg_status for r, d in dumps.items()}, self._pg_names(t.rank, dumps))
                 dump = replace(dump, dumped_at_ns=max(now_ns, newest),
-                               read_via="frexport.agent" if b.handler == LIVE_HANDLER else "pytorch",
+                               read_via="frexport.agent" if self._via_agent(b) else "pytorch",
                                read_mode="status_first" if self._status_first(b) else "whole_dump",
                                unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
                 if self._status_first(b):
@@ -476,9 +476,10 @@ class WorkerServerSource:
 
     def _poll_recorder(self, t: RankTarget, b: _Backoff, recorder: str, now_ns: int) -> RankDump:
         """One recorder of the rank: through the agent's live handler from the cursor on where it
-        runs, else (and for a whole buffer) through PyTorch's C++ handler for that recorder."""
+        runs (and `entries_via` is "agent"), else (and for a whole buffer) through PyTorch's C++ handler
+        for that recorder."""
         try:
-            dump = self._poll_live(t, b, recorder, now_ns) if b.handler == LIVE_HANDLER else None
+            dump = self._poll_live(t, b, recorder, now_ns) if self._via_agent(b) else None
             if dump is None:
                 dump = self._decode(t, recorder, self.fetch(t, _whole_buffer_handler(b, recorder)), now_ns)
         except PeerError as exc:
@@ -497,6 +498,10 @@ class WorkerServerSource:
         # a pass over the whole buffer at each would cost more than the read
         self._names[(t.rank, recorder)] = pg_names(dump)
         return dump
+
+    def _via_agent(self, b: _Backoff) -> bool:
+        """Whether the rank's entries are read through the agent's live handler (config.entries_via)."""
+        return b.handler == LIVE_HANDLER and self.cfg.entries_via == "agent"
 
     def _decode(self, t: RankTarget, recorder: str, body: bytes, now_ns: int) -> RankDump:
         """Parse only what is new since the last snapshot when that can be done safely (and the part

@@ -169,9 +169,11 @@ def test_no_rank_no_agent(monkeypatch, tmp_path):
 
 
 @pytest.mark.torchjob
-def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
+@pytest.mark.parametrize("via", ["agent", "pytorch"])
+def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path, via):
     # a ring buffer of 300 that wraps while the sidecar polls: every poll after the first asks the
-    # agent's frexport_fr_live for the entries from its cursor on and joins them to what it had
+    # agent's frexport_fr_live for the entries from its cursor on and joins them to what it had; with
+    # entries_via "pytorch", PyTorch's C++ handler (no GIL) for the whole buffer, the status still the agent's
     shared = tmp_path / "shared"
     env = {"STEPS": "900", "STEP_S": "0.01", "HOLD_S": "120", "MARK_DIR": str(tmp_path),
            "TORCH_FR_BUFFER_SIZE": "300"}
@@ -180,13 +182,16 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
         state = LiveState()
         # status first, fast: a status every 0.05 s, entries at most every 0.3 s once a group moved
         src = WorkerServerSource(HealthRegistry(), WorkerServers(str(shared), poll_interval=0.0, status_interval=0.05,
-                                                                 entries_interval=0.3))
+                                                                 entries_interval=0.3, entries_via=via))
         sizes: dict[int, list[int]] = {0: [], 1: []}
+        read_via: set[str] = set()
         done = [tmp_path / "done_0", tmp_path / "done_1"]
         while not all(p.exists() for p in done):
             for snap in src.collect():
                 state.ingest(snap.dump, snap.source, snap.taken_ns)
-                sizes[snap.dump.rank].append(snap.dump.size_bytes)
+                if not snap.status_only:
+                    sizes[snap.dump.rank].append(snap.dump.size_bytes)
+                    read_via.add(snap.dump.read_via)
             time.sleep(0.3)
             assert job.proc.poll() is None, job.output()
         time.sleep(0.5)
@@ -202,8 +207,14 @@ def test_live_polls_ask_for_the_tail_and_keep_what_a_full_dump_says(tmp_path):
             assert live.entries == full.entries  # every field of every entry
             assert len(live.entries) == 300 and live.entries[0].record_id > 300  # the ring wrapped
             assert (live.version, live.pg_status) == (full.version, full.pg_status)
-            # polls after the first carried a tail, not the buffer
-            assert len(sizes[r]) >= 3 and max(sizes[r][1:]) < len(full_body) / 2, (sizes[r], len(full_body))
+            assert state.view().ranks[r].dropped == 0  # read before the ring wrapped past any entry
+            assert len(sizes[r]) >= 3, sizes[r]
+            if via == "agent":  # polls after the first carried a tail, not the buffer
+                assert max(sizes[r][1:]) < len(full_body) / 2, (sizes[r], len(full_body))
+            else:  # every read the whole buffer: the last ones, the full ring
+                assert min(sizes[r][-2:]) > len(full_body) * 0.9, (sizes[r][-5:], len(full_body))
+        assert read_via == {"frexport.agent" if via == "agent" else "pytorch"}
+        assert src.health.reads()["status"] > 0  # status first: through the agent either way
         src.stop()
 
 

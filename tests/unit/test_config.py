@@ -70,10 +70,12 @@ def test_errors_name_the_field(tmp_path):
     for text, field in [("sources: {worker_servers: {timeout: soon}}", "sources.worker_servers.timeout"),
                         ("analysis: {stall_aftr: 5s}", "analysis.stall_aftr"),
                         ("web: {listen: 9464}", None),
-                        ("sources: {dump_dirs: [{path: /x, polling: maybe}]}", "sources.dump_dirs[0].polling")]:
+                        ("sources: {dump_dirs: [{path: /x, polling: maybe}]}", "sources.dump_dirs[0].polling"),
+                        ("sources: {worker_servers: {entries_via: torch}}", None)]:
         bad.write_text(text)
-        if field is None:
-            assert any(p.startswith("web.listen") for p in validate(load_config(str(bad), env={})))
+        if field is None:  # parsed, then refused by validate
+            assert any(p.startswith(("web.listen", "sources.worker_servers.entries_via"))
+                       for p in validate(load_config(str(bad), env={})))
             continue
         with pytest.raises(ConfigError) as info:
             load_config(str(bad), env={})
