@@ -107,7 +107,6 @@ class RankState:
     by_record: dict[int, Entry] = field(default_factory=dict)
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
-    pairs: set[tuple[str, str]] = field(default_factory=set)  # the (pg_desc, op) pairs its snapshot holds
 
 
 # the families whose label sets the state bounds, as `refused()` names them
@@ -164,7 +163,7 @@ class LiveState:
                     if g.seen_ns == rs.last_seen_ns:
                         g.seen_ns = now_ns
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
-                self._held(rs.pairs, now_ns)
+                self._held(dump, now_ns)
                 self._status(rs, groups, now_ns, with_entries=True)
                 self._recount_pending(rs)
                 return []
@@ -175,8 +174,7 @@ class LiveState:
             rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
             rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
             self._progress(rs, changed, outcomes, now_ns)
-            rs.pairs = set(map(_pair, dump.entries))
-            self._held(rs.pairs, now_ns)
+            self._held(dump, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
         return events
@@ -333,10 +331,12 @@ class LiveState:
                 h = self.durations[pair] = Histogram()
             h.observe(seconds)
 
-    def _held(self, pairs: set[tuple[str, str]], now_ns: int) -> None:
-        """The counted pairs a snapshot still holds stay: they expire only once none does."""
+    def _held(self, dump: RankDump, now_ns: int) -> None:
+        """The counted pairs this snapshot still holds stay: they expire only once none does."""
         seen = self.pair_seen_ns
-        for pair in pairs:
+        if not seen:
+            return
+        for pair in set(map(_pair, dump.entries)):
             if pair in seen:
                 seen[pair] = now_ns
 
