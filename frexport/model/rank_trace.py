@@ -219,6 +219,15 @@ class EdgeFacts:
         return EdgeFacts(self.pg_name + other.pg_name, self.created + other.created, self.started + other.started,
                          self.completed + other.completed, self.timeout + other.timeout, self.events + other.events)
 
+    def slide(self, k: int, b: int, added: EdgeFacts) -> None:
+        """In place, to `self[k:b] + added`."""
+        for col, more in zip(self._columns(), added._columns()):
+            del col[b:], col[:k]
+            col.extend(more)  # (arrays and lists alike)
+
+    def _columns(self) -> tuple[list | array, ...]:
+        return self.pg_name, self.created, self.started, self.completed, self.timeout, self.events
+
     def sample(self) -> EdgeFacts:
         """Those of outcome.edges' entries."""
         n = len(self.created)

@@ -105,11 +105,13 @@ class TraceWindow:
         old, trace = self._entries, self.trace
         if trace is None or not self._followable or not new:
             return False
-        rids = list(map(_record_id, new))
+        k = bisect_left(old, new[0].record_id, key=_record_id)  # the entries before it left the window
+        same = next(compress(count(), map(is_not, new, old[k:])), min(len(new), len(old) - k))  # kept as they were
+        # the kept ones are in record order already (the window's are): only from the last of them on is
+        # it checked (reading every entry's id again was a fifth of a follow, cold in a big view's cache)
+        rids = list(map(_record_id, new[max(same - 1, 0):]))
         if not all(map(int.__lt__, rids, rids[1:])):
             return False
-        k = bisect_left(old, rids[0], key=_record_id)  # the entries before it left the window
-        same = next(compress(count(), map(is_not, new, old[k:])), min(len(new), len(old) - k))  # kept as they were
         if same < len(new) // 2 or len(trace.signatures) > 2 * len(new) + 64:
             return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
         b = k + same  # rows from b on are taken out, and the new ones appended
@@ -124,14 +126,17 @@ class TraceWindow:
             b = min(heads)
         if any(map(_site, marks[:k])) or any(map(_site, marks[b:])):
             return False  # the trace lists its window's call sites: one may have left
-        kept, added = old[k:b], new[b - k:]
-        facts = self._facts[k:b] + EdgeFacts.of(added)
+        added = new[b - k:]
+        # from here on the window's lists are moved in place (copying them touched every entry of the
+        # window, cold in a big view's cache); a follow given up from here on is rebuilt by the caller
+        facts = self._facts
+        facts.slide(k, b, EdgeFacts.of(added))
         sample = facts.sample()
         if sample.event_backends() != self._events:
             return False  # the recorder changed how it reports completion
         touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
         self._base = base + k
-        self._marks = marks[k:b]
+        del marks[b:], marks[:k]
         self._merged = [i - k for head, i in merged if k <= i < b]
         recent = {}
         for name, g in trace.groups.items():  # rows are appended to every p2p op, then the recent ones kept
@@ -149,13 +154,13 @@ class TraceWindow:
                 self._p2p[name], recent[name] = g.p2p, []
                 touched.add(name)
             g.p2p = recent_p2p(self._p2p[name]) if name in touched else recent[name]
-        self._entries = kept + list(added)
+        del old[b:], old[:k]
+        old.extend(added)
         if not self._settle(columns_before):
             return False
         for g in trace.groups.values():
             settle_issued(g)
         set_header(trace, dump, len(new), sample)
-        self._facts = facts
         return True
 
     def _drop(self, marks: list[RowMark], front: bool) -> set[str]:
