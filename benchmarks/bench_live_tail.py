@@ -34,7 +34,7 @@ from frexport.live.diagnosis import LiveAnalysis  # noqa: E402
 from frexport.live.state import LiveState  # noqa: E402
 from frexport.sources.health import HealthRegistry  # noqa: E402
 from frexport.sources.http_client import Target  # noqa: E402
-from frexport.sources.worker_server import RankTarget, WorkerServerSource, _cursor  # noqa: E402
+from frexport.sources.worker_server import RankTarget, WorkerServerSource  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 _RECORDER = """
@@ -75,9 +75,9 @@ def one_round(dumps: list[bytes], fmt: str) -> tuple[dict[str, float], int]:
     spent, counted = dict.fromkeys(STAGES, 0.0), 0
     for now, data in enumerate(dumps[1:], 2):
         c = time.process_time()
-        cursor = _cursor(last.entries)  # the sidecar's: counted with its decode
+        cursor = source._cursors.of((0, "gloo"), last.entries)  # the sidecar's: counted with its decode
         t0 = time.process_time()
-        body = live_dump(lambda *flags, d=data: d, cursor[0][cursor[1]], fmt)
+        body = live_dump(lambda *flags, d=data: d, last.entries[cursor[0]].record_id, fmt)
         t1 = time.process_time()
         dump = source._decode_tail(target, "gloo", body, now, last, window=True, cursor=cursor)
         assert dump is not None, "the tail could not be joined: read more often (--new)"

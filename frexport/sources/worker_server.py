@@ -43,13 +43,13 @@ from frexport.decode.read import decode_bytes
 from frexport.decode.sandbox import DecoderPool
 from frexport.decode.scanned_dump import dump_from_pickle
 from frexport.model.dump import ProcessGroupStatus, RankDump
-from frexport.model.outcome import first_unsettled
 from frexport.model.recorders import Shifter, group_statuses, merge_recorders, pg_names
 from frexport.sources.base import Snapshot
 from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
 from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched, fetch_cap
 from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, fetch_within, request
+from frexport.sources.live_cursor import Cursors
 
 _record_id = attrgetter("record_id")
 
@@ -130,6 +130,7 @@ class WorkerServerSource:
         self.skipped_targets = 0  # socket files over max_ranks at the last listing
         self._backoff: dict[str, _Backoff] = {}
         self._last: dict[tuple[int, str], RankDump] = {}  # (rank, recorder) -> its last snapshot (incremental decode)
+        self._cursors = Cursors()  # where each _last's next answer starts
         self._shifters: dict[int, dict[str, Shifter]] = {}  # rank -> its recorders' record-id moves
         self._merged: dict[int, RankDump] = {}  # rank -> its last snapshot (all recorders)
         self.schedule = EntrySchedule(cfg.entries_interval, on_fetch=health.count_read)
@@ -214,6 +215,7 @@ class WorkerServerSource:
         for key in [k for k in self._last if k[0] not in ranks]:
             del self._last[key]
             self._names.pop(key, None)
+            self._cursors.forget(key)
         for rank in [r for r in self._shifters if r not in ranks]:
             del self._shifters[rank]
             self._merged.pop(rank, None)
@@ -330,6 +332,7 @@ class WorkerServerSource:
                 for gone in [k for k in self._last if k[0] == t.rank and k[1] not in dumps]:
                     del self._last[gone]
                     self._names.pop(gone, None)
+                    self._cursors.forget(gone)
                 dump = merge_recorders(dumps, self._shifters.setdefault(t.rank, {}))
                 # taken during the request, after now_ns: an op recorded meanwhile must not make the
                 # time look older than the dump (rank_trace.dump_time_trusted: a copied file's), which
@@ -534,9 +537,8 @@ class WorkerServerSource:
         last = self._last.get((t.rank, recorder))
         if last is None or not last.entries:
             return None
-        cursor = _cursor(last.entries)
-        rids, resume, _ = cursor
-        since = rids[resume]
+        cursor = self._cursors.of((t.rank, recorder), last.entries)
+        since = last.entries[cursor[0]].record_id
         # the agent's cut pickle where the compiled scanner reads it (decode/pickle_tail.py), else JSON
         body = self.fetch(t, f"{LIVE_HANDLER}?backend={recorder}&after={since}"
                              f"{'&format=pickle' if b.live_pickle and scanned.available() else ''}")
@@ -564,15 +566,15 @@ class WorkerServerSource:
         return whole if whole is not None and whole.entries and whole.entries[0].record_id > since else None
 
     def _decode_tail(self, t: RankTarget, recorder: str, body: bytes, now_ns: int, last: RankDump,
-                     window: bool = False, cursor: tuple[list[int], int, bool] | None = None) -> RankDump | None:
+                     window: bool = False, cursor: tuple[int, bool] | None = None) -> RankDump | None:
         """The same process, further along: keep the older entries of `last`, decode the rest; None
         where that cannot be done (the caller parses it all). `window`: the body is the agent's
         answer from a cursor, which says where the buffer starts (FIRST_RECORD_KEY) instead of
-        holding every entry. `cursor`: `_cursor(last.entries)` where the caller has it (a pass over the
-        whole buffer, not made twice)."""
-        entries = last.entries
-        rids, resume, ordered = cursor or _cursor(entries)
-        since = rids[resume]
+        holding every entry. `cursor`: `Cursors.of` the last entries where the caller has it (a pass
+        over what was not carried before, not made twice)."""
+        entries, key = last.entries, (t.rank, recorder)
+        resume, ordered = cursor or self._cursors.of(key, entries)
+        since = entries[resume].record_id
         pickled = body[:1] == _PICKLE
         # bounded like a body parsed whole in-process: what is decoded is the tail and the small rest
         # (a pickle is decoded whole, by the compiled scanner only: the body is what is bounded)
@@ -587,19 +589,21 @@ class WorkerServerSource:
             return None  # the buffer no longer holds the cursor's entry: more than a buffer's worth since
         anchor = entries[resume] if ordered else next((e for e in entries if e.record_id == since), None)
         if anchor is None or tail.first_created != anchor.time_created_ns \
-                or (first is not None and first < rids[0]):
+                or (first is not None and first < entries[0].record_id):
             return None
         if first is None:
             first = since
         if ordered:  # the entries in [first, since): a slice
-            carry = entries[bisect_left(rids, first):resume]
+            carry = entries[bisect_left(entries, first, key=_record_id):resume]
         else:
             carry = tuple(e for e in entries if first <= e.record_id < since)
         raw = dict(tail.meta)
         raw["entries"] = tail.entries
-        return normalize(raw, str(t.target), "pickle" if pickled else "json", rank=t.rank, dumped_at_ns=now_ns,
+        dump = normalize(raw, str(t.target), "pickle" if pickled else "json", rank=t.rank, dumped_at_ns=now_ns,
                          size_bytes=len(body), keep_frames=False, carry=carry, max_entries=self._max_entries(t),
                          recorder=recorder)
+        self._cursors.carried(key, dump.entries, carry if ordered else ())
+        return dump
 
     def down_ranks(self) -> set[int]:
         """Ranks whose process is gone (killed or crashed): a unix socket nobody listens on (the agent
@@ -778,15 +782,6 @@ def _holds_whole_buffer(body: bytes, since: int) -> bool:
     end = body.find(b'"entries"')
     m = _FIRST_RECORD.search(body, 0, end if end >= 0 else min(len(body), 1 << 16))
     return m is not None and int(m.group(1)) > since
-
-
-def _cursor(entries: tuple) -> tuple[list[int], int, bool]:
-    """(record ids, index of the entry to decode from, whether ids ascend): the first entry that may
-    still change, else the newest, which anchors the next body to this snapshot (same process)."""
-    rids = list(map(_record_id, entries))
-    ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
-    at = first_unsettled(entries)
-    return rids, at if at is not None else len(entries) - 1, ordered
 
 
 def _label(name: str) -> str:
