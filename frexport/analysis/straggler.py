@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
-from operator import and_, eq, lt, mul, sub
+from operator import eq, lt
 from statistics import median
 
 from frexport.analysis.membership import Group
@@ -64,17 +64,10 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
                                               for s, c, f in zip(seqs, created, finished) if c and f)
     out: dict[str, dict[int, dict[int, int]]] = {}
     for r, events in timeline.items():
-        if len(events) < 2:
-            continue
         events.sort()
-        _, keys, seqs, waits = zip(*events)
-        # each collective with the wait of the one before, where there was one; per group in C-level
-        # passes (a step per collective was a third of judging a 4096-rank view's stragglers)
-        keys, seqs, waited = keys[1:], seqs[1:], list(map(bool, waits))
-        for key in set(keys):
-            at = dict(compress(zip(seqs, waits), map(and_, map(key.__eq__, keys), waited)))
-            if at:
-                out.setdefault(key, {})[r] = at
+        for (_, _, _, w), (_, k1, s1, _) in zip(events, islice(events, 1, None)):
+            if w:
+                out.setdefault(k1, {}).setdefault(r, {})[s1] = w
     return out
 
 
@@ -96,16 +89,7 @@ def _waits_in_step(windows: list[_Window]) -> list[Sequence[int]] | None:
         return None
     if not seqs:
         return [() for _ in windows]
-    durations = [w[3] for w in windows]
-    shortest = list(map(min, zip(*durations)))
-    # _waits_at, member by member where every seq takes the same way (timed everywhere, or nowhere)
-    if min(shortest) >= 0:
-        return [list(map(mul, map(sub, d, shortest), repeat(1000))) for d in durations]
-    if max(shortest) < 0:
-        issued = [w[1] for w in windows]
-        last = list(map(max, zip(*issued)))
-        return [list(map(sub, last, c)) for c in issued]
-    return list(zip(*map(_waits_at, zip(*(w[1] for w in windows)), zip(*durations))))
+    return list(zip(*map(_waits_at, zip(*(w[1] for w in windows)), zip(*(w[3] for w in windows)))))
 
 
 def _waits(windows: list[_Window]) -> list[dict[int, int]]:
@@ -161,24 +145,18 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     samples = [j for j, ok in enumerate(every.to_bytes(n, "little")) if ok]
     if len(samples) < min_samples:
         return []
-    if len(samples) < n:  # the members' columns at the samples only (usually every seq is one)
-        created = [[c[j] for j in samples] for c in created]
-        durations = [[d[j] for j in samples] for d in durations]
-    by_duration = all(min(d, default=0) >= 0 for d in durations)
+    by_duration = all(d[j] >= 0 for d in durations for j in samples)
     last_count = {r: 0 for r in members}
     k = len(members) - 1  # the others of a member: its lateness is against their median
     half = k // 2
     # an arrival as early as it would have been, had the rank not waited for a peer just before
-    owed = [(inherited or {}).get(r) for r in members]
-    owed_at = zip(*[[o.get(first + j, 0) for j in samples] if o else repeat(0, len(samples)) for o in owed]) \
-        if any(owed) else None
-    # arrival on a common axis, later is larger; a sample's cells side by side (transposed in C, where
-    # indexing every member's column at every sample was most of judging a 4096-rank view's groups)
-    arrivals = (list(map(mul, t, repeat(-1000))) for t in zip(*durations)) if by_duration else zip(*created)
+    owed = [(inherited or {}).get(r, {}) for r in members]
     rows: list[list[float]] = []  # per sample, each member's lateness
-    for arrival in arrivals:
-        if owed_at is not None:
-            arrival = list(map(sub, arrival, next(owed_at)))
+    for j in samples:
+        # arrival on a common axis: later is larger
+        arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
+        if inherited:
+            arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
         latest = max(arrival)
         last_count[min(compress(members, map(eq, arrival, repeat(latest))))] += 1
         # the median of the others: the sorted arrivals without one `a`, which is above o[i] exactly
