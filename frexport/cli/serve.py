@@ -121,7 +121,8 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     """Wire the sidecar from its configuration: sources, state, analysis, sinks, and the metrics
     registry that reads them."""
     health = HealthRegistry()
-    state = LiveState(max_ranks=cfg.max_ranks, max_label_sets=cfg.metrics.max_label_sets)
+    state = LiveState(max_ranks=cfg.max_ranks, max_label_sets=cfg.metrics.max_label_sets,
+                      events=cfg.traces.enabled)  # (only the spans sink takes the entries' events)
     dc = cfg.decode
     decoder = DecoderPool(dc.workers, Limits(dc.memory_limit, dc.timeout, not dc.allow_no_memory_limit))
     ws = cfg.sources.worker_servers

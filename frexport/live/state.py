@@ -119,8 +119,12 @@ class LiveState:
     label values come from the dumps, and a dump rewritten with fresh names must not grow the state
     (or the scrape) for good. Pairs and groups no snapshot holds expire with the ranks."""
 
-    def __init__(self, max_ranks: int = 4096, max_label_sets: int = 256, count: bool = True) -> None:
+    def __init__(self, max_ranks: int = 4096, max_label_sets: int = 256, count: bool = True,
+                 events: bool = True) -> None:
         self._lock = threading.Lock()
+        # False: `ingest` makes no events (no sink takes them: spans are off, the default). One tuple per
+        # finished entry was a fifth of a busy rank's ingest, made to be dropped.
+        self.events = events
         # False: keep each rank's latest snapshot only, no events, counts or group progress. The job-level
         # view: its ranks' series come from their own pods' sidecars (exporting them twice would double
         # the job-wide rules' input), and that bookkeeping was a third of its pass at 4096 ranks.
@@ -139,7 +143,8 @@ class LiveState:
     def ingest(self, dump: RankDump, source: str, now_ns: int,
                groups: Mapping[str, ProcessGroupStatus] | None = None) -> list[EntryEvent]:
         """Take a rank's new snapshot; returns the events of entries first seen finished (none when
-        the snapshot is older than what we have, or the state is full of other ranks). `groups`: the
+        the snapshot is older than what we have, the state is full of other ranks, or `events` is off;
+        the counts are the same either way). `groups`: the
         pg_status read with it, by group name (sources/base.py Snapshot.groups)."""
         rank = dump.rank
         if rank is None:
@@ -297,7 +302,7 @@ class LiveState:
             rs.timed_out.update(r for r, o in zip(rids, outcomes) if o is Outcome.TIMED_OUT)
         self._count(done, done_outcomes, now_ns)
         events = list(map(_event, zip(repeat(rs.rank), repeat(rs.epoch), done, done_outcomes, repeat(now_ns),
-                                      repeat(dump.world_size))))
+                                      repeat(dump.world_size)))) if self.events else []
         return events, changed, outcomes
 
     def _count(self, done: Sequence[Entry], outcomes: list[Outcome], now_ns: int) -> None:

@@ -35,6 +35,21 @@ def test_pending_entry_counted_when_it_finishes():
     assert state.view().ranks[0].groups["nccl:0"].last_completed == 2
 
 
+def test_without_events_the_counts_progress_and_pending_are_the_same():
+    """serve makes no events unless spans are on (traces.enabled): nothing else may change."""
+    snaps = [_snap([entry(0, 1), entry(1, 2, state="started")]), _snap([entry(0, 1), entry(1, 2), entry(2, 3,
+             state="scheduled")], at=T0 + 5), _snap([entry(i, i + 1, duration_ms=2.0) for i in range(1, 6)], at=T0 + 9)]
+    views = []
+    for events in (True, False):
+        state = LiveState(events=events)
+        made = [e for s in snaps for e in state.ingest(s, "s", s.dumped_at_ns)]
+        assert bool(made) is events
+        v = state.view()
+        views.append((v.collectives, {k: (h.counts, h.count) for k, h in v.durations.items()},
+                      {n: (g.last_enqueued, g.last_completed, g.pending) for n, g in v.ranks[0].groups.items()}))
+    assert views[0] == views[1] and views[0][0]
+
+
 def test_wrapped_away_entries_are_counted_as_dropped():
     state = LiveState()
     state.ingest(_snap([entry(i, i + 1) for i in range(3)]), "s", T0)
