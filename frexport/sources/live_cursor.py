@@ -44,7 +44,7 @@ class Cursors:
         """`cursor(entries)`, from past the entries carried into them where noted."""
         note = self._carried.get(key)
         if note is not None and note[0] is not entries:  # of a snapshot gone since: its entries not held on
-            del self._carried[key]
+            self._carried.pop(key, None)  # (pop: the listing may forget the rank meanwhile, on its thread)
             note = None
         return cursor(entries, note[1] if note is not None else 0)
 
