@@ -96,6 +96,7 @@ def _worker_main(conn: Connection, fn: Callable, memory_bytes: int, parent: int,
     # (their tracebacks would bury its message). SIGTERM ends a worker, whatever handler its parent had.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held by the parent while it started us
     if lifeline is not None:
         _watch_parent(*lifeline, death_signal)
     if os.getppid() != parent:  # the parent died before the watch began
@@ -167,7 +168,14 @@ class _Worker:
         main = threading.current_thread() is threading.main_thread()
         self.proc = ctx.Process(target=_worker_main, daemon=True, args=(
             child, fn, limits.memory_bytes, os.getpid(), (reader, self.lifeline), main))
-        self.proc.start()
+        # the worker starts with Ctrl-C held until it ignores it (the mask is inherited through fork and
+        # exec): one landing while it starts printed its KeyboardInterrupt traceback under our one line.
+        # Here it waits, and reaches this thread (the process) once the worker is started.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child.close()
         reader.close()
         self.batch: list[int] = []

@@ -337,8 +337,11 @@ def test_ctrl_c_stops_the_analysis_with_one_line_and_no_traceback(tmp_path):
     directory.mkdir()
     for r in range(256):
         (directory / f"nccl_trace_rank_{r}").write_bytes(one)
+    # SIGINT at its default in the CLI, as under a terminal: a test run started in the background (`cmd &`
+    # in a script) ignores it, the CLI would inherit that, and Python then never turns it into Ctrl-C
     proc = subprocess.Popen(FREXPORT + ["analyze", str(directory), "--workers", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not (decoders := descendants(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
