@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, groupby, islice, repeat
-from operator import attrgetter, eq, ge, itemgetter, ne
+from operator import add, attrgetter, eq, ge, getitem, itemgetter, ne
 from typing import NamedTuple
 
 from frexport.model.call_site import Frame
@@ -212,12 +212,10 @@ class EdgeFacts:
                    [e.backend if shows_events(e.state) else None for e in entries])
 
     def __getitem__(self, cut: slice) -> EdgeFacts:
-        return EdgeFacts(self.pg_name[cut], self.created[cut], self.started[cut], self.completed[cut],
-                         self.timeout[cut], self.events[cut])
+        return EdgeFacts(*map(getitem, self._columns(), repeat(cut)))
 
     def __add__(self, other: EdgeFacts) -> EdgeFacts:
-        return EdgeFacts(self.pg_name + other.pg_name, self.created + other.created, self.started + other.started,
-                         self.completed + other.completed, self.timeout + other.timeout, self.events + other.events)
+        return EdgeFacts(*map(add, self._columns(), other._columns()))
 
     def slide(self, k: int, b: int, added: EdgeFacts) -> None:
         """In place, to `self[k:b] + added`."""

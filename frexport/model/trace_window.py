@@ -129,9 +129,8 @@ class TraceWindow:
         added = new[b - k:]
         # from here on the window's lists are moved in place (copying them touched every entry of the
         # window, cold in a big view's cache); a follow given up from here on is rebuilt by the caller
-        facts = self._facts
-        facts.slide(k, b, EdgeFacts.of(added))
-        sample = facts.sample()
+        self._facts.slide(k, b, EdgeFacts.of(added))
+        sample = self._facts.sample()
         if sample.event_backends() != self._events:
             return False  # the recorder changed how it reports completion
         touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
