@@ -12,8 +12,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, groupby, islice, repeat
-from operator import add, attrgetter, eq, ge, getitem, itemgetter, ne
-from typing import NamedTuple
+from operator import add, attrgetter, eq, ge, itemgetter, ne
+from typing import Any, NamedTuple
 
 from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, RankDump
@@ -212,7 +212,7 @@ class EdgeFacts:
                    [e.backend if shows_events(e.state) else None for e in entries])
 
     def __getitem__(self, cut: slice) -> EdgeFacts:
-        return EdgeFacts(*map(getitem, self._columns(), repeat(cut)))
+        return EdgeFacts(*[col[cut] for col in self._columns()])
 
     def __add__(self, other: EdgeFacts) -> EdgeFacts:
         return EdgeFacts(*map(add, self._columns(), other._columns()))
@@ -223,7 +223,7 @@ class EdgeFacts:
             del col[b:], col[:k]
             col.extend(more)  # (arrays and lists alike)
 
-    def _columns(self) -> tuple[list | array, ...]:
+    def _columns(self) -> tuple[Any, ...]:  # (lists and arrays, in the fields' order)
         return self.pg_name, self.created, self.started, self.completed, self.timeout, self.events
 
     def sample(self) -> EdgeFacts:
