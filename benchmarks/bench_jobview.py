@@ -1,6 +1,7 @@
 """Benchmark of the job-level view (`frexport jobview`) at scale: 512 pods / 4096 ranks.
 
     python benchmarks/bench_jobview.py [--ranks 4096] [--pods 512] [--entries 400] [--new 20] [--passes 3]
+                                       [--also-ranks 1024]
 
 gen_dumps writes a Megatron-like job (tp=8 inside a pod, pp=4, dp across pods) with a rank stuck in a
 data-parallel collective; each rank's dump is decoded once. Each pod is an in-process peer: its own
@@ -25,6 +26,8 @@ import gc
 import json
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                     "the survivors: live/gc_pacing.py)")
     ap.add_argument("--profile", metavar="FILE", help="write a cProfile of the last pass's analysis to FILE "
                     "(pstats format; the pass's figures then include the profiler's own cost)")
+    ap.add_argument("--also-ranks", type=int, action="append", default=[], metavar="N",
+                    help="first run the same job at N ranks (as many per pod), in a process of its own, and end "
+                         "with how the steady pass grows from N to --ranks (repeatable)")
     args = ap.parse_args(argv)
+    others = {n: _run_alone(args, n) for n in args.also_ranks}
 
     with tempfile.TemporaryDirectory(prefix="frx-jobview-") as tmp:
         t = time.monotonic()
@@ -165,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
           f"generated dump): {rss_before} MB; the view's own peak is at most the peak less that: "
           f"{rows[-1]['peak_rss_mb'] - rss_before} MB")
     print(json.dumps(rows))
+    for n, other in others.items():
+        _compare(n, other, args.ranks, rows)
     if not args.no_gc_pacing:  # (it walks the simulated pods' data too: an upper bound)
         t = time.process_time()
         pacing.stop()
@@ -174,6 +183,30 @@ def main(argv: list[str] | None = None) -> int:
               f"({pacing.full_share:.0%} of its time)")
     decoder.close()
     return 0
+
+
+def _run_alone(args: argparse.Namespace, ranks: int) -> list[dict]:
+    """The pass rows of this benchmark at `ranks` ranks, run in a child process (its memory its own)."""
+    per_pod = max(1, args.ranks // args.pods)
+    cmd = [sys.executable, __file__, "--ranks", str(ranks), "--pods", str(max(1, ranks // per_pod)),
+           "--entries", str(args.entries), "--new", str(args.new), "--passes", str(args.passes),
+           "--window", str(args.window)] + (["--no-gc-pacing"] if args.no_gc_pacing else [])
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+    print(out, end="", flush=True)
+    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))
+
+
+def _compare(small: int, small_rows: list[dict], big: int, big_rows: list[dict]) -> None:
+    """How the steady pass grows from `small` to `big` ranks: the medians of the steady passes."""
+    def steady(rows: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in rows if r["pass"] != "first")
+
+    print(f"{small} -> {big} ranks ({big / small:g}x), steady passes' medians in one run:")
+    for key, what in (("total_s", "the view's CPU"), ("analysis_s", "of it analysis"), ("wall_s", "wall")):
+        a, b = steady(small_rows, key), steady(big_rows, key)
+        print(f"  {what:15} {a:6.2f} s -> {b:6.2f} s: {b / a if a else float('inf'):.2f}x")
+    a, b = small_rows[0]["total_s"], big_rows[0]["total_s"]
+    print(f"  first pass, the view's CPU: {a:.2f} s -> {b:.2f} s: {b / a if a else float('inf'):.2f}x")
 
 
 CLK = os.sysconf("SC_CLK_TCK")
