@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
 from frexport.model.outcome import Outcome, event_backends, outcome_of
+from frexport.model.record_index import NO_RECORDS, RecordIndex
 
 # Prometheus buckets for collective durations, 100 us to 30 min.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -104,7 +105,7 @@ class RankState:
     max_record: int = -1
     pending: set[int] = field(default_factory=set)
     timed_out: set[int] = field(default_factory=set)  # settled, yet where the rank is stuck (Outcome.TIMED_OUT)
-    by_record: dict[int, Entry] = field(default_factory=dict)
+    by_record: RecordIndex = NO_RECORDS  # the entries of `dump`, by record id
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
 
@@ -172,12 +173,12 @@ class LiveState:
                 self._status(rs, groups, now_ns, with_entries=True)
                 self._recount_pending(rs)
                 return []
-            if rs.dump is not None and self._restarted(rs, dump):
+            index = RecordIndex(dump.entries)
+            if rs.dump is not None and self._restarted(rs, dump, index):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.timed_out, rs.groups = -1, set(), set(), {}
-            events, changed, outcomes = self._advance(rs, dump, now_ns)
-            rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
-            rs.by_record = dict(zip(map(_record_id, dump.entries), dump.entries))
+            events, changed, outcomes = self._advance(rs, dump, now_ns, index)
+            rs.dump, rs.source, rs.last_seen_ns, rs.by_record = dump, source, now_ns, index
             self._progress(rs, changed, outcomes, now_ns)
             self._held(dump, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
@@ -256,13 +257,12 @@ class LiveState:
     # --- internals --------------------------------------------------------------------------
 
     @staticmethod
-    def _restarted(rs: RankState, dump: RankDump) -> bool:
+    def _restarted(rs: RankState, dump: RankDump, index: RecordIndex) -> bool:
         """Record ids only grow within one process; going back, or a known id with another
-        creation time, means the rank restarted (or the recorder was reset)."""
+        creation time, means the rank restarted (or the recorder was reset). `index`: the dump's."""
         if not dump.entries or rs.max_record < 0:
             return False
-        newest = max(map(_record_id, dump.entries))
-        if newest < rs.max_record:
+        if index.newest() < rs.max_record:
             return True
         for e in dump.entries[:1] + dump.entries[-1:]:
             old = rs.by_record.get(e.record_id)
@@ -270,8 +270,8 @@ class LiveState:
                 return True
         return False
 
-    def _advance(self, rs: RankState, dump: RankDump,
-                 now_ns: int) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome]]:
+    def _advance(self, rs: RankState, dump: RankDump, now_ns: int,
+                 index: RecordIndex) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome]]:
         """Events for entries first seen finished; also every entry that is new or changed, and its outcome.
         In C-level passes over the entries rather than Python steps per entry (a busy rank brings
         hundreds a second): an outcome depends only on the entry's state, retired and backend
@@ -280,7 +280,7 @@ class LiveState:
             oldest = dump.entries[0].record_id
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
                 rs.dropped += oldest - rs.max_record - 1
-        changed = _unseen(dump.entries, rs.max_record, rs.pending)
+        changed = _unseen(index, rs.max_record, rs.pending)
         if not changed:
             return [], changed, []
         keys = list(map(_outcome_key, changed))
@@ -407,7 +407,8 @@ class LiveState:
         issued is not counted: nothing says it is still pending."""
         for group in rs.groups.values():
             group.pending = {}
-        rs.timed_out &= rs.by_record.keys()
+        if rs.timed_out:
+            rs.timed_out = {rid for rid in rs.timed_out if rs.by_record.get(rid) is not None}
         for rid in rs.pending | rs.timed_out:
             e = rs.by_record.get(rid)
             if e is None or e.is_p2p:
@@ -422,13 +423,13 @@ class LiveState:
             g.pending[e.op] = (count + 1, min(oldest, e.time_created_ns))
 
 
-def _unseen(entries: tuple[Entry, ...], max_record: int, pending: set[int]) -> Sequence[Entry]:
+def _unseen(index: RecordIndex, max_record: int, pending: set[int]) -> Sequence[Entry]:
     """The entries `_advance` must look at, each record once, in order: those past `max_record` and
     the pending ones. A dump's entries are in record order (ids only grow): the older ones are skipped
     by bisection instead of one by one. Where they are not in order (a corrupt dump), a record listed
     twice is looked at once, as its last listing says."""
-    rids = list(map(_record_id, entries))
-    if not all(map(int.__lt__, rids, rids[1:])):
+    entries, rids = index.entries, index.ids
+    if not index.ordered:
         last = dict(zip(rids, entries))
         return [e for r, e in last.items() if r > max_record or r in pending]
     cut = bisect_right(rids, max_record)
@@ -472,7 +473,7 @@ def duration_s(e: Entry) -> float | None:
 def _copy_rank(rs: RankState) -> RankState:
     groups = {name: replace(g, pending=dict(g.pending)) for name, g in rs.groups.items()}
     return RankState(rs.rank, rs.source, rs.epoch, rs.dump, rs.first_seen_ns, rs.last_seen_ns, rs.max_record,
-                     set(), set(), {}, rs.dropped, groups)
+                     set(), set(), NO_RECORDS, rs.dropped, groups)
 
 
 @dataclass

@@ -135,6 +135,7 @@ def test_unseen_entries_are_those_the_full_loop_would_look_at():
     from types import SimpleNamespace
 
     from frexport.live.state import _unseen
+    from frexport.model.record_index import RecordIndex
 
     rng = random.Random(7)
     for _ in range(2000):
@@ -145,11 +146,11 @@ def test_unseen_entries_are_those_the_full_loop_would_look_at():
         max_record = rng.randint(-1, 60)
         pending = set(rng.sample(range(60), rng.randint(0, 6)))
         want = [e for e in entries if not (e.record_id <= max_record and e.record_id not in pending)]
-        got = [e for e in _unseen(entries, max_record, pending)
+        got = [e for e in _unseen(RecordIndex(entries), max_record, pending)
                if not (e.record_id <= max_record and e.record_id not in pending)]
         assert got == want
         if rids == sorted(rids) and max_record >= 0:
-            assert len(list(_unseen(entries, max_record, pending))) == len(want)
+            assert len(list(_unseen(RecordIndex(entries), max_record, pending))) == len(want)
 
 
 def test_a_state_that_does_not_count_keeps_only_the_latest_snapshots():
