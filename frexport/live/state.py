@@ -429,9 +429,8 @@ def _unseen(index: RecordIndex, max_record: int, pending: set[int]) -> Sequence[
     by bisection instead of one by one. Where they are not in order (a corrupt dump), a record listed
     twice is looked at once, as its last listing says."""
     entries, rids = index.entries, index.ids
-    if not index.ordered:
-        last = dict(zip(rids, entries))
-        return [e for r, e in last.items() if r > max_record or r in pending]
+    if index.by_id is not None:  # out of order
+        return [e for r, e in index.by_id.items() if r > max_record or r in pending]
     cut = bisect_right(rids, max_record)
     if not pending:
         return entries[cut:]

@@ -23,11 +23,12 @@ class RecordIndex:
         self.entries = entries
         self.ids = list(map(_record_id, entries))
         self.ordered = all(map(int.__lt__, self.ids, self.ids[1:]))  # ascending, each id once
-        self._by_id = None if self.ordered else dict(zip(self.ids, entries))
+        # out of order only: each id's last listing, in the order the ids first appear
+        self.by_id = None if self.ordered else dict(zip(self.ids, entries))
 
     def get(self, record_id: int) -> Entry | None:
-        if self._by_id is not None:
-            return self._by_id.get(record_id)
+        if self.by_id is not None:
+            return self.by_id.get(record_id)
         i = bisect_left(self.ids, record_id)
         return self.entries[i] if i < len(self.ids) and self.ids[i] == record_id else None
 
