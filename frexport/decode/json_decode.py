@@ -97,6 +97,11 @@ def _stdlib(data: bytes, source: str) -> Any:
         raise DecodeError(source, "corrupt", f"not valid JSON: {exc}") from None
 
 
+def typed_decodable(data: bytes) -> bool:
+    """Whether a typed decode may run on `data`: what it skips is still UTF-8, and it fits in memory."""
+    return _utf8(data) and _fits(data)
+
+
 def _utf8(data: bytes) -> bool:
     """Whether the text is UTF-8 (PyTorch's is ASCII: its JSON escapes the rest). A typed decode skips
     what it does not read without checking its bytes: this checks them (what `loads` refuses), a MiB
@@ -185,7 +190,7 @@ _NONE_IS_NAN = {None: _NAN}
 
 def trace(data: bytes, source: str, rank: int, dumped_at_ns: int | None, size_bytes: int) -> RankTrace | None:
     """The trace of a JSON dump in the common shape, or None: use `loads` and the plain path."""
-    if not _utf8(data) or not _fits(data):
+    if not typed_decodable(data):
         return None
     try:
         dump = _DUMP.decode(data)
@@ -299,7 +304,7 @@ def parse_tail(body: bytes, since: int, max_bytes: int | None = None) -> Tail | 
     that cannot be told safely (the entry is gone, the entries are not in record order, not strict
     JSON, not a dump's layout) and the caller decodes the whole body. `max_bytes`: the most bytes this
     may decode (the entries from `since` on and the other fields); None also when it would need more."""
-    if body.count(b"{") > MAX_TAIL_OBJECTS or not _utf8(body) or not _fits(body):
+    if body.count(b"{") > MAX_TAIL_OBJECTS or not typed_decodable(body):
         return None
     try:
         spans = _SPANS.decode(body)

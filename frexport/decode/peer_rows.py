@@ -7,15 +7,25 @@ a member rank 1000000000, a world size of 10**12), a row without the columns' sh
 counted, a rank without its required keys is dropped and counted. Only a body that is not the format
 at all is an error of that peer (DecodeError); never one row or rank for every rank.
 
-A 4096-rank job sends ~80,000 rows a pass, so a row is checked with C-level maps rather than a Python
-loop per column, and its sizes and dtypes are interned (`intern`, kept by the caller across bodies):
-equal shapes are one object, which is also what lets the trace builder key signatures by identity.
+A 16384-rank job sends ~330,000 rows a pass (5 million in a first pass), so a body is first decoded
+with the columns' types (`_typed_ranks`): msgspec checks every row's types and 64-bit bounds in C,
+and Python only applies the rules no type says (a discovery time of 0 is unknown, a duration's bounds)
+and interns. Anything the types refuse (a wrong type, a value out of range, NaN, rows too long or
+short) sends the whole body the general way, row by row, which drops or blanks exactly what breaks
+the rules: the typed way only ever accepts less, and gives the same ranks where it accepts
+(tests/unit/decode/test_peer_rows_typed.py). Sizes and dtypes are interned (`intern`, kept by the
+caller across bodies): equal shapes are one object, which is also what lets the trace builder key
+signatures by identity.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Annotated, Any
+
+import msgspec
 
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import (
@@ -28,7 +38,7 @@ from frexport.decode.fields import (
     duration_ms,
     opt_int,
 )
-from frexport.decode.json_decode import loads
+from frexport.decode.json_decode import loads, typed_decodable
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
 from frexport.model.peer_rows import COLUMNS, FORMAT
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
@@ -96,24 +106,28 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
             intern = {}
         else:
             intern.clear()
+    typed = _typed_body(body, max_ranks)
+    if typed is not None:  # the columns' types held: the rows are checked tuples (module doc)
+        doc, raw_ranks, rows_of = typed, typed["ranks"], _typed_rows
+    else:
+        try:
+            doc = loads(body, source)  # the one JSON decoder (msgspec)
+        except DecodeError as exc:
+            raise DecodeError(source, "bad_peer_body", f"{exc.reason}: {exc.detail}") from None
+        raw_ranks, rows_of = doc.get("ranks") if isinstance(doc, dict) else None, _rows
     try:
-        doc = loads(body, source)  # the one JSON decoder (msgspec)
-    except DecodeError as exc:
-        raise DecodeError(source, "bad_peer_body", f"{exc.reason}: {exc.detail}") from None
-    try:
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("ranks"), list):
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(raw_ranks, list):
             raise ValueError(f"not a format-{FORMAT} peers body")
         now_ns = opt_int(doc.get("now_ns"))
     except (ValueError, TypeError, RecursionError) as exc:
         raise DecodeError(source, "bad_peer_body", f"{type(exc).__name__}: {exc}") from None
     dropped, out, seen = Dropped(), [], set()
-    raw_ranks = doc["ranks"]
     if len(raw_ranks) > max_ranks:
         dropped.over_cap = len(raw_ranks) - max_ranks
         dropped.note(f"{len(raw_ranks)} ranks in one body, over the {max_ranks} read")
     for r in raw_ranks[:max_ranks]:
         try:
-            pr = _rank(r, intern)
+            pr = _rank(r, intern, rows_of)
         except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError) as exc:
             dropped.ranks += 1
             dropped.note(f"a rank: {type(exc).__name__}: {exc}")
@@ -130,7 +144,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
     return now_ns or 0, out, dropped, doc.get("stall_suspected") is True
 
 
-def _rank(r: dict, intern: dict) -> PeerRank:
+def _rank(r: dict, intern: dict, rows_of: Callable[[Any, dict], tuple[list[Entry], int]]) -> PeerRank:
     rank = r["rank"]
     if not is_rank(rank):
         raise ValueError(f"rank {str(rank)[:24]}: no job has it (0 to {MAX_WORLD - 1})")
@@ -146,12 +160,7 @@ def _rank(r: dict, intern: dict) -> PeerRank:
                           for n, d, ranks in groups)
         pg_runs = tuple(runs) if any(x is not None for x in runs) else None
     ws = r.get("world_size")
-    entries, bad = [], 0
-    for row in r["entries"]:
-        try:
-            entries.append(_entry(row, intern))
-        except (ValueError, TypeError, IndexError, OverflowError):
-            bad += 1
+    entries, bad = rows_of(r["entries"], intern)
     dumped = r.get("dumped_at_ns")
     return PeerRank(rank, epoch, dumped if type(dumped) is int and 0 < dumped <= _HI else None,
                     ws if is_world_size(ws) else None, opt_int(r.get("first")), bool(r.get("full")),
@@ -163,6 +172,17 @@ def _rank(r: dict, intern: dict) -> PeerRank:
                           if isinstance(s, list) and len(s) == 4 and type(s[0]) is int and _LO <= s[0] <= _HI),
                     frozenset(str(h)[:64] for h in (r.get("handlers") or ())[:16]),
                     tuple(entries), bad, pg_runs)
+
+
+def _rows(rows: list, intern: dict) -> tuple[list[Entry], int]:
+    """A rank's rows read the general way, one by one: (the entries, how many rows were dropped)."""
+    entries, bad = [], 0
+    for row in rows:
+        try:
+            entries.append(_entry(row, intern))
+        except (ValueError, TypeError, IndexError, OverflowError):
+            bad += 1
+    return entries, bad
 
 
 def _entry(row: list, intern: dict) -> Entry:
@@ -215,6 +235,85 @@ def _entry(row: list, intern: dict) -> Entry:
         row[i] = intern.setdefault(key, key)
     row += _NO_FRAMES
     return _new_tuple(Entry, row)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The typed way: a row's columns as types msgspec checks in C
+
+_I64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_NAME_T = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+_SIZES_T = tuple[tuple[_I64, ...], ...]
+_DTYPES_T = Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_DTYPES)]
+# per column, the type a row that needs no rule but these has (model/peer_rows.COLUMNS' order)
+_COLUMN_TYPES: dict[str, Any] = {
+    "record_id": _I64, "pg_id": _I64, "pg_name": _NAME_T, "pg_desc": _NAME_T, "collective_seq_id": _I64,
+    "p2p_seq_id": _I64, "op_id": _I64 | None, "is_p2p": bool, "profiling_name": _NAME_T, "backend": _NAME_T,
+    "op": _NAME_T, "p2p_src": _I64 | None, "p2p_dst": _I64 | None, "input_sizes": _SIZES_T,
+    "output_sizes": _SIZES_T, "input_dtypes": _DTYPES_T, "output_dtypes": _DTYPES_T, "state": _NAME_T,
+    "retired": bool | None, "time_created_ns": _I64, "time_started_ns": _I64 | None,
+    "time_completed_ns": _I64 | None, "duration_ms": float | None, "timeout_ms": _I64 | None,
+    "thread_id": _NAME_T | None, "thread_name": _NAME_T | None}
+_ROWS = msgspec.json.Decoder(list[tuple[tuple(_COLUMN_TYPES[c] for c in COLUMNS)]])  # type: ignore[misc]
+_PLAIN = msgspec.json.Decoder()
+
+
+class _Body(msgspec.Struct, gc=False):
+    """The body's fields, each rank's kept as the spans of the body its values take."""
+
+    format: Any = None
+    now_ns: Any = None
+    stall_suspected: Any = None
+    ranks: list[dict[str, msgspec.Raw]] | None = None
+
+
+_BODY = msgspec.json.Decoder(_Body)
+
+
+def _typed_body(body: bytes, max_ranks: int) -> dict | None:
+    """The body as the general way reads it, with each of its first `max_ranks` ranks' rows as typed
+    tuples (the ranks past those are left unread, as there); None where any value is not of its
+    column's type, or the body is not strict JSON: the general way reads it, and says why."""
+    if not typed_decodable(body):
+        return None
+    try:
+        doc = _BODY.decode(body)
+        if doc.ranks is None:
+            return None
+        ranks: list[Any] = [{k: _ROWS.decode(v) if k == "entries" else _PLAIN.decode(v) for k, v in r.items()}
+                            for r in doc.ranks[:max_ranks]]
+    except (msgspec.DecodeError, RecursionError):  # (a ValidationError is a DecodeError)
+        return None
+    ranks += doc.ranks[max_ranks:]  # (counted, never read)
+    return {"format": doc.format, "now_ns": doc.now_ns, "stall_suspected": doc.stall_suspected, "ranks": ranks}
+
+
+def _typed_rows(rows: list[tuple], intern: dict) -> tuple[list[Entry], int]:
+    """_rows for rows whose columns are of their types already: the rules no type says, and interning."""
+    entries, bad = [], 0
+    for t in rows:
+        row = list(t)
+        for i in _DISCOVERED:
+            if row[i] is not None and row[i] <= 0:
+                row[i] = None  # (discovered_ns: 0 is "not yet")
+        if row[_DURATION] is not None:
+            row[_DURATION] = duration_ms(row[_DURATION])
+        n = 0
+        for i in _SIZES:
+            sizes = row[i] = intern.setdefault(row[i], row[i])
+            n += sum(map(len, sizes))
+        if n > MAX_SIZE_ELEMENTS:
+            bad += 1
+            continue
+        for i in _SHARED:
+            row[i] = intern.setdefault(row[i], row[i])
+        row += _NO_FRAMES
+        entries.append(_new_tuple(Entry, row))
+    return entries, bad
+
+
+# interned as well: the dtypes, and the names every entry of a group repeats (one object each, pickled
+# once per body by the decoders and held once by the view)
+_SHARED = _DTYPES + sorted(_STR) + _THREAD
 
 
 def _members(ranks, intern: dict) -> tuple[int, ...] | None:

@@ -1,0 +1,131 @@
+"""A peer's body read the typed way (msgspec checks each row's columns in C) gives exactly what the
+general way gives, row by row; it may only decline, and then the general way reads the body.
+
+The body is a real sidecar's (PeerApi over a LiveState of a job with p2p ops, NCCL timing, an
+unfinished op and a second group); hostile values are put in random columns of random rows, and in
+the rank and body fields (wrong types, values outside 64 bits, NaN and infinities, zero and negative
+times, names over the bound, lists of other shapes). Both ways must agree on everything a view
+reads: the peer's clock, every rank and its entries, what was dropped and why, the stall flag, or the
+same DecodeError.
+"""
+
+import json
+import time
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from frexport.decode import peer_rows
+from frexport.decode.errors import DecodeError
+from frexport.decode.fields import MAX_NAME
+from frexport.decode.normalize import normalize
+from frexport.export.peer_api import PeerApi
+from frexport.live.state import LiveState
+from frexport.model.peer_rows import COLUMNS
+from tests.support.synth import dump, entry, healthy_job
+
+HOSTILE = [None, 0, -1, 7, 10 ** 400, -10 ** 400, 2 ** 63, -(2 ** 63) - 1, 2 ** 63 - 1, 1e308, -1e308,
+           float("inf"), float("nan"), 0.5, -0.0, 1e16, 9e15, True, False, "", "x", "12", "x" * (MAX_NAME + 1),
+           "completed", [], [[]], [[4]], [[4, "4"]], [[2 ** 70]], [[True]], [[4, 4]] * 3, ["Float", 5],
+           ["Float"] * 3, {}, {"a": 1}, [[[4]]], [[70000]] * 2, [list(range(40000)), list(range(30000))]]
+RANK_FIELDS = ("rank", "epoch", "dumped_at_ns", "world_size", "first", "full", "version", "comm_lib_version",
+               "pg_status", "handlers", "entries", "pg_config")
+BODY_FIELDS = ("format", "now_ns", "ranks", "stall_suspected")
+
+
+def _job() -> dict[int, list[dict]]:
+    job = healthy_job(world=2, steps=6)
+    for r in range(2):
+        job[r].append(entry(6, 0, op="send 0->1" if r == 0 else "recv 0<-1", pg=("1", "pp"), pg_id=1,
+                            is_p2p=True, p2p_seq=1, duration_ms=None))
+        job[r].append(entry(7, 7, state="scheduled", duration_ms=None, sizes=((8, 2), (3,)), dtype="BFloat16"))
+    return job
+
+
+def _body() -> dict:
+    state, now = LiveState(), time.time_ns()
+    for r, es in _job().items():
+        state.ingest(normalize(dump(es, world=2, groups={"1": ("pp", [0, 1])}), f"rank {r}", "pickle", rank=r,
+                               dumped_at_ns=now, keep_frames=False), "test", now)
+    return json.loads(PeerApi(state, 256).ranks_body({}, runs=True))
+
+
+BODY = _body()
+
+
+def _general(body: bytes, max_ranks: int):
+    saved = peer_rows._typed_body
+    peer_rows._typed_body = lambda _body, _max: None
+    try:
+        return _outcome(body, max_ranks)
+    finally:
+        peer_rows._typed_body = saved
+
+
+def _outcome(body: bytes, max_ranks: int):
+    try:
+        return peer_rows.parse_body(body, "peer", {}, max_ranks)
+    except DecodeError as exc:
+        return ("error", exc.reason, exc.detail)
+
+
+def test_a_real_sidecars_body_is_read_the_typed_way_and_as_the_general_way_reads_it():
+    body = json.dumps(BODY).encode()
+    assert peer_rows._typed_body(body, 10) is not None  # (else the property below would compare one way twice)
+    typed = _outcome(body, 10)
+    assert typed == _general(body, 10)
+    _now, ranks, dropped, _suspected = typed
+    assert [len(r.entries) for r in ranks] == [8, 8] and dropped.rows == 0
+    assert {e.duration_ms for r in ranks for e in r.entries} == {1.0, None}  # (timed and untimed rows were read)
+
+
+_row_edits = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 7), st.integers(0, len(COLUMNS) - 1),
+                                st.integers(0, len(HOSTILE) - 1)), max_size=4)
+_rank_edits = st.lists(st.tuples(st.integers(0, 1), st.sampled_from(RANK_FIELDS + ("(drop)",)),
+                                 st.integers(0, len(HOSTILE) - 1)), max_size=2)
+_body_edits = st.lists(st.tuples(st.sampled_from(BODY_FIELDS), st.integers(0, len(HOSTILE) - 1)), max_size=1)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_row_edits, _rank_edits, _body_edits, st.sampled_from([1, 2, 10]))
+@example([(0, 7, COLUMNS.index("time_started_ns"), HOSTILE.index(0))], [], [], 10)  # 0: not yet started
+@example([(1, 0, COLUMNS.index("duration_ms"), HOSTILE.index(1e16))], [], [], 10)  # past the bound: unknown
+@example([(1, 0, COLUMNS.index("duration_ms"), HOSTILE.index(7))], [], [], 10)  # an integer duration
+@example([(0, 1, COLUMNS.index("input_sizes"), len(HOSTILE) - 1)], [], [], 10)  # over the dimensions' bound
+@example([(0, 2, COLUMNS.index("thread_id"), HOSTILE.index("x" * (MAX_NAME + 1)))], [], [], 10)  # blanked, kept
+def test_the_typed_way_declines_or_reads_as_the_general_way(row_edits, rank_edits, body_edits, max_ranks):
+    doc = json.loads(json.dumps(BODY))
+    for r, i, column, value in row_edits:
+        doc["ranks"][r]["entries"][i][column] = HOSTILE[value]
+    for r, field, value in rank_edits:
+        if field == "(drop)":
+            doc["ranks"][r].pop("rank", None)
+        else:
+            doc["ranks"][r][field] = HOSTILE[value]
+    for field, value in body_edits:
+        doc[field] = HOSTILE[value]
+    body = json.dumps(doc).encode()  # (Python writes NaN and Infinity: not strict JSON, the general way's)
+    assert _outcome(body, max_ranks) == _general(body, max_ranks)
+
+
+@pytest.mark.parametrize("column", ["time_started_ns", "time_completed_ns"])
+def test_a_discovery_time_of_zero_is_unknown_both_ways(column):
+    doc = json.loads(json.dumps(BODY))
+    doc["ranks"][0]["entries"][0][COLUMNS.index(column)] = 0
+    body = json.dumps(doc).encode()
+    assert peer_rows._typed_body(body, 10) is not None
+    _now, ranks, _dropped, _suspected = _outcome(body, 10)
+    assert getattr(ranks[0].entries[0], column) is None
+
+
+def test_rows_read_the_typed_way_share_their_names_and_shapes():
+    """One object per distinct name, dtype list and size list in a body: a 16384-rank view holds ~4
+    million entries, and the decoders pickle each shared object once per body, not once per row (the
+    trace builder also keys signatures by the shapes' identity)."""
+    _now, ranks, _dropped, _suspected = _outcome(json.dumps(BODY).encode(), 10)
+    rows = [e for r in ranks for e in r.entries if not e.is_p2p and e.input_dtypes == ("Float",)]
+    assert len(rows) == 12
+    for field in ("pg_name", "pg_desc", "profiling_name", "backend", "op", "state", "thread_name", "input_dtypes",
+                  "input_sizes"):
+        assert len({id(getattr(e, field)) for e in rows}) == 1, field
