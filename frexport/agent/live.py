@@ -227,9 +227,12 @@ def make_handler(dump_for: Callable[[str], Callable[..., bytes] | None],
 def status_dump(dump_pickle: Callable[..., bytes], exiting: bool = False) -> bytes:
     """The recorder's status only (PyTorch's dump without collectives: well under a millisecond),
     as JSON, with the ring buffer's size: what the sidecar polls every second to see which groups
-    moved, and how soon their entries must be fetched before the buffer wraps."""
+    moved, and how soon their entries must be fetched before the buffer wraps. Without pg_config:
+    the sidecar reads it with the entries, and it lists every group's members (~100 KB for a
+    16384-rank default group), which this thread would encode and the sidecar parse every second."""
     raw = pickle.loads(dump_pickle(False, False, False))  # this process's own dump: plain data
     raw.pop("entries", None)
+    raw.pop("pg_config", None)
     raw[BUFFER_SIZE_KEY] = buffer_size()
     if exiting:
         raw[EXITING_KEY] = True

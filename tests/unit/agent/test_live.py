@@ -83,3 +83,20 @@ def test_the_answer_comes_in_the_form_asked():
     assert (answers["pickle"].status, answers["pickle"].body, answers["pickle"].content_type) == \
            (200, dump, "application/octet-stream")
     assert answers["xml"].status == 400 and "json or pickle" in answers["xml"].body
+
+
+def test_the_status_leaves_out_the_groups_member_lists():
+    """The sidecar reads only pg_status, the buffer size and the exit flag of a status, once a second a
+    rank: a 16384-rank job's pg_config (every group's members as a string, as PyTorch's dump has it)
+    would be encoded by the trainer and parsed by the sidecar at each read, and pass the sidecar's 1 MiB
+    bound on in-process answers past ~145,000 ranks, sooner with more groups that large (docs/security.md)."""
+    import json
+    import pickle
+
+    members = str(list(range(16384)))
+    dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": members}},
+            "pg_status": {"0": {"last_enqueued_collective": 7, "last_started_collective": 7,
+                                "last_completed_collective": 6}}, "entries": []}
+    status = live.status_dump(lambda *a: pickle.dumps(dump))
+    assert len(status) < 300 and "pg_config" not in json.loads(status)
+    assert json.loads(status)["pg_status"] == dump["pg_status"]
