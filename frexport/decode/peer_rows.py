@@ -8,7 +8,7 @@ counted, a rank without its required keys is dropped and counted. Only a body th
 at all is an error of that peer (DecodeError); never one row or rank for every rank.
 
 A 16384-rank job sends ~330,000 rows a pass (5 million in a first pass), so a body is first decoded
-with the columns' types (`_typed_ranks`): msgspec checks every row's types and 64-bit bounds in C,
+with the columns' types (`_typed_body`): msgspec checks every row's types and 64-bit bounds in C,
 and Python only applies the rules no type says (a discovery time of 0 is unknown, a duration's bounds)
 and interns. Anything the types refuse (a wrong type, a value out of range, NaN, rows too long or
 short) sends the whole body the general way, row by row, which drops or blanks exactly what breaks
@@ -255,6 +255,9 @@ _COLUMN_TYPES: dict[str, Any] = {
     "thread_id": _NAME_T | None, "thread_name": _NAME_T | None}
 _ROWS = msgspec.json.Decoder(list[tuple[tuple(_COLUMN_TYPES[c] for c in COLUMNS)]])  # type: ignore[misc]
 _PLAIN = msgspec.json.Decoder()
+# interned as well as the sizes: the dtypes, and the names every entry of a group repeats (one object
+# each, pickled once per body by the decoders and held once by the view)
+_SHARED = _DTYPES + sorted(_STR) + _THREAD
 
 
 class _Body(msgspec.Struct, gc=False):
@@ -309,11 +312,6 @@ def _typed_rows(rows: list[tuple], intern: dict) -> tuple[list[Entry], int]:
         row += _NO_FRAMES
         entries.append(_new_tuple(Entry, row))
     return entries, bad
-
-
-# interned as well: the dtypes, and the names every entry of a group repeats (one object each, pickled
-# once per body by the decoders and held once by the view)
-_SHARED = _DTYPES + sorted(_STR) + _THREAD
 
 
 def _members(ranks, intern: dict) -> tuple[int, ...] | None:
