@@ -28,6 +28,7 @@ from frexport.analysis.findings import Diagnosis
 from frexport.cli.analyze import diagnose as analyze_loaded
 from frexport.cli.analyze_jobs import load_jobs
 from frexport.decode.sandbox import Limits
+from frexport.sources.worker_server import RELIST_S
 from tests.e2e.test_torch_versions import EXPECTED as STALLED
 from tests.e2e.test_torch_versions import _explain, _recorders, _stalled
 from tests.support import paths
@@ -188,10 +189,17 @@ def test_a_stuck_rank_of_an_async_hooked_backend_without_the_agent(tmp_path, ver
     backends are probed by name): rank 2 stalled, its peers blocked, read through PyTorch's handlers."""
     if version == "none":
         pytest.fail("no torch >= 2.15 environment under .torch/: run scripts/setup.sh")
+    wanted = {(r, "asyncstore", "pytorch") for r in range(4)}
     with _stalled(tmp_path, "train_hooked_async_worker_server.py", ENVS[version], launch=False,
                   serve_args=("--recorder", "asyncstore")) as (_j, sc, _s):
-        statuses, samples = sc.statuses(), sc.samples()
+        statuses = sc.statuses()
+        # a recorder probed before its first group is probed again RELIST_S later: on a loaded machine the
+        # statuses can settle first (rank 2's peers' records name it), so its recorder is waited for
+        deadline = time.monotonic() + RELIST_S + 10
+        while not wanted <= _recorders(sc.samples()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        samples = sc.samples()
         explained = _explain(sc, statuses)
     recorders = _recorders(samples)
     assert statuses == STALLED, (version, sorted(recorders), explained)
-    assert {(r, "asyncstore", "pytorch") for r in range(4)} <= recorders, sorted(recorders)
+    assert wanted <= recorders, sorted(recorders)

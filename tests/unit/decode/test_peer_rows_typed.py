@@ -23,6 +23,7 @@ from frexport.decode.normalize import normalize
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
 from frexport.model.peer_rows import COLUMNS
+from tests.support.examples import examples
 from tests.support.synth import dump, entry, healthy_job
 
 HOSTILE = [None, 0, -1, 7, 10 ** 400, -10 ** 400, 2 ** 63, -(2 ** 63) - 1, 2 ** 63 - 1, 1e308, -1e308,
@@ -87,7 +88,7 @@ _rank_edits = st.lists(st.tuples(st.integers(0, 1), st.sampled_from(RANK_FIELDS 
 _body_edits = st.lists(st.tuples(st.sampled_from(BODY_FIELDS), st.integers(0, len(HOSTILE) - 1)), max_size=1)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_row_edits, _rank_edits, _body_edits, st.sampled_from([1, 2, 10]))
 @example([(0, 7, COLUMNS.index("time_started_ns"), HOSTILE.index(0))], [], [], 10)  # 0: not yet started
 @example([(1, 0, COLUMNS.index("duration_ms"), HOSTILE.index(1e16))], [], [], 10)  # past the bound: unknown
