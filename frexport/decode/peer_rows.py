@@ -114,7 +114,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
             doc = loads(body, source)  # the one JSON decoder (msgspec)
         except DecodeError as exc:
             raise DecodeError(source, "bad_peer_body", f"{exc.reason}: {exc.detail}") from None
-        raw_ranks, rows_of = doc.get("ranks") if isinstance(doc, dict) else None, _rows
+        raw_ranks, rows_of = (doc.get("ranks") if isinstance(doc, dict) else None), _rows
     try:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(raw_ranks, list):
             raise ValueError(f"not a format-{FORMAT} peers body")

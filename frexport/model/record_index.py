@@ -22,9 +22,13 @@ class RecordIndex:
     def __init__(self, entries: Sequence[Entry]) -> None:
         self.entries = entries
         self.ids = list(map(_record_id, entries))
-        self.ordered = all(map(int.__lt__, self.ids, self.ids[1:]))  # ascending, each id once
         # out of order only: each id's last listing, in the order the ids first appear
-        self.by_id = None if self.ordered else dict(zip(self.ids, entries))
+        self.by_id = None if all(map(int.__lt__, self.ids, self.ids[1:])) else dict(zip(self.ids, entries))
+
+    @property
+    def ordered(self) -> bool:
+        """The ids ascend, each once (every dump PyTorch writes)."""
+        return self.by_id is None
 
     def get(self, record_id: int) -> Entry | None:
         if self.by_id is not None:
