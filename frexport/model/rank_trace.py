@@ -12,8 +12,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, groupby, islice, repeat
-from operator import add, attrgetter, eq, ge, itemgetter, ne
-from typing import Any, NamedTuple
+from operator import attrgetter, eq, ge, itemgetter, ne
+from typing import NamedTuple
 
 from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, RankDump
@@ -196,40 +196,35 @@ class EdgeFacts:
     sample (outcome.edges) of these, never the sampled entries themselves (in a 16384-rank view,
     touching 128 entries of every rank a pass was a third of following its trace)."""
 
+    # lists, not arrays: they hold the entries' own int objects, where reading an array boxes a new one
+    # for each value (the header reads 128 of each column a pass)
     pg_name: list[str] = field(default_factory=list)
-    created: array = field(default_factory=lambda: array("q"))
-    started: array = field(default_factory=lambda: array("q"))
-    completed: array = field(default_factory=lambda: array("q"))
-    timeout: array = field(default_factory=lambda: array("q"))
+    created: list[int] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    timeout: list[int] = field(default_factory=list)
     events: list[str | None] = field(default_factory=list)
 
     @classmethod
     def of(cls, entries: Sequence[Entry]) -> EdgeFacts:
-        return cls(list(map(_pg_name, entries)), array("q", [v or 0 for v in map(_created, entries)]),
-                   array("q", [v or 0 for v in map(_started, entries)]),
-                   array("q", [v or 0 for v in map(_completed, entries)]),
-                   array("q", [v or 0 for v in map(_timeout, entries)]),
+        return cls(list(map(_pg_name, entries)), [v or 0 for v in map(_created, entries)],
+                   [v or 0 for v in map(_started, entries)], [v or 0 for v in map(_completed, entries)],
+                   [v or 0 for v in map(_timeout, entries)],
                    [e.backend if shows_events(e.state) else None for e in entries])
-
-    def __getitem__(self, cut: slice) -> EdgeFacts:
-        return EdgeFacts(*[col[cut] for col in self._columns()])
-
-    def __add__(self, other: EdgeFacts) -> EdgeFacts:
-        return EdgeFacts(*map(add, self._columns(), other._columns()))
 
     def slide(self, k: int, b: int, added: EdgeFacts) -> None:
         """In place, to `self[k:b] + added`."""
         for col, more in zip(self._columns(), added._columns()):
             del col[b:], col[:k]
-            col.extend(more)  # (arrays and lists alike)
+            col.extend(more)
 
-    def _columns(self) -> tuple[Any, ...]:  # (lists and arrays, in the fields' order)
+    def _columns(self) -> tuple[list, ...]:  # (in the fields' order)
         return self.pg_name, self.created, self.started, self.completed, self.timeout, self.events
 
     def sample(self) -> EdgeFacts:
         """Those of outcome.edges' entries."""
         n = len(self.created)
-        return self if n <= 2 * SAMPLE else self[:SAMPLE] + self[n - SAMPLE:]
+        return self if n <= 2 * SAMPLE else EdgeFacts(*[col[:SAMPLE] + col[n - SAMPLE:] for col in self._columns()])
 
     def event_backends(self) -> frozenset[str]:
         """outcome.event_backends of the entries these are the sample of."""
@@ -239,15 +234,21 @@ class EdgeFacts:
 def set_header(trace: RankTrace, dump: RankDump, n_entries: int, sample: EdgeFacts) -> None:
     """What a trace says of its dump as a whole (everything but the rows); `sample`: the facts of the
     entries outcome.edges samples (entries are in record order)."""
-    trace.source, trace.format, trace.version_text, trace.notes = dump.source, dump.format, dump.version_text, \
-        dump.notes
-    trace.dumped_at_ns, trace.n_entries, trace.pg_config, trace.pg_status = dump.dumped_at_ns, n_entries, \
-        dump.pg_config, dump.pg_status
-    trace.dumped_at_is_clock = dump.dumped_at_is_clock
+    restamp(trace, dump)
+    trace.n_entries = n_entries
     present = list(filter(None, sample.created))
     trace.first_created_ns, trace.last_created_ns = min(present, default=None), max(present, default=None)
     trace.timeouts_ms = {}
     recorder_times(trace, sample.pg_name, sample.created, sample.started, sample.completed, sample.timeout)
+
+
+def restamp(trace: RankTrace, dump: RankDump) -> None:
+    """What a trace says of its dump that is not read from its entries: all that changes in a new snapshot
+    of the same entries."""
+    trace.source, trace.format, trace.version_text, trace.notes = dump.source, dump.format, dump.version_text, \
+        dump.notes
+    trace.dumped_at_ns, trace.pg_config, trace.pg_status = dump.dumped_at_ns, dump.pg_config, dump.pg_status
+    trace.dumped_at_is_clock = dump.dumped_at_is_clock
 
 
 _created, _started, _completed = attrgetter("time_created_ns"), attrgetter("time_started_ns"), \
@@ -402,7 +403,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         if is_p2p:
             g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site)))
             if marks is not None:
-                marks.append(RowMark(pg_name, P2P, n, site >= 0))
+                marks.append(_new_tuple(RowMark, (pg_name, P2P, n, site >= 0)))
             continue
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
@@ -423,9 +424,12 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         g.created_ns.append(created)
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
-        if marks is not None:
-            heads.setdefault(pg_name, []).append(n)
-            marks.append(RowMark(pg_name, COLUMN, n, site >= 0))
+        if marks is not None:  # (RowMark's own __new__ is a Python call: a fifth of the marks' cost a row)
+            column_heads = heads.get(pg_name)
+            if column_heads is None:
+                column_heads = heads[pg_name] = []
+            column_heads.append(n)
+            marks.append(_new_tuple(RowMark, (pg_name, COLUMN, n, site >= 0)))
 
 
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],

@@ -36,6 +36,7 @@ from frexport.model.rank_trace import (
     finish_group,
     new_trace,
     recent_p2p,
+    restamp,
     set_header,
     settle_issued,
     window,
@@ -67,10 +68,10 @@ class TraceWindow:
         if rank is None:
             raise ValueError(f"{dump.source}: the rank of this dump is unknown")
         if self.trace is not None and self.trace.rank == rank and dump.entries is self._of:
-            # the same entries, re-stamped (a sidecar's status read between two entries reads): the
-            # same rows, only the header is the new snapshot's (windowing 2000 entries again was
-            # most of an idle sidecar's analysis)
-            set_header(self.trace, dump, len(self._entries), self._facts.sample())
+            # the same entries, re-stamped (a sidecar's status read between two entries reads; an idle or
+            # hung rank in the job view): the same rows and entry facts, only the snapshot's own fields
+            # are new (windowing 2000 entries again was most of an idle sidecar's analysis)
+            restamp(self.trace, dump)
             return self.trace
         entries = window(dump.entries, self.tail)
         if self.trace is None or self.trace.rank != rank or not self._follow(dump, entries):

@@ -31,8 +31,8 @@ from bisect import bisect_left
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import attrgetter
+from itertools import islice, repeat
+from operator import attrgetter, is_
 from urllib.parse import urlsplit
 
 from frexport import logs
@@ -73,6 +73,7 @@ class _Held:
     pg_config: tuple = ()
     handlers: frozenset[str] = frozenset()
     dump: RankDump | None = None
+    dumped: list[Entry] | None = None  # the `entries` list `dump` was made of (lists here are never changed in place)
 
 
 @dataclass
@@ -346,19 +347,25 @@ class PeersSource:
         if r.entries:
             lo = min(map(_record_id, r.entries))
             p = bisect_left(entries, lo, key=_record_id)
-            entries = entries[:p] + _merged(entries[p:], r.entries)
+            tail = _merged(entries[p:], r.entries)
+            if len(tail) != len(entries) - p or not all(map(is_, tail, islice(entries, p, None))):
+                entries = entries[:p] + tail
             unchanged_below = min(unchanged_below, lo)
+        # `entries` stays the held list itself unless something changed (below: the snapshot then keeps its
+        # entries tuple, and the view's trace of it only takes the new header)
         if r.first is not None:  # out of the peer's window, unless still unfinished
             q = bisect_left(entries, r.first, key=_record_id)
-            if q:
-                entries = [e for e in entries[:q] if not e.finished] + entries[q:]
+            older = [e for e in entries[:q] if not e.finished]
+            if len(older) < q:
+                entries = older + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
             # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
             # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
             # bound (85 -> 953 MB in 50 s)
             older = [e for e in entries[:cut] if not e.finished][:self.window]
-            entries = older + entries[cut:]
+            if len(older) < cut:
+                entries = older + entries[cut:]
         held.entries = entries
         if entries:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
@@ -368,8 +375,12 @@ class PeersSource:
             held.cursor = entries[start + i].record_id if i is not None else entries[-1].record_id + 1
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
+        # an idle or hung rank's window is the same tuple pass after pass: a new tuple made the view follow
+        # every rank's trace again (~160 µs a rank a pass, for nothing new)
+        same = held.dump.entries if held.dump is not None and entries is held.dumped else tuple(entries)
+        held.dumped = entries
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
-                             held.pg_config, r.pg_status, tuple(entries), dumped_at_ns=r.dumped_at_ns,
+                             held.pg_config, r.pg_status, same, dumped_at_ns=r.dumped_at_ns,
                              declared_world_size=r.world_size)
         # seen at the peer's clock, but never in our future: a date far ahead would keep the rank in the
         # view's state for good and make every later true snapshot look older
@@ -459,7 +470,9 @@ def _merged(held: list[Entry], sent: tuple[Entry, ...]) -> list[Entry]:
         if all(map(int.__lt__, rids, rids[1:])):
             return list(sent)
     by_record = {e.record_id: e for e in held}
-    by_record.update((e.record_id, e) for e in sent)
+    for e in sent:  # one sent again as it was (a rank's hung op, from its cursor) stays the held object
+        if by_record.get(e.record_id) != e:
+            by_record[e.record_id] = e
     return sorted(by_record.values(), key=_record_id)
 
 

@@ -16,6 +16,7 @@ from frexport.decode.normalize import normalize
 from frexport.decode.sandbox import DecoderPool, Limits
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
+from frexport.model.trace_window import TraceWindow
 from frexport.sources.health import HealthRegistry
 from frexport.sources.peers import PeersSource
 from frexport.web.server import WebServer
@@ -120,6 +121,40 @@ def test_cursors_move_only_what_changed_and_keep_the_window(sandboxed):
         assert third[0].dump.entries[-1].state == "completed" and third[0].dump.dumped_at_ns == 3
         assert src.bytes_total - before < full / 3
         assert src.collect() == []  # nothing has changed since
+    finally:
+        web.stop()
+        if decoder is not None:
+            decoder.close()
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["in-process", "decoders"])
+def test_a_rank_with_nothing_new_keeps_its_entries_and_its_trace(sandboxed):
+    """A hung job's ranks send nothing new pass after pass, only fresher polls (and the op they hang in
+    again, from their cursor): each snapshot keeps the same entries, so the view's trace of the rank only
+    takes the new header instead of being followed again, rank by rank, every pass. What changes still
+    moves: the op completing, then a new one."""
+    state, web = _state_server(window=8)
+    decoder = DecoderPool(1, Limits(require_memory_limit=False)) if sandboxed else None
+    try:
+        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8,
+                          decoder)
+        steps = [entry(i, i + 1) for i in range(20)]
+        hung = steps[:12] + [entry(12, 13, state="started", duration_ms=None)]
+        follower = TraceWindow(8)
+        _ingest(state, 0, hung, 1)
+        first = src.collect()[0].dump
+        follower.update(first)
+        for at in (2, 3):  # the hung op is sent again at each poll: the same values
+            _ingest(state, 0, hung, at)
+            again = src.collect()[0].dump
+            assert again.dumped_at_ns == at and again.entries is first.entries
+            rebuilds = follower.rebuilds
+            assert follower.update(again).dumped_at_ns == at and follower.rebuilds == rebuilds
+        _ingest(state, 0, steps[:13], 4)  # it completes
+        done = src.collect()[0].dump
+        assert done.entries is not first.entries and done.entries[-1].state == "completed"
+        _ingest(state, 0, steps[:14], 5)
+        assert [e.record_id for e in src.collect()[0].dump.entries] == list(range(6, 14))
     finally:
         web.stop()
         if decoder is not None:
