@@ -9,7 +9,7 @@ for it is that lateness seen once, said under it (`late_not_hung`), not a second
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from frexport.analysis import findings as F
@@ -17,27 +17,35 @@ from frexport.analysis.findings import Finding
 from frexport.analysis.matching import SigIds
 from frexport.analysis.straggler import Straggler, find_stragglers, inherited_waits
 from frexport.model.call_site import site_text
-from frexport.model.rank_trace import GroupTrace
+from frexport.model.rank_trace import GroupTrace, RankTrace
 from frexport.model.signature import op_name
 
 if TYPE_CHECKING:  # the engine imports this module
     from frexport.analysis.engine import Options, _Context
 
 
+@dataclass
+class StragglerMemo:
+    """The stragglers of a live analysis's last pass, and what they were judged from. While no trace moves
+    (a hung job, every pass until it is restarted) they are the same: judging every group again was most of
+    such a pass. The key holds each trace's identity and rows' version (RankTrace.rows_version), so it keeps
+    the traces themselves: an identity stays theirs."""
+
+    key: tuple = ()
+    traces: tuple[RankTrace, ...] = ()
+    found: list[Straggler] = field(default_factory=list)
+
+
 def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupTrace, SigIds]]], exclude: set[int],
-                       options: Options) -> list[Finding]:
+                       options: Options, memo: StragglerMemo | None = None) -> list[Finding]:
     """One finding per late rank (`ctx`, `options`: the engine's): see the module doc."""
     best: dict[int, Straggler] = {}
     every: dict[int, list] = {}
-    groups = [(group, {r: c[0] for r, c in all_cols[key].items()}) for key, group in ctx.membership.groups.items()]
-    inherited = inherited_waits(groups)  # lateness a rank inherits from a peer it waited for is not its own
-    for group, cols in groups:
-        for s in find_stragglers(group, cols, int(options.straggler_lateness_s * 1e9),
-                                 inherited=inherited.get(group.key)):
-            if s.rank not in exclude:
-                every.setdefault(s.rank, []).append(s)
-                if s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns:
-                    best[s.rank] = s
+    for s in _judged(ctx, all_cols, int(options.straggler_lateness_s * 1e9), memo):
+        if s.rank not in exclude:
+            every.setdefault(s.rank, []).append(s)
+            if s.rank not in best or s.median_lateness_ns > best[s.rank].median_lateness_ns:
+                best[s.rank] = s
     out = []
     for rank, s in sorted(best.items()):
         # one finding per source of delay: the rank, in the group where it is latest, holding back
@@ -57,6 +65,24 @@ def straggler_findings(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupT
             f"judged from the last {s.samples} collectives of the group, by {how}"
             + "; lateness a rank inherits from a peer it waited for in its previous collective is not counted"))
     return out
+
+
+def _judged(ctx: _Context, all_cols: dict[str, dict[int, tuple[GroupTrace, SigIds]]], lateness_ns: int,
+            memo: StragglerMemo | None) -> list[Straggler]:
+    """Every group's stragglers, in the order of the groups (the memo's, where nothing they are judged
+    from changed: the groups, who is in which, every trace's rows)."""
+    membership = ctx.membership
+    key = (tuple((id(t), t.rows_version) for t in ctx.traces.values()), lateness_ns, membership.groups,
+           membership.group_of)  # (in the order a busy job's keys differ soonest)
+    if memo is not None and memo.key == key:
+        return memo.found
+    groups = [(group, {r: c[0] for r, c in all_cols[k].items()}) for k, group in membership.groups.items()]
+    inherited = inherited_waits(groups)  # lateness a rank inherits from a peer it waited for is not its own
+    found = [s for group, cols in groups
+             for s in find_stragglers(group, cols, lateness_ns, inherited=inherited.get(group.key))]
+    if memo is not None:
+        memo.key, memo.traces, memo.found = key, tuple(ctx.traces.values()), found
+    return found
 
 
 def late_not_hung(findings: list[Finding], stragglers: list[Finding]) -> list[Finding]:

@@ -35,6 +35,7 @@ from frexport import logs
 from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
+from frexport.analysis.lateness import StragglerMemo
 from frexport.config import Analysis
 from frexport.model.dump import RankDump
 from frexport.model.rank_trace import RankTrace, proven_done
@@ -71,6 +72,7 @@ class LiveAnalysis:
         # a new object), so a rank not polled since costs nothing in the next pass, and a rank polled
         # again has its trace moved along its window (model/trace_window.py), not rebuilt
         self._traces: dict[int, tuple[RankDump, TraceWindow]] = {}
+        self._stragglers = StragglerMemo()  # judged again only when a trace or a group moved
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset(),
             contested: frozenset[int] = frozenset()) -> LiveResult:
@@ -107,7 +109,8 @@ class LiveAnalysis:
         diagnosis = analyze(traces, options=Options(stall_after_s=stall_after, clock=True,
                                                     straggler_lateness_s=self.cfg.straggler_lateness,
                                                     scope=scope if self.scoped else None,
-                                                    contested=frozenset(contested) - set(dumps)))
+                                                    contested=frozenset(contested) - set(dumps)),
+                             memo=self._stragglers)
         statuses = {r: s for r, s in statuses_of(diagnosis, traces, int(stall_after * 1e9)).items()
                     if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)

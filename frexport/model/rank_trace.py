@@ -131,6 +131,9 @@ class RankTrace:
     last_event_ns: int | None = None
     timeouts_ms: dict[str, int] = field(default_factory=dict)  # pg_name -> the group's timeout_ms
     dumped_at_is_clock: bool = True  # RankDump.dumped_at_is_clock: a live analysis may time waits by it
+    # how often its rows changed in place (model/trace_window.py follows a window): with the trace's
+    # identity, what a live analysis judged of it before still holds (analysis/lateness.StragglerMemo)
+    rows_version: int = 0
 
     @property
     def dump_time_trusted(self) -> bool:

@@ -161,6 +161,7 @@ class TraceWindow:
         for g in trace.groups.values():
             settle_issued(g)
         set_header(trace, dump, len(new), sample)
+        trace.rows_version += 1
         return True
 
     def _drop(self, marks: list[RowMark], front: bool) -> set[str]:
