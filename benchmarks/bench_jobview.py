@@ -8,7 +8,8 @@ data-parallel collective; each rank's dump is decoded once. Each pod is an in-pr
 LiveState and the real peers endpoint handler (export/peer_api.py), reached through the real
 PeersSource (sources/peers.py) with only the HTTP exchange replaced by a call (the bytes are the real
 bodies). The pods first hold each rank's entries up to `--entries - passes * new`; every later pass
-reveals `--new` more entries per rank (a busy job's 5 s). One pass = gather from every pod (decode
+reveals `--new` more entries per rank (a busy job's 5 s; `--new 0`: a hung job, polled again with
+nothing new). One pass = gather from every pod (decode
 the bodies, merge the windows) + ingest into the view's state + the unscoped live analysis, exactly
 what one iteration of the view's loop does; the time the pods' handlers took to build their bodies
 is shown apart and not counted (each pod's sidecar does it on its own CPU, all at once). Printed:
