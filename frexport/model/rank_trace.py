@@ -427,7 +427,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         g.created_ns.append(created)
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
-        if marks is not None:  # (RowMark's own __new__ is a Python call: a fifth of the marks' cost a row)
+        if marks is not None:  # (tuple.__new__: RowMark(...) is a call of a Python-level __new__ every row)
             column_heads = heads.get(pg_name)
             if column_heads is None:
                 column_heads = heads[pg_name] = []

@@ -376,7 +376,7 @@ class PeersSource:
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
         # an idle or hung rank's window is the same tuple pass after pass: a new tuple made the view follow
-        # every rank's trace again (~160 µs a rank a pass, for nothing new)
+        # every rank's trace again (~150 µs a rank a pass, for nothing new)
         same = held.dump.entries if held.dump is not None and entries is held.dumped else tuple(entries)
         held.dumped = entries
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
