@@ -35,6 +35,25 @@ def test_workers_live_between_items_and_a_bomb_costs_only_its_item():
         pool.close()
 
 
+class _Grow:
+    """Keeps 64 MiB in the worker: what a large decode leaves held by the allocator."""
+
+    def __call__(self) -> int:
+        globals().setdefault("_held", []).append(bytearray(64 << 20))
+        return os.getpid()
+
+
+def test_a_worker_is_replaced_when_its_memory_grew_not_after_a_count_of_small_items():
+    pool = DecoderPool(1, Limits(require_memory_limit=False), recycle_after=3, recycle_rss_bytes=48 << 20)
+    try:
+        pids = {pool.run(_Pid()) for _ in range(10)}  # small items: past recycle_after, the same worker
+        assert len(pids) == 1
+        assert pool.run(_Grow()) in pids  # this item grew it past the bound: replaced after it
+        assert pool.run(_Pid()) not in pids
+    finally:
+        pool.close()
+
+
 @pytest.fixture
 def no_rlimit(monkeypatch):
     """A platform where the address-space limit cannot be set (forked workers see the patch)."""
