@@ -318,10 +318,11 @@ class DecoderPool:
 
     A fresh interpreter per file costs a fifth of a CPU-second; these stay alive between items and
     are replaced when one dies, overruns its deadline, or has grown by more than `recycle_rss_bytes`
-    after an item (the allocator keeps what a large decode grew). Where a worker's memory cannot be read, it
-    is replaced after `recycle_after` items instead: by count, a 16384-rank job view (2048 bodies a
-    pass) started four interpreters a pass for workers that had grown nothing. Thread-safe: the loop
-    and the poller's threads share it; at most `workers` jobs run at once, the others wait their turn.
+    after an item (the allocator keeps what a large decode grew). Where a worker's memory cannot be
+    read, it is replaced after `recycle_after` items instead: by count, a 16384-rank job view (2048
+    bodies a pass) started four interpreters a pass for workers that had grown nothing. Thread-safe:
+    the loop and the poller's threads share it; at most `workers` jobs run at once, the others wait
+    their turn.
     """
 
     def __init__(self, workers: int = 2, limits: Limits = Limits(), recycle_after: int = 500,

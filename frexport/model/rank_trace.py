@@ -428,10 +428,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
         if marks is not None:  # (tuple.__new__: RowMark(...) is a call of a Python-level __new__ every row)
-            column_heads = heads.get(pg_name)
-            if column_heads is None:
-                column_heads = heads[pg_name] = []
-            column_heads.append(n)
+            heads.setdefault(pg_name, []).append(n)
             marks.append(_new_tuple(RowMark, (pg_name, COLUMN, n, site >= 0)))
 
 

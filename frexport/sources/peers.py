@@ -31,7 +31,7 @@ from bisect import bisect_left
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from itertools import islice, repeat
+from itertools import repeat
 from operator import attrgetter, is_
 from urllib.parse import urlsplit
 
@@ -73,7 +73,6 @@ class _Held:
     pg_config: tuple = ()
     handlers: frozenset[str] = frozenset()
     dump: RankDump | None = None
-    dumped: list[Entry] | None = None  # the `entries` list `dump` was made of (lists here are never changed in place)
 
 
 @dataclass
@@ -347,25 +346,19 @@ class PeersSource:
         if r.entries:
             lo = min(map(_record_id, r.entries))
             p = bisect_left(entries, lo, key=_record_id)
-            tail = _merged(entries[p:], r.entries)
-            if len(tail) != len(entries) - p or not all(map(is_, tail, islice(entries, p, None))):
-                entries = entries[:p] + tail
+            entries = entries[:p] + _merged(entries[p:], r.entries)
             unchanged_below = min(unchanged_below, lo)
-        # `entries` stays the held list itself unless something changed (below: the snapshot then keeps its
-        # entries tuple, and the view's trace of it only takes the new header)
         if r.first is not None:  # out of the peer's window, unless still unfinished
             q = bisect_left(entries, r.first, key=_record_id)
-            older = [e for e in entries[:q] if not e.finished]
-            if len(older) < q:
-                entries = older + entries[q:]
+            if q:
+                entries = [e for e in entries[:q] if not e.finished] + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
             # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
             # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
             # bound (85 -> 953 MB in 50 s)
             older = [e for e in entries[:cut] if not e.finished][:self.window]
-            if len(older) < cut:
-                entries = older + entries[cut:]
+            entries = older + entries[cut:]
         held.entries = entries
         if entries:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
@@ -375,10 +368,10 @@ class PeersSource:
             held.cursor = entries[start + i].record_id if i is not None else entries[-1].record_id + 1
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
-        # an idle or hung rank's window is the same tuple pass after pass: a new tuple made the view follow
-        # every rank's trace again (~150 µs a rank a pass, for nothing new)
-        same = held.dump.entries if held.dump is not None and entries is held.dumped else tuple(entries)
-        held.dumped = entries
+        # an idle or hung rank's window is the same tuple pass after pass (the same entry objects: _merged):
+        # a new tuple made the view follow every rank's trace again (~150 µs a rank a pass, for nothing new)
+        last = held.dump.entries if held.dump is not None else ()
+        same = last if len(last) == len(entries) and all(map(is_, entries, last)) else tuple(entries)
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
                              held.pg_config, r.pg_status, same, dumped_at_ns=r.dumped_at_ns,
                              declared_world_size=r.world_size)
