@@ -295,18 +295,29 @@ def recorder_times(trace: RankTrace, pg_names: Sequence[str], created: Sequence[
 # Positions in a row of what fast_trace reads back; state, retired, started, completed are the last four.
 ROW_PARSED, ROW_CREATED, ROW_STATE = 6, 7, 11
 
-# What a row became (RowMark.kind): nothing (a p2p coalesced end marker), a p2p op, a new position in
+# What a row became (RowMarks.kind): nothing (a p2p coalesced end marker), a p2p op, a new position in
 # its group's columns, or merged into the group's last position (another op of one coalesced group).
 SKIPPED, P2P, COLUMN, MERGED = 0, 1, 2, 3
 
 
-class RowMark(NamedTuple):
-    """Where one row went, for a trace kept up to date row by row (model/trace_window.py)."""
+@dataclass
+class RowMarks:
+    """Where each row went, for a trace kept up to date row by row (model/trace_window.py). Columns, not
+    an object per row: a 16384-rank view holds 4 million rows, which as tuples took ~100 bytes each and
+    were most of what the collector walked after a first pass."""
 
-    pg_name: str
-    kind: int
-    head: int  # COLUMN: its own row number; MERGED: the row of the position it merged into
-    site: bool  # it added a call site reference
+    pg_name: list[str] = field(default_factory=list)
+    kind: bytearray = field(default_factory=bytearray)
+    site: bytearray = field(default_factory=bytearray)  # 1: it added a call site reference
+    merged: dict[int, int] = field(default_factory=dict)  # row number of a MERGED row -> its position's row
+
+    def add(self, pg_name: str, kind: int, site: bool) -> None:
+        self.pg_name.append(pg_name)
+        self.kind.append(kind)
+        self.site.append(site)
+
+    def __len__(self) -> int:
+        return len(self.kind)
 
 
 @dataclass
@@ -316,7 +327,7 @@ class RowIndex:
     sig_index: dict = field(default_factory=dict)
     site_index: dict = field(default_factory=dict)
     outcome_flags: dict = field(default_factory=dict)
-    heads: dict[str, list[int]] = field(default_factory=dict)  # pg_name -> row number of each position
+    heads: dict[str, array] = field(default_factory=dict)  # pg_name -> row number of each position
 
 
 def add_rows(trace: RankTrace, rows: list, events: frozenset[str]) -> None:
@@ -367,7 +378,7 @@ def p2p_flags(flags: int) -> int:
 
 
 def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: RowIndex | None = None,
-                marks: list[RowMark] | None = None, first_row: int = 0) -> None:
+                marks: RowMarks | None = None, first_row: int = 0) -> None:
     """Add rows at the end of the trace's columns. With `index` and `marks` (numbering rows from
     `first_row`) it can be called again with more rows: the way a trace follows a sliding window."""
     index = index or RowIndex()
@@ -381,7 +392,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         n += 1
         if is_p2p and op == "coalesced":
             if marks is not None:
-                marks.append(RowMark(pg_name, SKIPPED, n, False))
+                marks.add(pg_name, SKIPPED, False)
             continue  # the end marker of a p2p coalesced group; its members are recorded individually
         g = groups.get(pg_name)
         if g is None:
@@ -406,7 +417,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         if is_p2p:
             g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site)))
             if marks is not None:
-                marks.append(_new_tuple(RowMark, (pg_name, P2P, n, site >= 0)))
+                marks.add(pg_name, P2P, site >= 0)
             continue
         gseq = g.seq
         if gseq and gseq[-1] == seq:  # another op of the same coalesced group
@@ -419,7 +430,8 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
             if g.site[k] < 0:
                 g.site[k] = site
             if marks is not None:
-                marks.append(RowMark(pg_name, MERGED, heads[pg_name][-1], site >= 0))
+                marks.merged[n] = heads[pg_name][-1]
+                marks.add(pg_name, MERGED, site >= 0)
             continue
         gseq.append(seq)
         g.sig.append(i)
@@ -427,9 +439,12 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
         g.created_ns.append(created)
         g.duration_us.append(-1 if duration is None else int(duration * 1000))
         g.site.append(site)
-        if marks is not None:  # (tuple.__new__: RowMark(...) is a call of a Python-level __new__ every row)
-            heads.setdefault(pg_name, []).append(n)
-            marks.append(_new_tuple(RowMark, (pg_name, COLUMN, n, site >= 0)))
+        if marks is not None:
+            h = heads.get(pg_name)
+            if h is None:
+                h = heads[pg_name] = array("q")
+            h.append(n)
+            marks.add(pg_name, COLUMN, site >= 0)
 
 
 def add_columns(trace: RankTrace, kinds: list, which: Sequence[int], seqs: Sequence[int], p2p_seqs: Sequence[int],

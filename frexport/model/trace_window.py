@@ -16,13 +16,13 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from itertools import compress, count
 from operator import attrgetter, is_not
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.rank_trace import (
     COLUMN,
-    MERGED,
     P2P,
     SKIPPED,
     EdgeFacts,
@@ -30,7 +30,7 @@ from frexport.model.rank_trace import (
     P2POp,
     RankTrace,
     RowIndex,
-    RowMark,
+    RowMarks,
     append_rows,
     entry_rows,
     finish_group,
@@ -42,7 +42,8 @@ from frexport.model.rank_trace import (
     window,
 )
 
-_record_id, _site = attrgetter("record_id"), attrgetter("site")
+_record_id = attrgetter("record_id")
+_IS = [bytes(1 if v == kind else 0 for v in range(256)) for kind in range(4)]  # a kind column -> 1 where that kind
 
 
 class TraceWindow:
@@ -53,13 +54,12 @@ class TraceWindow:
         self.trace: RankTrace | None = None
         self.rebuilds = 0  # how often `update` built from scratch (tests, and the benchmark's curiosity)
         self._entries: list[Entry] = []  # the window's entries, in record order
-        self._marks: list[RowMark] = []  # what each entry's row became; row numbers from `_base`
+        self._marks = RowMarks()  # what each entry's row became; row numbers from `_base`
         self._base = 0  # row number of _entries[0]: numbers grow for good, so marks never shift
         self._index = RowIndex()
         self._p2p: dict[str, list[P2POp]] = {}  # every p2p op per group (the trace keeps the recent ones)
         self._events: frozenset[str] = frozenset()
         self._followable = False  # the last build left columns in row order: it can be followed
-        self._merged: list[int] = []  # indices into _marks of rows MERGED into a position (coalesced ops)
         self._facts = EdgeFacts()  # the header's facts of every entry of the window (rank_trace.EdgeFacts)
         self._of: tuple[Entry, ...] | None = None  # the entries of the snapshot the trace was last updated to
 
@@ -87,14 +87,13 @@ class TraceWindow:
         self._facts = EdgeFacts.of(entries)
         sample = self._facts.sample()
         trace = new_trace(dump, rank, entries, sample)
-        self._index, self._marks, self._base = RowIndex(), [], 0
+        self._index, self._marks, self._base = RowIndex(), RowMarks(), 0
         self._events = sample.event_backends()
         append_rows(trace, entry_rows(entries), self._events, self._index, self._marks, 0)
         self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
         sorted_out = [finish_group(g) for g in trace.groups.values()]
         rids = list(map(_record_id, entries))
         self._followable = not any(sorted_out) and all(map(int.__lt__, rids, rids[1:]))
-        self._merged = [i for i, m in enumerate(self._marks) if m.kind == MERGED]
         self._entries = list(entries)
         self.trace = trace
 
@@ -117,7 +116,8 @@ class TraceWindow:
             return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
         b = k + same  # rows from b on are taken out, and the new ones appended
         base, marks = self._base, self._marks
-        merged = [(marks[i].head - base, i) for i in self._merged]  # coalesced ops (rare): (position's row, row)
+        merged = [(head - base, n - base) for n, head in marks.merged.items()]  # coalesced ops (rare): (position's
+        # row, row)
         if any(head < k <= i for head, i in merged):
             return False  # the front cuts a coalesced group: its first position would change
         while True:  # a coalesced group the cut at b splits is taken out whole
@@ -125,7 +125,7 @@ class TraceWindow:
             if not heads:
                 break
             b = min(heads)
-        if any(map(_site, marks[:k])) or any(map(_site, marks[b:])):
+        if 1 in marks.site[:k] or 1 in marks.site[b:]:
             return False  # the trace lists its window's call sites: one may have left
         added = new[b - k:]
         # from here on the window's lists are moved in place (copying them touched every entry of the
@@ -134,21 +134,18 @@ class TraceWindow:
         sample = self._facts.sample()
         if sample.event_backends() != self._events:
             return False  # the recorder changed how it reports completion
-        touched = self._drop(marks[:k], front=True) | self._drop(marks[b:], front=False)
+        touched = self._drop(0, k, front=True) | self._drop(b, len(marks), front=False)
         self._base = base + k
-        del marks[b:], marks[:k]
-        self._merged = [i - k for head, i in merged if k <= i < b]
+        for col in (marks.pg_name, marks.kind, marks.site):
+            del col[b:], col[:k]
+        marks.merged = {n + base: head + base for head, n in merged if k <= n < b}
         recent = {}
         for name, g in trace.groups.items():  # rows are appended to every p2p op, then the recent ones kept
             recent[name], g.p2p = g.p2p, self._p2p[name]
-        n_kept = len(self._marks)
+        n_kept = len(marks)
         columns_before = {name: len(g.seq) for name, g in trace.groups.items()}
-        append_rows(trace, entry_rows(added), self._events, self._index, self._marks, self._base + n_kept)
-        for i, m in enumerate(self._marks[n_kept:], n_kept):
-            if m.kind == P2P:
-                touched.add(m.pg_name)
-            elif m.kind == MERGED:
-                self._merged.append(i)
+        append_rows(trace, entry_rows(added), self._events, self._index, marks, self._base + n_kept)
+        touched.update(compress(marks.pg_name[n_kept:], marks.kind[n_kept:].translate(_IS[P2P])))
         for name, g in trace.groups.items():
             if name not in recent:  # opened by the new rows
                 self._p2p[name], recent[name] = g.p2p, []
@@ -164,16 +161,12 @@ class TraceWindow:
         trace.rows_version += 1
         return True
 
-    def _drop(self, marks: list[RowMark], front: bool) -> set[str]:
-        """Take the rows of `marks` out of the columns: the first ones of each group, or the last.
+    def _drop(self, lo: int, hi: int, front: bool) -> set[str]:
+        """Take rows lo..hi-1 (by their marks) out of the columns: the first ones of each group, or the last.
         Returns the groups that lost p2p ops."""
-        columns: dict[str, int] = {}
-        p2p: dict[str, int] = {}
-        for m in marks:
-            if m.kind == COLUMN:
-                columns[m.pg_name] = columns.get(m.pg_name, 0) + 1
-            elif m.kind == P2P:
-                p2p[m.pg_name] = p2p.get(m.pg_name, 0) + 1
+        names, kinds = self._marks.pg_name[lo:hi], self._marks.kind[lo:hi]
+        columns = Counter(compress(names, kinds.translate(_IS[COLUMN])))
+        p2p = Counter(compress(names, kinds.translate(_IS[P2P])))
         assert self.trace is not None  # (for mypy) only _follow drops rows, from a trace
         groups, heads = self.trace.groups, self._index.heads
         for name, n in columns.items():
@@ -191,9 +184,9 @@ class TraceWindow:
         trace, entries = self.trace, self._entries
         assert trace is not None  # (for mypy) only _follow settles, a trace
         first: dict[str, int] = {}
-        for i, m in enumerate(self._marks):
-            if m.kind != SKIPPED and m.pg_name not in first:  # (a p2p end marker opens no group)
-                first[m.pg_name] = i
+        for i, (name, kind) in enumerate(zip(self._marks.pg_name, self._marks.kind)):
+            if kind != SKIPPED and name not in first:  # (a p2p end marker opens no group)
+                first[name] = i
                 if len(first) == len(trace.groups):
                     break
         groups: dict[str, GroupTrace] = {}
