@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         seen = start_ns + i * 5_000_000_000
         for r, d in dumps.items():  # the pods' own sidecars poll their ranks (not timed: not the view's work)
             states[r // per_pod].ingest(replace(d, entries=d.entries[:keep], dumped_at_ns=seen), "bench", seen)
+        if not args.no_gc_pacing:  # the pods' new objects are not the view's: in a job they are in the pods'
+            gc.collect(1)            # processes, and the view's young collection after the pass would walk them
+            gc.freeze()
         if i == 0:  # the pods hold their ranks' data now: what the process gains from here on is the view's
             rss_before = _rss_mb()
         before, served = source.bytes_total, source.served_s

@@ -68,7 +68,7 @@ class _Held:
 
     peer: str
     epoch: int
-    entries: list[Entry] = field(default_factory=list)  # in record order
+    entries: tuple[Entry, ...] = ()  # in record order: the last snapshot's own tuple (one window held, not two)
     cursor: int = -1  # the next poll's: the oldest entry unfinished here, else the newest + 1; -1: none yet
     pg_config: tuple = ()
     handlers: frozenset[str] = frozenset()
@@ -351,29 +351,30 @@ class PeersSource:
         if r.first is not None:  # out of the peer's window, unless still unfinished
             q = bisect_left(entries, r.first, key=_record_id)
             if q:
-                entries = [e for e in entries[:q] if not e.finished] + entries[q:]
+                entries = tuple(e for e in entries[:q] if not e.finished) + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
             # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
             # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
             # bound (85 -> 953 MB in 50 s)
-            older = [e for e in entries[:cut] if not e.finished][:self.window]
+            older = tuple([e for e in entries[:cut] if not e.finished][:self.window])
             entries = older + entries[cut:]
-        held.entries = entries
         if entries:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
             # object now: the oldest unfinished one is at or after both
             start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
             i = first_unsettled(entries[start:])
             held.cursor = entries[start + i].record_id if i is not None else entries[-1].record_id + 1
+        held.entries = entries
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
         # an idle or hung rank's window is the same tuple pass after pass (the same entry objects: _merged):
         # a new tuple made the view follow every rank's trace again (~150 µs a rank a pass, for nothing new)
         last = held.dump.entries if held.dump is not None else ()
-        same = last if len(last) == len(entries) and all(map(is_, entries, last)) else tuple(entries)
+        if len(last) == len(entries) and all(map(is_, entries, last)):
+            held.entries = last
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
-                             held.pg_config, r.pg_status, same, dumped_at_ns=r.dumped_at_ns,
+                             held.pg_config, r.pg_status, held.entries, dumped_at_ns=r.dumped_at_ns,
                              declared_world_size=r.world_size)
         # seen at the peer's clock, but never in our future: a date far ahead would keep the rank in the
         # view's state for good and make every later true snapshot look older
@@ -456,17 +457,17 @@ class _PickleJob:
         return decode_bytes(self.body, self.path, rank=self.rank)
 
 
-def _merged(held: list[Entry], sent: tuple[Entry, ...]) -> list[Entry]:
+def _merged(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ...]:
     """The held entries from the first sent one on, updated by what was sent, in record order."""
     if not held:
         rids = list(map(_record_id, sent))
         if all(map(int.__lt__, rids, rids[1:])):
-            return list(sent)
+            return sent
     by_record = {e.record_id: e for e in held}
     for e in sent:  # one sent again as it was (a rank's hung op, from its cursor) stays the held object
         if by_record.get(e.record_id) != e:
             by_record[e.record_id] = e
-    return sorted(by_record.values(), key=_record_id)
+    return tuple(sorted(by_record.values(), key=_record_id))
 
 
 _record_id = attrgetter("record_id")
