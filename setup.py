@@ -1,4 +1,5 @@
-"""The optional compiled scanner (frexport/decode/_scan.c). Everything else is in pyproject.toml.
+"""The optional compiled parts: the pickle scanner (frexport/decode/_scan.c) and the trace rows' appender
+(frexport/model/_rows.c). Everything else is in pyproject.toml.
 
 `optional=True`: without a C compiler (or Python headers) the build warns and goes on, and frexport
 runs on its pure-Python path (frexport.decode.scanned.available() is then False; `frexport --version`
@@ -10,4 +11,6 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("frexport.decode._scan", ["frexport/decode/_scan.c"], optional=True,
                              depends=["frexport/decode/_scan_fields.h"],
+                             extra_compile_args=["-O2", "-std=c99", "-Wall"]),
+                   Extension("frexport.model._rows", ["frexport/model/_rows.c"], optional=True,
                              extra_compile_args=["-O2", "-std=c99", "-Wall"])])

@@ -45,6 +45,9 @@ quiet .venv/bin/python -m pip install --upgrade pip
 quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
 .venv/bin/python -c 'from frexport.decode import scanned; assert scanned.available()' 2>/dev/null \
   || { echo "setup: the compiled scanner did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
+# and the trace rows' appender (frexport/model/_rows.c: the job view's follow; the tests compare both paths)
+.venv/bin/python -c 'from frexport.model import rank_trace; assert rank_trace._rows is not None' 2>/dev/null \
+  || { echo "setup: the compiled rows' appender did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
 ./scripts/install-tools.sh
 # Real PyTorch for the tests that run gloo jobs (CPU build; the sidecar itself never imports torch).
 if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then

@@ -74,8 +74,8 @@ def trace_from_rows(raw: dict, rows: list, markers: bool, source: str, fmt: str,
         first_created_ns=min(created, default=None), last_created_ns=max(created, default=None))
     add_rows(trace, rows, events)
     # rows are one per entry, in entry order: the sample's rows and raw entries line up
-    recorder_times(trace, [r[0] for r in sample], [r[ROW_CREATED] for r in sample], [r[-2] for r in sample],
-                   [r[-1] for r in sample], timeouts[:len(sample)])
+    recorder_times(trace, [r[0] for r in sample], [r[ROW_CREATED] or 0 for r in sample], [r[-2] or 0 for r in sample],
+                   [r[-1] or 0 for r in sample], timeouts[:len(sample)])
     return trace
 
 

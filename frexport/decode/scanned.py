@@ -149,8 +149,8 @@ def trace_from_columns(top: dict, kinds: list, which: array, seqs: array, p2p_se
     sample = list(range(n)) if n <= 2 * SAMPLE else [*range(SAMPLE), *range(n - SAMPLE, n)]  # outcome.edges
     events = frozenset(info[which[i]][4][0] for i in sample if shows_events(info[which[i]][7]))
     first_last = [created[i] for i in sample if created[i]]
-    edge_times = ([info[which[i]][0] for i in sample], [created[i] for i in sample],
-                  [started[i] or None for i in sample], [completed[i] or None for i in sample],
+    edge_times = ([info[which[i]][0] for i in sample], [created[i] or 0 for i in sample],
+                  [started[i] or 0 for i in sample], [completed[i] or 0 for i in sample],
                   [info[which[i]][9] for i in sample])
     head = normalize({**top, "entries": []}, source, fmt, rank=rank, dumped_at_ns=dumped_at_ns,
                      size_bytes=size_bytes, recorder=recorder_backend(info[which[i]][4][0] for i in sample))

@@ -16,7 +16,6 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter
 from itertools import compress, count
 from operator import attrgetter, is_not
 
@@ -31,8 +30,7 @@ from frexport.model.rank_trace import (
     RankTrace,
     RowIndex,
     RowMarks,
-    append_rows,
-    entry_rows,
+    append_entries,
     finish_group,
     new_trace,
     recent_p2p,
@@ -89,7 +87,7 @@ class TraceWindow:
         trace = new_trace(dump, rank, entries, sample)
         self._index, self._marks, self._base = RowIndex(), RowMarks(), 0
         self._events = sample.event_backends()
-        append_rows(trace, entry_rows(entries), self._events, self._index, self._marks, 0)
+        append_entries(trace, entries, self._events, self._index, self._marks, 0)
         self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
         sorted_out = [finish_group(g) for g in trace.groups.values()]
         rids = list(map(_record_id, entries))
@@ -144,7 +142,7 @@ class TraceWindow:
             recent[name], g.p2p = g.p2p, self._p2p[name]
         n_kept = len(marks)
         columns_before = {name: len(g.seq) for name, g in trace.groups.items()}
-        append_rows(trace, entry_rows(added), self._events, self._index, marks, self._base + n_kept)
+        append_entries(trace, added, self._events, self._index, marks, self._base + n_kept)
         touched.update(compress(marks.pg_name[n_kept:], marks.kind[n_kept:].translate(_IS[P2P])))
         for name, g in trace.groups.items():
             if name not in recent:  # opened by the new rows
@@ -164,9 +162,14 @@ class TraceWindow:
     def _drop(self, lo: int, hi: int, front: bool) -> set[str]:
         """Take rows lo..hi-1 (by their marks) out of the columns: the first ones of each group, or the last.
         Returns the groups that lost p2p ops."""
-        names, kinds = self._marks.pg_name[lo:hi], self._marks.kind[lo:hi]
-        columns = Counter(compress(names, kinds.translate(_IS[COLUMN])))
-        p2p = Counter(compress(names, kinds.translate(_IS[P2P])))
+        columns: dict[str, int] = {}
+        p2p: dict[str, int] = {}
+        if lo < hi:
+            names, kinds = self._marks.pg_name[lo:hi], self._marks.kind[lo:hi]
+            for name in compress(names, kinds.translate(_IS[COLUMN])):
+                columns[name] = columns.get(name, 0) + 1
+            for name in compress(names, kinds.translate(_IS[P2P])):
+                p2p[name] = p2p.get(name, 0) + 1
         assert self.trace is not None  # (for mypy) only _follow drops rows, from a trace
         groups, heads = self.trace.groups, self._index.heads
         for name, n in columns.items():

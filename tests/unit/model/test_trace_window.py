@@ -10,15 +10,20 @@ live analysis of ranks followed that way, must equal what a from-scratch build g
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from frexport.analysis.engine import Options, analyze
 from frexport.config import Analysis
 from frexport.live.diagnosis import LiveAnalysis
+from frexport.model import rank_trace
 from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
 from frexport.model.rank_trace import RankTrace, build_rank_trace
@@ -46,9 +51,11 @@ class Stream:
         site = Frame("train.py", self.rng.randrange(3), "step") if self.odd and self.rng.random() < 0.1 else None
         self.rid += 1
         self.now += 1000
+        # NCCL timing, some of it a fraction of a microsecond
+        duration = self.rng.choice([0.25, 1.2345678, 3e3]) if self.odd and self.rng.random() < 0.3 else None
         return Entry(self.rid, pg_id, name, desc, seq, p2p_seq, None, is_p2p, f"{self.backend}:{op}", self.backend,
                      op, src, dst, shape, shape, ("Float",), ("Float",), state, False, self.now, None, None,
-                     None, 60000, None, None, (), site)
+                     duration, 60000, None, None, (), site)
 
     def step(self) -> RankDump:
         rng = self.rng
@@ -71,13 +78,14 @@ class Stream:
             else:
                 self.entries.append(self.entry(GROUPS[2], 0, "coalesced", True, self.p2p_seq))
         if self.odd and rng.random() < 0.05:
-            self.backend = "gloo" if self.backend == "nccl" else "nccl"
+            self.backend = rng.choice(["gloo", "nccl", "ucc"])  # (ucc's recorder is a hook's: ops retired at issue)
         # finish some unfinished entries; everything from the oldest unfinished on is sent again
         first = next((i for i, e in enumerate(self.entries) if not e.finished), len(self.entries))
         moved = []
         for e in self.entries[first:]:
             if not e.finished and rng.random() < 0.9:  # most ops finish within a pass
-                e = e._replace(state="completed" if rng.random() < 0.9 else "started")
+                e = e._replace(state="completed" if rng.random() < 0.9 else "started",
+                               time_started_ns=self.now if self.odd and rng.random() < 0.5 else None)
             elif rng.random() < 0.1:
                 e = e._replace(retired=True)
             moved.append(e._replace())  # a new object, as a new body's row is
@@ -105,18 +113,76 @@ def resolved(t: RankTrace) -> tuple:
             groups)
 
 
+@contextmanager
+def appended_by(compiled: bool) -> Iterator[None]:
+    """A followed trace's entries appended by the compiled helper (model/_rows.c, as built by the dev setup),
+    or by rank_trace.append_rows alone (an install without a compiler). build_rank_trace never uses the
+    helper: the tests below compare the two ways."""
+    built = rank_trace._rows
+    assert built is not None, "the compiled rows' appender is not built (scripts/setup.sh builds it)"
+    rank_trace._rows = built if compiled else None
+    try:
+        yield
+    finally:
+        rank_trace._rows = built
+
+
+@pytest.mark.parametrize("compiled", [True, False])
 @given(st.integers(0, 2**32), st.integers(4, 40), st.booleans())
-def test_a_followed_trace_is_the_trace_built_from_scratch(seed, tail, odd):
+def test_a_followed_trace_is_the_trace_built_from_scratch(compiled, seed, tail, odd):
     stream = Stream(random.Random(seed), 0, 2, tail, odd)
     follower = TraceWindow(tail)
     for _ in range(25):
         dump = stream.step()
-        assert resolved(follower.update(dump)) == resolved(build_rank_trace(dump, tail=tail))
+        with appended_by(compiled):
+            followed = resolved(follower.update(dump))
+        assert followed == resolved(build_rank_trace(dump, tail=tail))
         # the same entries re-stamped by a status read (a sidecar between two entries reads): a new
         # snapshot of the same tuple of entries, with its own time and status
         again = replace(dump, dumped_at_ns=dump.dumped_at_ns + 10**9, source="restamped",
                         pg_status=(ProcessGroupStatus(0, 7, 6, 5),))
-        assert resolved(follower.update(again)) == resolved(build_rank_trace(again, tail=tail))
+        with appended_by(compiled):
+            followed = resolved(follower.update(again))
+        assert followed == resolved(build_rank_trace(again, tail=tail))
+
+
+HOSTILE = {"seq past int64": {"collective_seq_id": 2**63}, "no creation time": {"time_created_ns": None},
+           "created past int64": {"time_created_ns": -2**63 - 1}, "duration NaN": {"duration_ms": math.nan},
+           "duration inf": {"duration_ms": math.inf}, "duration past int64": {"duration_ms": 1e16},
+           "duration an int": {"duration_ms": 5}, "duration negative": {"duration_ms": -0.0015},
+           "unhashable call site": {"call_site": ["train.py", 3]}, "unhashable group": {"pg_name": ["0"]},
+           "state not a string": {"state": 3}, "p2p peers odd": {"is_p2p": True, "op": "send", "p2p_src": "x"},
+           # not hostile: p2p ops a hook retired at issue (their flags are the helper's own work)
+           "p2p retired at issue": {"is_p2p": True, "op": "send", "backend": "ucc", "retired": True}}
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_the_compiled_appender_leaves_what_it_cannot_take_to_append_rows(value):
+    """Values the helper's columns cannot hold, or that Python judges (an error it must raise the same):
+    followed both ways, the same trace, marks and tables, or the same error."""
+    p2p = value.get("is_p2p", False)
+    outcomes = []
+    for compiled, seed in [(c, s) for c in (True, False) for s in range(4)]:
+        stream = Stream(random.Random(seed), 0, 2, 30, True)
+        follower = TraceWindow(30)
+        with appended_by(compiled):
+            for i in range(10):
+                dump = stream.step()
+                if i == 6:  # among followed entries, not the first build's: the newest two collectives (or p2p ops)
+                    entries = list(dump.entries)
+                    for at in [j for j, e in enumerate(entries) if e.is_p2p == p2p and e.op != "coalesced"][-2:]:
+                        entries[at] = entries[at]._replace(**value)
+                    dump = replace(dump, entries=tuple(entries))
+                try:
+                    got: object = resolved(follower.update(dump))
+                except (TypeError, ValueError, OverflowError) as exc:
+                    got, follower = type(exc), TraceWindow(30)
+                marks = follower._marks
+                outcomes.append((got, marks.pg_name, bytes(marks.kind), bytes(marks.site), marks.merged,
+                                 follower._index.sig_index, follower._index.site_index,
+                                 {k: list(v) for k, v in follower._index.heads.items()}))
+    half = len(outcomes) // 2
+    assert outcomes[:half] == outcomes[half:]
 
 
 def test_a_window_that_slides_is_followed_not_rebuilt():
@@ -129,8 +195,9 @@ def test_a_window_that_slides_is_followed_not_rebuilt():
     assert rebuilds < updates / 2, (rebuilds, updates)  # (coalesced groups at the front are rebuilt)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @given(st.integers(0, 2**32), st.booleans())
-def test_the_live_analysis_of_followed_traces_is_the_analysis_from_scratch(seed, odd):
+def test_the_live_analysis_of_followed_traces_is_the_analysis_from_scratch(compiled, seed, odd):
     world, tail = 3, 24
     rng = random.Random(seed)
     streams = [Stream(random.Random(rng.random()), r, world, tail, odd) for r in range(world)]
@@ -138,7 +205,8 @@ def test_the_live_analysis_of_followed_traces_is_the_analysis_from_scratch(seed,
     for _ in range(12):
         dumps = {s.rank: s.step() for s in streams if rng.random() < 0.9 or s.rank not in live._traces}
         latest = {**{r: d for r, (d, _) in live._traces.items()}, **dumps}
-        result = live.run(latest)
+        with appended_by(compiled):
+            result = live.run(latest)
         scratch = analyze([build_rank_trace(d, tail=tail) for d in latest.values()],
                           options=Options(stall_after_s=30.0, clock=True,
                                           straggler_lateness_s=live.cfg.straggler_lateness))

@@ -1,0 +1,345 @@
+/* The compiled helper of rank_trace.append_entries: a followed trace's new entries appended to its
+ * group columns without a Python step per entry (optional: without a compiler rank_trace does it all).
+ *
+ * append(entries, start, first_row, tables) takes entries from `start` on, in order, while each is an
+ * entry append_rows handles the usual way: its group exists with a column of positions, its (state,
+ * retired, backend) already has flags, it is no coalesced op's merge into the position before or p2p end
+ * marker, its values fit their columns. It returns the index of the first entry it did not take (the
+ * caller hands that one to append_rows, then calls again), having appended the ones before it exactly
+ * as append_rows would: the same columns, p2p ops, interned signatures and call sites, heads and marks.
+ * Two passes: each taken entry's values into C buffers (interning as it goes, in entry order, as
+ * append_rows does), then each group's columns extended once per column (array.frombytes).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Entry's field positions, the types and constants of rank_trace (setup()) */
+enum { F_PG_NAME, F_IS_P2P, F_OP, F_SEQ, F_P2P_SEQ, F_BACKEND, F_SRC, F_DST, F_CREATED, F_DURATION, F_IN_SIZES,
+       F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_CALL_SITE, F_STATE, F_RETIRED, F_STARTED, N_FIELDS };
+static Py_ssize_t field[N_FIELDS], max_field;
+static PyObject *op_signature, *p2p_op, *new_tuple, *coalesced;
+static long STARTED, FINISHED, ISSUED, P2P, COLUMN;
+static PyObject *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
+static int ready;
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *fields;
+    PyObject *sig_type, *p2p_type, *new;
+    if (!PyArg_ParseTuple(args, "O!OOOlllll", &PyTuple_Type, &fields, &sig_type, &p2p_type, &new, &STARTED, &FINISHED,
+                          &ISSUED, &P2P, &COLUMN))
+        return NULL;
+    if (PyTuple_GET_SIZE(fields) != N_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "setup: wrong number of entry fields");
+        return NULL;
+    }
+    max_field = 0;
+    for (int i = 0; i < N_FIELDS; i++) {
+        if ((field[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(fields, i))) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "setup: negative field");
+            return NULL;
+        }
+        max_field = field[i] > max_field ? field[i] : max_field;
+    }
+    Py_INCREF(sig_type), Py_INCREF(p2p_type), Py_INCREF(new);
+    Py_XSETREF(op_signature, sig_type);
+    Py_XSETREF(p2p_op, p2p_type);
+    Py_XSETREF(new_tuple, new);
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+#define MAX_GROUPS 64 /* groups touched in one call; an entry of another one ends the call */
+
+typedef struct {
+    PyObject *g, *head; /* borrowed: alive in the caller's dicts throughout */
+    int64_t last_seq;
+    int has_last;
+    Py_ssize_t n; /* positions taken */
+} Group;
+
+typedef struct { /* one taken entry */
+    int group, kind, site_flag;
+    int64_t seq, created, duration_us, row;
+    int32_t sig, site;
+    uint8_t flags;
+    PyObject *p2p; /* new reference, P2P only */
+} Row;
+
+static int fits_int64(PyObject *v, int64_t *out) {
+    if (!PyLong_Check(v))
+        return 0;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* -1: an error (raised), else the index the table gives `key`, `fresh` appended to `table` if it had none */
+static Py_ssize_t intern(PyObject *index, PyObject *table, PyObject *key) {
+    PyObject *got = PyDict_GetItemWithError(index, key);
+    if (got != NULL)
+        return PyLong_AsSsize_t(got);
+    if (PyErr_Occurred())
+        return -1;
+    Py_ssize_t i = PyList_GET_SIZE(table);
+    PyObject *num = PyLong_FromSsize_t(i);
+    if (num == NULL || PyDict_SetItem(index, key, num) < 0 || PyList_Append(table, key) < 0) {
+        Py_XDECREF(num);
+        return -1;
+    }
+    Py_DECREF(num);
+    return i;
+}
+
+static Py_ssize_t signature(PyObject *sigs, PyObject *sig_index, PyObject *signatures, PyObject *e, PyObject *op) {
+    PyObject *key = Py_BuildValue("(Onnnn)", op, (Py_ssize_t)PyTuple_GET_ITEM(e, field[F_IN_SIZES]),
+                                  (Py_ssize_t)PyTuple_GET_ITEM(e, field[F_OUT_SIZES]),
+                                  (Py_ssize_t)PyTuple_GET_ITEM(e, field[F_IN_DTYPES]),
+                                  (Py_ssize_t)PyTuple_GET_ITEM(e, field[F_OUT_DTYPES]));
+    if (key == NULL)
+        return -1;
+    PyObject *got = PyDict_GetItemWithError(sigs, key);
+    if (got != NULL) {
+        Py_DECREF(key);
+        return PyLong_AsSsize_t(got);
+    }
+    Py_ssize_t i = -1;
+    PyObject *one = NULL, *sig = NULL, *num = NULL;
+    if (!PyErr_Occurred()
+        && (one = PyObject_CallFunctionObjArgs(op_signature, op, PyTuple_GET_ITEM(e, field[F_IN_SIZES]),
+                                               PyTuple_GET_ITEM(e, field[F_OUT_SIZES]),
+                                               PyTuple_GET_ITEM(e, field[F_IN_DTYPES]),
+                                               PyTuple_GET_ITEM(e, field[F_OUT_DTYPES]), NULL)) != NULL
+        && (sig = PyTuple_Pack(1, one)) != NULL && (i = intern(sig_index, signatures, sig)) >= 0
+        && ((num = PyLong_FromSsize_t(i)) == NULL || PyDict_SetItem(sigs, key, num) < 0))
+        i = -1;
+    Py_XDECREF(num), Py_XDECREF(sig), Py_XDECREF(one), Py_DECREF(key);
+    return i;
+}
+
+static int call_method(PyObject *obj, PyObject *name, PyObject *arg) {
+    PyObject *r = PyObject_CallMethodOneArg(obj, name, arg);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* array.frombytes of `n` items of `size` bytes, read from rows[] at `offset`, of group `gi` */
+static int extend(PyObject *arr, Row *rows, Py_ssize_t n_rows, int gi, Py_ssize_t n, size_t offset, size_t size) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)size);
+    if (b == NULL)
+        return -1;
+    char *p = PyBytes_AS_STRING(b);
+    for (Py_ssize_t r = 0; r < n_rows; r++)
+        if (rows[r].group == gi && rows[r].kind == COLUMN) {
+            memcpy(p, (char *)&rows[r] + offset, size);
+            p += size;
+        }
+    int rc = call_method(arr, s_frombytes, b);
+    Py_DECREF(b);
+    return rc;
+}
+
+static PyObject *append(PyObject *self, PyObject *args) {
+    PyObject *entries, *groups, *known_flags, *site_index, *call_sites, *sig_index, *signatures, *sigs, *heads,
+        *names, *kinds, *site_marks;
+    Py_ssize_t start, first_row;
+    if (!PyArg_ParseTuple(args, "O!nnO!O!O!O!O!O!O!O!O!O!O!", &PyTuple_Type, &entries, &start, &first_row,
+                          &PyDict_Type, &groups, &PyDict_Type, &known_flags, &PyDict_Type, &site_index,
+                          &PyList_Type, &call_sites, &PyDict_Type, &sig_index, &PyList_Type, &signatures,
+                          &PyDict_Type, &sigs, &PyDict_Type, &heads, &PyList_Type, &names, &PyByteArray_Type,
+                          &kinds, &PyByteArray_Type, &site_marks))
+        return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() was not called");
+        return NULL;
+    }
+    Py_ssize_t n_entries = PyTuple_GET_SIZE(entries), end = start;
+    if (start < 0 || start > n_entries) {
+        PyErr_SetString(PyExc_IndexError, "start out of range");
+        return NULL;
+    }
+    Row *rows = PyMem_Calloc(n_entries - start + 1, sizeof(Row));
+    Group grp[MAX_GROUPS];
+    int n_groups = 0;
+    if (rows == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t n = 0, last_sig = -1;
+    long last_flags = -1;
+    PyObject *last_fk[3], *last_sk[5]; /* borrowed from entries, alive throughout */
+    for (; end < n_entries; end++) { /* pass 1: what each entry becomes, or the end of what is taken */
+        PyObject *e = PyTuple_GET_ITEM(entries, end);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) <= max_field)
+            break;
+#define F(name) PyTuple_GET_ITEM(e, field[name])
+        PyObject *pg_name = F(F_PG_NAME), *op = F(F_OP);
+        int is_p2p = PyObject_IsTrue(F(F_IS_P2P));
+        if (is_p2p < 0)
+            break;
+        if (is_p2p && PyUnicode_Check(op) && PyUnicode_Compare(op, coalesced) == 0)
+            break; /* a p2p end marker */
+        PyObject *g = PyDict_GetItemWithError(groups, pg_name);
+        if (g == NULL)
+            break; /* a new group (or an unhashable name: append_rows says so) */
+        int gi = 0;
+        while (gi < n_groups && grp[gi].g != g)
+            gi++;
+        if (gi == n_groups) {
+            if (n_groups == MAX_GROUPS)
+                break;
+            grp[gi] = (Group){g, NULL, 0, 0, 0};
+            n_groups++;
+        }
+        /* an entry's flags and signature are mostly its predecessor's: the same objects, no key to build */
+        PyObject *fk[3] = {F(F_STATE), F(F_RETIRED), F(F_BACKEND)};
+        long flags = last_flags;
+        if (flags < 0 || memcmp(fk, last_fk, sizeof fk) != 0) {
+            PyObject *fkey = PyTuple_Pack(3, fk[0], fk[1], fk[2]);
+            PyObject *fv = fkey ? PyDict_GetItemWithError(known_flags, fkey) : NULL;
+            Py_XDECREF(fkey);
+            if (fv == NULL || (flags = PyLong_AsLong(fv)) < 0 || flags > 255)
+                break;
+            memcpy(last_fk, fk, sizeof fk);
+            last_flags = flags;
+        }
+        int started = PyObject_IsTrue(F(F_STARTED));
+        if (started < 0)
+            break;
+        if (started)
+            flags |= STARTED;
+        Row *r = &rows[n];
+        r->group = gi, r->row = first_row + end, r->flags = (uint8_t)flags, r->site = -1;
+        PyObject *call_site = F(F_CALL_SITE);
+        if (call_site != Py_None) {
+            Py_ssize_t s = intern(site_index, call_sites, call_site);
+            if (s < 0 || s > INT32_MAX)
+                break;
+            r->site = (int32_t)s;
+        }
+        r->site_flag = r->site >= 0;
+        PyObject *sk[5] = {op, F(F_IN_SIZES), F(F_OUT_SIZES), F(F_IN_DTYPES), F(F_OUT_DTYPES)};
+        Py_ssize_t sig = last_sig;
+        if (sig < 0 || memcmp(sk, last_sk, sizeof sk) != 0) {
+            sig = signature(sigs, sig_index, signatures, e, op);
+            if (sig < 0 || sig > INT32_MAX)
+                break;
+            memcpy(last_sk, sk, sizeof sk);
+            last_sig = sig;
+        }
+        r->sig = (int32_t)sig;
+        if (is_p2p) {
+            long f = flags & ISSUED ? flags | FINISHED : flags; /* rank_trace.p2p_flags */
+            PyObject *items = Py_BuildValue("(OOOOnlOn)", F(F_P2P_SEQ), op, F(F_SRC), F(F_DST), sig, f, F(F_CREATED),
+                                            (Py_ssize_t)r->site);
+            r->p2p = items ? PyObject_CallFunctionObjArgs(new_tuple, p2p_op, items, NULL) : NULL;
+            Py_XDECREF(items);
+            if (r->p2p == NULL)
+                break;
+            r->kind = P2P;
+            n++;
+            continue;
+        }
+        PyObject *dur = F(F_DURATION);
+        if (!fits_int64(F(F_SEQ), &r->seq) || !fits_int64(F(F_CREATED), &r->created))
+            break;
+        if (dur == Py_None)
+            r->duration_us = -1;
+        else {
+            if (!PyFloat_Check(dur))
+                break;
+            double us = PyFloat_AS_DOUBLE(dur) * 1000; /* int(duration * 1000): truncated toward zero */
+            if (!isfinite(us) || us >= 9223372036854775807.0 || us <= -9223372036854775808.0)
+                break;
+            r->duration_us = (int64_t)us;
+        }
+        Group *G = &grp[gi];
+        if (!G->has_last) {
+            PyObject *col = PyObject_GetAttr(g, s_seq);
+            Py_ssize_t len = col ? PyObject_Length(col) : -1;
+            PyObject *last = len > 0 ? PySequence_GetItem(col, len - 1) : NULL;
+            Py_XDECREF(col);
+            if (len < 0 || (len > 0 && (last == NULL || !fits_int64(last, &G->last_seq)))) {
+                Py_XDECREF(last);
+                break;
+            }
+            Py_XDECREF(last);
+            G->has_last = len > 0;
+        }
+        if (G->has_last && G->last_seq == r->seq)
+            break; /* another op of a coalesced group: merged into the position before */
+        if (G->head == NULL && (G->head = PyDict_GetItemWithError(heads, pg_name)) == NULL)
+            break; /* the group's first position */
+        G->last_seq = r->seq, G->has_last = 1, G->n++;
+        r->kind = COLUMN;
+        n++;
+#undef F
+    }
+    if (PyErr_Occurred())
+        PyErr_Clear(); /* append_rows meets the entry again and says what is wrong with it */
+    /* pass 2: the columns, p2p ops and marks of what was taken */
+    PyObject *kind_bytes = PyBytes_FromStringAndSize(NULL, n), *site_bytes = PyBytes_FromStringAndSize(NULL, n);
+    int rc = kind_bytes && site_bytes ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        Row *r = &rows[i];
+        PyBytes_AS_STRING(kind_bytes)[i] = (char)r->kind;
+        PyBytes_AS_STRING(site_bytes)[i] = (char)r->site_flag;
+        rc = PyList_Append(names, PyTuple_GET_ITEM(PyTuple_GET_ITEM(entries, start + i), field[F_PG_NAME]));
+        if (rc == 0 && r->kind == P2P) {
+            PyObject *ops = PyObject_GetAttr(grp[r->group].g, s_p2p);
+            rc = ops != NULL && PyList_Check(ops) ? PyList_Append(ops, r->p2p) : -1;
+            if (rc < 0 && !PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a group's p2p ops are not a list");
+            Py_XDECREF(ops);
+        }
+    }
+    for (int gi = 0; rc == 0 && gi < n_groups; gi++) {
+        if (grp[gi].n == 0)
+            continue;
+        PyObject *g = grp[gi].g;
+        struct { PyObject *name; size_t offset, size; } cols[] = {
+            {s_seq, offsetof(Row, seq), 8}, {s_sig, offsetof(Row, sig), 4}, {s_flags, offsetof(Row, flags), 1},
+            {s_created_ns, offsetof(Row, created), 8}, {s_duration_us, offsetof(Row, duration_us), 8},
+            {s_site, offsetof(Row, site), 4}, {NULL, offsetof(Row, row), 8}};
+        for (size_t c = 0; rc == 0 && c < sizeof cols / sizeof cols[0]; c++) {
+            PyObject *arr = cols[c].name ? PyObject_GetAttr(g, cols[c].name) : (Py_INCREF(grp[gi].head), grp[gi].head);
+            rc = arr == NULL ? -1 : extend(arr, rows, n, gi, grp[gi].n, cols[c].offset, cols[c].size);
+            Py_XDECREF(arr);
+        }
+    }
+    if (rc == 0)
+        rc = call_method(kinds, s_extend, kind_bytes);
+    if (rc == 0)
+        rc = call_method(site_marks, s_extend, site_bytes);
+    Py_XDECREF(kind_bytes), Py_XDECREF(site_bytes);
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(rows[i].p2p);
+    PyMem_Free(rows);
+    return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
+                                   "FINISHED, ISSUED, P2P, COLUMN)"},
+    {"append", append, METH_VARARGS, "append(entries, start, first_row, groups, outcome_flags, site_index, "
+                                     "call_sites, sig_index, signatures, sigs, heads, mark names, kinds, sites) -> "
+                                     "the first entry not taken"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__rows(void) {
+#define NAME(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    NAME(s_seq, "seq"); NAME(s_sig, "sig"); NAME(s_flags, "flags"); NAME(s_created_ns, "created_ns");
+    NAME(s_duration_us, "duration_us"); NAME(s_site, "site"); NAME(s_p2p, "p2p"); NAME(s_frombytes, "frombytes");
+    NAME(s_extend, "extend"); NAME(coalesced, "coalesced");
+#undef NAME
+    return PyModule_Create(&module);
+}
