@@ -71,7 +71,7 @@ typedef struct { /* one taken entry */
 } Row;
 
 static int fits_int64(PyObject *v, int64_t *out) {
-    if (!PyLong_Check(v))
+    if (!PyLong_CheckExact(v))
         return 0;
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -184,8 +184,8 @@ static PyObject *append(PyObject *self, PyObject *args) {
         int is_p2p = PyObject_IsTrue(F(F_IS_P2P));
         if (is_p2p < 0)
             break;
-        if (is_p2p && PyUnicode_Check(op) && PyUnicode_Compare(op, coalesced) == 0)
-            break; /* a p2p end marker */
+        if (is_p2p && (!PyUnicode_CheckExact(op) || PyUnicode_Compare(op, coalesced) == 0))
+            break; /* a p2p end marker (or an op that is no plain string: append_rows compares it) */
         PyObject *g = PyDict_GetItemWithError(groups, pg_name);
         if (g == NULL)
             break; /* a new group (or an unhashable name: append_rows says so) */
@@ -253,7 +253,7 @@ static PyObject *append(PyObject *self, PyObject *args) {
         if (dur == Py_None)
             r->duration_us = -1;
         else {
-            if (!PyFloat_Check(dur))
+            if (!PyFloat_CheckExact(dur))
                 break;
             double us = PyFloat_AS_DOUBLE(dur) * 1000; /* int(duration * 1000): truncated toward zero */
             if (!isfinite(us) || us >= 9223372036854775807.0 || us <= -9223372036854775808.0)

@@ -114,8 +114,8 @@ class TraceWindow:
             return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
         b = k + same  # rows from b on are taken out, and the new ones appended
         base, marks = self._base, self._marks
-        merged = [(head - base, n - base) for n, head in marks.merged.items()]  # coalesced ops (rare): (position's
-        # row, row)
+        # coalesced ops (rare): (their position's row, their row)
+        merged = [(head - base, n - base) for n, head in marks.merged.items()]
         if any(head < k <= i for head, i in merged):
             return False  # the front cuts a coalesced group: its first position would change
         while True:  # a coalesced group the cut at b splits is taken out whole
