@@ -284,6 +284,10 @@ static PyObject *append(PyObject *self, PyObject *args) {
     }
     if (PyErr_Occurred())
         PyErr_Clear(); /* append_rows meets the entry again and says what is wrong with it */
+    if (n == 0) { /* (the first entry of a group or of an outcome: nothing to extend) */
+        PyMem_Free(rows);
+        return PyLong_FromSsize_t(start);
+    }
     /* pass 2: the columns, p2p ops and marks of what was taken */
     PyObject *kind_bytes = PyBytes_FromStringAndSize(NULL, n), *site_bytes = PyBytes_FromStringAndSize(NULL, n);
     int rc = kind_bytes && site_bytes ? 0 : -1;

@@ -319,6 +319,12 @@ class RowMarks:
     def __len__(self) -> int:
         return len(self.kind)
 
+    def keep(self, k: int, b: int, base: int) -> None:
+        """In place, to rows k..b-1 (`base`: the row number of the first row now)."""
+        for col in (self.pg_name, self.kind, self.site):
+            del col[b:], col[:k]
+        self.merged = {n: head for n, head in self.merged.items() if base + k <= n < base + b}
+
 
 @dataclass
 class RowIndex:

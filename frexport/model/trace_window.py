@@ -133,10 +133,8 @@ class TraceWindow:
         if sample.event_backends() != self._events:
             return False  # the recorder changed how it reports completion
         touched = self._drop(0, k, front=True) | self._drop(b, len(marks), front=False)
+        marks.keep(k, b, base)
         self._base = base + k
-        for col in (marks.pg_name, marks.kind, marks.site):
-            del col[b:], col[:k]
-        marks.merged = {n + base: head + base for head, n in merged if k <= n < b}
         recent = {}
         for name, g in trace.groups.items():  # rows are appended to every p2p op, then the recent ones kept
             recent[name], g.p2p = g.p2p, self._p2p[name]
