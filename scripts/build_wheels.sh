@@ -44,10 +44,11 @@ fi
 # setup.py's extension is optional: a wheel built where it failed is tagged for the platform all the same
 if ! "$PYTHON" -c 'import re, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-sys.exit(not all(any(re.fullmatch(p, n) for n in names) for p in (r"frexport/decode/_scan\..*\.so", r"frexport/model/_rows\..*\.so")))' \
+sys.exit(not all(any(re.fullmatch(p, n) for n in names) for p in (r"frexport/decode/_scan\..*\.so", r"frexport/model/_rows\..*\.so",
+                                                                   r"frexport/analysis/_straggler\..*\.so")))' \
     "${wheels[0]}"; then
   grep -i -A3 "warning\|error" "$WORK/build.log" | tail -20 >&2
-  echo "build_wheels: the compiled scanner or rows' appender did not build (a C compiler and Python's headers are needed)" >&2
+  echo "build_wheels: a compiled part (scanner, rows' appender, stragglers' loops) did not build (a C compiler and Python's headers are needed)" >&2
   exit 1
 fi
 "$PYTHON" -m auditwheel show "${wheels[0]}" >&2

@@ -48,6 +48,9 @@ quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
 # and the trace rows' appender (frexport/model/_rows.c: the job view's follow; the tests compare both paths)
 .venv/bin/python -c 'from frexport.model import rank_trace; assert rank_trace._rows is not None' 2>/dev/null \
   || { echo "setup: the compiled rows' appender did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
+# and the stragglers' loops (frexport/analysis/_straggler.c: the job view's engine; the tests compare both paths)
+.venv/bin/python -c 'from frexport.analysis import straggler; assert straggler._compiled is not None' 2>/dev/null \
+  || { echo "setup: the compiled stragglers' loops did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
 ./scripts/install-tools.sh
 # Real PyTorch for the tests that run gloo jobs (CPU build; the sidecar itself never imports torch).
 if [ "${FREXPORT_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then

@@ -14,9 +14,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import import_module
 from itertools import compress, islice, repeat
 from operator import eq, lt
 from statistics import median
+from types import ModuleType
 
 from frexport.analysis.membership import Group
 from frexport.model.rank_trace import FINISHED, GroupTrace
@@ -44,7 +46,9 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
     member has one (NCCL timing: its duration beyond the shortest member's, the last to arrive), else
     from enqueue times (from its issue to its last member's); over the recent collectives of every
     group whose members all recorded them, in each rank's order of issue."""
-    timeline: dict[int, list[tuple[int, str, int, int]]] = {}  # rank -> (issued, group key, seq, waited there)
+    keys = sorted({group.key for group, _ in groups})
+    order = {k: i for i, k in enumerate(keys)}  # (the events sort by it as by the key itself)
+    chunks: dict[int, list[_Chunk]] = {}  # rank -> its recent collectives, group by group
     for group, cols in groups:
         members = [r for r in group.members if r in cols and len(cols[r].seq)]
         if len(members) < 2 or len(members) < len(group.members):
@@ -53,21 +57,35 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         # one more than the window judged: the collective before the first one judged counts too
         lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
         windows = [_window(cols[r], lo, hi) for r in members]
-        key = group.key
+        key = order[group.key]
         in_step = _waits_in_step(windows)
         if in_step is not None:  # every collective of the window counts
             for r, (seqs, created, _, _), waited in zip(members, windows, in_step):
-                timeline.setdefault(r, []).extend(zip(created, repeat(key), seqs, waited))
+                chunks.setdefault(r, []).append((key, seqs, created, waited))
             continue
         for r, (seqs, created, finished, _), by_seq in zip(members, windows, _waits(windows)):
-            timeline.setdefault(r, []).extend((c, key, s, by_seq.get(s, 0))
-                                              for s, c, f in zip(seqs, created, finished) if c and f)
+            kept = [(s, c, by_seq.get(s, 0)) for s, c, f in zip(seqs, created, finished) if c and f]
+            chunks.setdefault(r, []).append((key, [s for s, _, _ in kept], [c for _, c, _ in kept],
+                                             [w for _, _, w in kept]))
+    if _compiled is not None:
+        out = _compiled.timeline(chunks, keys)
+        if out is not None:  # (None: a value past 64 bits, which Python's ints take)
+            return out
+    return _timeline(chunks, keys)
+
+
+_Chunk = tuple[int, Sequence[int], Sequence[int], Sequence[int]]  # key's index, seqs, issued, waited there
+
+
+def _timeline(chunks: dict[int, list[_Chunk]], keys: list[str]) -> dict[str, dict[int, dict[int, int]]]:
+    """Each rank's collectives sorted by issue (then key, seq): a wait is inherited by the next one."""
     out: dict[str, dict[int, dict[int, int]]] = {}
-    for r, events in timeline.items():
+    for r, rank_chunks in chunks.items():
+        events = [e for key, seqs, created, waited in rank_chunks for e in zip(created, repeat(key), seqs, waited)]
         events.sort()
         for (_, _, _, w), (_, k1, s1, _) in zip(events, islice(events, 1, None)):
             if w:
-                out.setdefault(k1, {}).setdefault(r, {})[s1] = w
+                out.setdefault(keys[k1], {}).setdefault(r, {})[s1] = w
     return out
 
 
@@ -89,6 +107,10 @@ def _waits_in_step(windows: list[_Window]) -> list[Sequence[int]] | None:
         return None
     if not seqs:
         return [() for _ in windows]
+    if _compiled is not None:
+        waits = _compiled.waits_in_step([w[1] for w in windows], [w[3] for w in windows])
+        if waits is not None:
+            return waits
     return list(zip(*map(_waits_at, zip(*(w[1] for w in windows)), zip(*(w[3] for w in windows)))))
 
 
@@ -142,28 +164,33 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
         every &= int.from_bytes(usable, "little")
         created.append(c)
         durations.append(d)
-    samples = [j for j, ok in enumerate(every.to_bytes(n, "little")) if ok]
+    usable = every.to_bytes(n, "little")
+    samples = [j for j, ok in enumerate(usable) if ok]
     if len(samples) < min_samples:
         return []
-    by_duration = all(d[j] >= 0 for d in durations for j in samples)
+    # an arrival as early as it would have been, had the rank not waited for a peer just before
+    owed = [inherited.get(r, {}) for r in members] if inherited else None
+    counted = None if _compiled is None else _compiled.last_counts(created, durations, usable, owed, first, members)
     last_count = {r: 0 for r in members}
+    if counted is None:  # (also where a value is past 64 bits, which Python's ints take)
+        by_duration = all(d[j] >= 0 for d in durations for j in samples)
+        arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
+        for arrival in arrivals:
+            latest = max(arrival)
+            last_count[min(compress(members, map(eq, arrival, repeat(latest))))] += 1
+    else:
+        by_duration, counts = counted
+        for r, count in zip(members, counts):
+            last_count[r] += count
     k = len(members) - 1  # the others of a member: its lateness is against their median
     half = k // 2
-    # an arrival as early as it would have been, had the rank not waited for a peer just before
-    owed = [(inherited or {}).get(r, {}) for r in members]
-    arrivals: list[list[int]] = []  # per sample, each member's arrival on a common axis: later is larger
-    for j in samples:
-        arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
-        if inherited:
-            arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
-        latest = max(arrival)
-        last_count[min(compress(members, map(eq, arrival, repeat(latest))))] += 1
-        arrivals.append(arrival)
     # only a member the last to arrive often enough can be one: the lateness of the others is not needed (in
     # most groups there is none, and judging ~1600 groups' lateness was most of a job-level view's stragglers)
     late = [i for i, r in enumerate(members) if last_count[r] / len(samples) >= min_late_fraction]
     if not late:
         return []
+    if counted is not None:
+        arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
     rows: list[list[float]] = []  # per sample, each late member's lateness
     for arrival in arrivals:
         # the median of the others: the sorted arrivals without one `a`, which is above o[i] exactly
@@ -186,6 +213,18 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
             out.append(Straggler(r, group, int(median_late), last_count[r] / len(samples), len(samples),
                                  first + first_late, by_duration))
     return out
+
+
+def _arrivals(created: list[Sequence[int]], durations: list[Sequence[int]], samples: list[int], first: int,
+              by_duration: bool, owed: list[dict[int, int]] | None) -> list[list[int]]:
+    """Per sample, each member's arrival on a common axis (later is larger), less what it owes."""
+    arrivals = []
+    for j in samples:
+        arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
+        if owed:
+            arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
+        arrivals.append(arrival)
+    return arrivals
 
 
 _FINISHED_BYTE = bytes(1 if v & FINISHED else 0 for v in range(256))
@@ -213,3 +252,15 @@ def _columns(g: GroupTrace, first: int, n: int) -> tuple[bytes | bytearray, Sequ
     if 0 in created:  # no enqueue time: not a sample
         usable = bytes(u if c else 0 for u, c in zip(usable, created))
     return usable, created, durations
+
+
+def _load_compiled() -> ModuleType | None:
+    try:
+        return import_module("frexport.analysis._straggler")
+    except ImportError:  # installed without a compiler: the loops above in Python
+        return None
+
+
+# analysis/_straggler.c: the loops over every recent collective and member of every group (a job-level
+# view judges ~1600 groups a pass; in Python they were a third of its analysis at 4096 ranks)
+_compiled = _load_compiled()

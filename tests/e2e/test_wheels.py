@@ -50,6 +50,7 @@ def test_the_wheel_is_tagged_manylinux_and_passes_twine(built):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(re.fullmatch(r"frexport/decode/_scan\..*\.so", n) for n in names)
     assert any(re.fullmatch(r"frexport/model/_rows\..*\.so", n) for n in names)  # (the job view's trace follow)
+    assert any(re.fullmatch(r"frexport/analysis/_straggler\..*\.so", n) for n in names)  # (and its stragglers)
     assert not any(n.endswith((".c", ".h")) for n in names)
     assert not any(n.startswith("frexport.libs/") for n in names)  # libc only: nothing grafted in
     assert "is consistent with the" in log and "PASSED" in log  # auditwheel show, twine check (the script's)

@@ -2,11 +2,15 @@
 
 import random
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from statistics import median
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from frexport.analysis import straggler
 from frexport.analysis.membership import Group, build_membership
 from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers, inherited_waits
 from frexport.model.dump import group_name
@@ -76,6 +80,19 @@ def test_too_few_collectives_or_a_member_without_records_judge_nobody():
     assert _stragglers(dumps) == []
 
 
+@contextmanager
+def judged_by(compiled: bool) -> Iterator[None]:
+    """The stragglers' loops in C (analysis/_straggler.c, as built by the dev setup) or in Python alone
+    (an install without a compiler): the property tests below hold both to the references."""
+    built = straggler._compiled
+    assert built is not None, "the compiled stragglers' loops are not built (scripts/setup.sh builds them)"
+    straggler._compiled = built if compiled else None
+    try:
+        yield
+    finally:
+        straggler._compiled = built
+
+
 # The straightforward version the sliced one replaced: the same verdicts, row by row.
 def _reference(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
                     min_samples: int = 5, min_late_fraction: float = 0.6,
@@ -138,8 +155,9 @@ def _median_without(ordered: list[int], value: int) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @given(st.integers(0, 2**32), st.integers(2, 9), st.integers(3, 40), st.booleans(), st.booleans())
-def test_the_sliced_columns_judge_as_the_row_by_row_reference(seed, world, steps, timed, gaps):
+def test_the_sliced_columns_judge_as_the_row_by_row_reference(compiled, seed, world, steps, timed, gaps):
     rng = random.Random(seed)
     late_rank = rng.randrange(world)
 
@@ -165,8 +183,9 @@ def test_the_sliced_columns_judge_as_the_row_by_row_reference(seed, world, steps
                  for r in range(world) if rng.random() < 0.5}
     for threshold, fraction in ((-10**18, 0.0), (0, 0.0), (10 * MS, 0.6), (THRESHOLD_NS, 0.6)):  # (every median shown)
         for owed in (None, inherited):
-            assert find_stragglers(group, cols, threshold, min_late_fraction=fraction, inherited=owed) == \
-                _reference(group, cols, threshold, min_late_fraction=fraction, inherited=owed)
+            with judged_by(compiled):
+                found = find_stragglers(group, cols, threshold, min_late_fraction=fraction, inherited=owed)
+            assert found == _reference(group, cols, threshold, min_late_fraction=fraction, inherited=owed)
 
 
 # The straightforward version of inherited_waits: cell by cell, what each rank waited at each seq, then
@@ -204,9 +223,10 @@ def _inherited_reference(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> d
     return out
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @given(st.integers(0, 2**32), st.integers(1, 4), st.integers(2, 12), st.sampled_from(["none", "some", "all"]),
        st.floats(0, 0.3))
-def test_inherited_waits_as_the_cell_by_cell_reference(seed, n, steps, timed, odd):
+def test_inherited_waits_as_the_cell_by_cell_reference(compiled, seed, n, steps, timed, odd):
     """An n x n tp x dp grid whose ranks' columns start at different seqs; `odd`: the share of cells
     made unusual (unfinished, no enqueue time, no duration, a seq skipped or repeated), so that both the
     members-in-step and the general reading are taken."""
@@ -230,4 +250,35 @@ def test_inherited_waits_as_the_cell_by_cell_reference(seed, n, steps, timed, od
                     g.duration_us.append(rng.choice([50, 500, 5000]) if timed_here else -1)
         if rng.random() < 0.2:
             del cols[group.members[-1]]  # a member without its columns: the group is not judged
-    assert inherited_waits(groups) == _inherited_reference(groups)
+    with judged_by(compiled):
+        assert inherited_waits(groups) == _inherited_reference(groups)
+
+
+# Values at the columns' int64 bounds: a wait or an arrival past 64 bits (durations of ~300 years, enqueue
+# times on both sides of the epoch, owed waits from such times), where Python's ints go on and C cannot.
+EXTREME = [-(2**63), -(2**62), -1, 0, 1, 5, 2**40, 2**62, 2**63 - 1]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@given(st.integers(0, 2**32), st.integers(2, 5), st.integers(5, 12), st.booleans())
+def test_values_at_the_int64_bounds_judge_as_the_references(compiled, seed, world, steps, timed):
+    rng = random.Random(seed)
+    groups = [(Group("a", "a", "", tuple(range(world))), {}), (Group("b", "b", "", tuple(range(world))), {})]
+    for group, cols in groups:
+        for r in group.members:
+            g = cols[r] = GroupTrace(group.name, group.desc, 0)
+            for s in range(steps):
+                g.seq.append(s)
+                usual = T0 + s * STEP_NS + rng.randrange(9) * MS
+                g.created_ns.append(rng.choice(EXTREME) if rng.random() < 0.3 else usual)
+                done = rng.random() > 0.15  # (an op not finished yet has no duration: not a sample)
+                g.flags.append(FINISHED if done else 0)
+                g.duration_us.append((rng.choice(EXTREME[3:]) if rng.random() < 0.3 else rng.randrange(9000))
+                                     if timed and done else -1)
+    with judged_by(compiled):
+        inherited = inherited_waits(groups)
+        found = [find_stragglers(group, cols, threshold, min_late_fraction=0.0, inherited=inherited.get(group.key))
+                 for group, cols in groups for threshold in (-10**30, 0, THRESHOLD_NS)]
+    assert inherited == _inherited_reference(groups)
+    assert found == [_reference(group, cols, threshold, min_late_fraction=0.0, inherited=inherited.get(group.key))
+                     for group, cols in groups for threshold in (-10**30, 0, THRESHOLD_NS)]

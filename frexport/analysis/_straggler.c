@@ -1,0 +1,377 @@
+/* The compiled helpers of analysis/straggler.py: the loops over each recent collective and member that a
+ * job-level view runs for every group each pass (optional: without a compiler straggler.py does them).
+ *
+ * waits_in_step(issued, durations) -> each member's waits, seq by seq (straggler._waits_at on each seq)
+ * timeline(chunks, keys) -> group key -> rank -> seq -> the wait of the rank's collective just before
+ * last_counts(issued, durations, usable, owed, first, members) -> (by duration, how often each member
+ *     arrived last), as find_stragglers counts them
+ *
+ * Each reads int64 columns (an array('q') or any sequence of ints) and answers None, with no exception,
+ * where a value is past 64 bits or a result would be: straggler.py then does the same in Python, exactly.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PAST_64_BITS 1 /* load()'s and the loops' answer when Python's ints would go where int64 cannot */
+
+/* obj's values into a new int64 buffer (*n of them): 0, PAST_64_BITS, or -1 with an exception */
+static int load(PyObject *obj, int64_t **out, Py_ssize_t *n) {
+    Py_buffer view;
+    *out = NULL;
+    if (PyObject_CheckBuffer(obj) && PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
+        int ok = view.itemsize == 8 && view.format != NULL && (!strcmp(view.format, "q") || !strcmp(view.format, "l"));
+        if (ok) {
+            *n = view.len / 8;
+            if ((*out = PyMem_Malloc(view.len ? (size_t)view.len : 1)) != NULL)
+                memcpy(*out, view.buf, (size_t)view.len);
+        }
+        PyBuffer_Release(&view);
+        if (ok)
+            return *out == NULL ? (PyErr_NoMemory(), -1) : 0;
+    }
+    PyErr_Clear(); /* not a buffer of int64: read it as a sequence */
+    PyObject *fast = PySequence_Fast(obj, "a column is not a sequence");
+    if (fast == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    if ((*out = PyMem_Malloc(*n ? (size_t)*n * 8 : 1)) == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            Py_DECREF(fast);
+            PyMem_Free(*out), *out = NULL;
+            return overflow ? PAST_64_BITS : -1;
+        }
+        (*out)[i] = v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* every column of a list into int64 buffers of one length: 0, PAST_64_BITS, or -1 with an exception */
+static int load_all(PyObject *list, int64_t **cols, Py_ssize_t m, Py_ssize_t *n) {
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t len;
+        int rc = load(PyList_GET_ITEM(list, i), &cols[i], &len);
+        if (rc == 0 && i && len != *n) {
+            PyErr_SetString(PyExc_ValueError, "columns of different lengths");
+            rc = -1;
+        }
+        if (rc != 0)
+            return rc;
+        *n = len;
+    }
+    return 0;
+}
+
+static void free_all(int64_t **cols, Py_ssize_t m) {
+    for (Py_ssize_t i = 0; cols != NULL && i < m; i++)
+        PyMem_Free(cols[i]);
+    PyMem_Free(cols);
+}
+
+static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
+    static PyObject *array_type;
+    if (array_type == NULL) {
+        PyObject *mod = PyImport_ImportModule("array");
+        if (mod == NULL)
+            return NULL;
+        array_type = PyObject_GetAttrString(mod, "array");
+        Py_DECREF(mod);
+        if (array_type == NULL)
+            return NULL;
+    }
+    return PyObject_CallFunction(array_type, "sy#", "q", (const char *)values, n * 8);
+}
+
+/* member by member, seq by seq: (d - shortest) * 1000 where every member has a duration, else last - issued */
+static PyObject *waits_in_step(PyObject *self, PyObject *args) {
+    PyObject *issued_list, *duration_list, *out = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &issued_list, &PyList_Type, &duration_list))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(issued_list), n = 0, n2 = 0;
+    if (m == 0 || PyList_GET_SIZE(duration_list) != m) {
+        PyErr_SetString(PyExc_ValueError, "waits_in_step: no members, or not as many duration columns");
+        return NULL;
+    }
+    int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
+    int64_t *waits = NULL;
+    int rc = issued == NULL || durations == NULL ? (PyErr_NoMemory(), -1) : load_all(issued_list, issued, m, &n);
+    if (rc == 0)
+        rc = load_all(duration_list, durations, m, &n2);
+    if (rc == 0 && n2 != n) {
+        PyErr_SetString(PyExc_ValueError, "waits_in_step: columns of different lengths");
+        rc = -1;
+    }
+    if (rc == 0 && (waits = PyMem_Malloc((size_t)(m * n + 1) * 8)) == NULL)
+        rc = (PyErr_NoMemory(), -1);
+    for (Py_ssize_t j = 0; rc == 0 && j < n; j++) {
+        int64_t shortest = durations[0][j], last = issued[0][j];
+        for (Py_ssize_t i = 1; i < m; i++) {
+            shortest = durations[i][j] < shortest ? durations[i][j] : shortest;
+            last = issued[i][j] > last ? issued[i][j] : last;
+        }
+        for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
+            int64_t *w = &waits[i * n + j];
+            if (shortest >= 0 ? __builtin_mul_overflow(durations[i][j] - shortest, (int64_t)1000, w)
+                              : __builtin_sub_overflow(last, issued[i][j], w))
+                rc = PAST_64_BITS;
+        }
+    }
+    if (rc == 0 && (out = PyList_New(m)) != NULL)
+        for (Py_ssize_t i = 0; i < m; i++) {
+            PyObject *col = array_q(waits + i * n, n);
+            if (col == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, i, col);
+        }
+    free_all(issued, m), free_all(durations, m);
+    PyMem_Free(waits);
+    if (rc == PAST_64_BITS)
+        Py_RETURN_NONE;
+    return out;
+}
+
+typedef struct {
+    int64_t issued, seq, waited;
+    Py_ssize_t key; /* the group key's place among the keys, sorted: compares as the key itself does */
+} Event;
+
+/* as Python compares the tuples (issued, key, seq, waited) */
+static int by_issue(const void *a, const void *b) {
+    const Event *x = a, *y = b;
+    if (x->issued != y->issued)
+        return x->issued < y->issued ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return x->waited < y->waited ? -1 : x->waited > y->waited;
+}
+
+/* one rank's events from its chunks [(key index, seqs, issued, waited)]: 0, PAST_64_BITS or -1 */
+static int rank_events(PyObject *chunks, Py_ssize_t n_keys, Event **events, Py_ssize_t *n_events, Py_ssize_t *cap) {
+    *n_events = 0;
+    if (!PyList_Check(chunks)) {
+        PyErr_SetString(PyExc_TypeError, "timeline: a rank's chunks are not a list");
+        return -1;
+    }
+    for (Py_ssize_t c = 0; c < PyList_GET_SIZE(chunks); c++) {
+        PyObject *chunk = PyList_GET_ITEM(chunks, c);
+        if (!PyTuple_Check(chunk) || PyTuple_GET_SIZE(chunk) != 4) {
+            PyErr_SetString(PyExc_TypeError, "timeline: a chunk is not (key index, seqs, issued, waited)");
+            return -1;
+        }
+        Py_ssize_t key = PyLong_AsSsize_t(PyTuple_GET_ITEM(chunk, 0));
+        if (key == -1 && PyErr_Occurred())
+            return -1;
+        if (key < 0 || key >= n_keys) {
+            PyErr_SetString(PyExc_IndexError, "timeline: a key index out of range");
+            return -1;
+        }
+        int64_t *col[3] = {NULL, NULL, NULL};
+        Py_ssize_t len[3] = {0, 0, 0};
+        int rc = 0;
+        for (int k = 0; rc == 0 && k < 3; k++)
+            rc = load(PyTuple_GET_ITEM(chunk, k + 1), &col[k], &len[k]);
+        if (rc == 0 && (len[1] != len[0] || len[2] != len[0])) {
+            PyErr_SetString(PyExc_ValueError, "timeline: a chunk's columns of different lengths");
+            rc = -1;
+        }
+        if (rc == 0 && *n_events + len[0] > *cap) {
+            Py_ssize_t want = (*n_events + len[0]) * 2;
+            Event *more = PyMem_Realloc(*events, (size_t)want * sizeof(Event));
+            if (more == NULL)
+                rc = (PyErr_NoMemory(), -1);
+            else
+                *events = more, *cap = want;
+        }
+        for (Py_ssize_t i = 0; rc == 0 && i < len[0]; i++)
+            (*events)[(*n_events)++] = (Event){col[1][i], col[0][i], col[2][i], key};
+        for (int k = 0; k < 3; k++)
+            PyMem_Free(col[k]);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* out[keys[key]][rank][seq] = waited, the dicts made as Python's setdefaults make them */
+static int put(PyObject *out, PyObject *keys, PyObject **rank_dicts, PyObject *rank, const Event *e, int64_t waited) {
+    PyObject *mine = rank_dicts[e->key];
+    if (mine == NULL) {
+        PyObject *key = PyList_GET_ITEM(keys, e->key), *by_rank = PyDict_GetItemWithError(out, key);
+        if (by_rank == NULL) {
+            if (PyErr_Occurred() || (by_rank = PyDict_New()) == NULL)
+                return -1;
+            int rc = PyDict_SetItem(out, key, by_rank);
+            Py_DECREF(by_rank); /* (out holds it) */
+            if (rc < 0)
+                return -1;
+        }
+        if ((mine = PyDict_New()) == NULL)
+            return -1;
+        int rc = PyDict_SetItem(by_rank, rank, mine);
+        Py_DECREF(mine);
+        if (rc < 0)
+            return -1;
+        rank_dicts[e->key] = mine; /* borrowed: out holds it for as long as this call */
+    }
+    PyObject *seq = PyLong_FromLongLong(e->seq), *w = PyLong_FromLongLong(waited);
+    int rc = seq == NULL || w == NULL ? -1 : PyDict_SetItem(mine, seq, w);
+    Py_XDECREF(seq), Py_XDECREF(w);
+    return rc;
+}
+
+static PyObject *timeline(PyObject *self, PyObject *args) {
+    PyObject *by_rank, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &by_rank, &PyList_Type, &keys))
+        return NULL;
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys), cap = 0, n_events, pos = 0;
+    PyObject *out = PyDict_New(), *rank, *chunks;
+    PyObject **rank_dicts = PyMem_Calloc((size_t)n_keys + 1, sizeof *rank_dicts);
+    Event *events = NULL;
+    int rc = out == NULL || rank_dicts == NULL ? -1 : 0;
+    while (rc == 0 && PyDict_Next(by_rank, &pos, &rank, &chunks)) {
+        if ((rc = rank_events(chunks, n_keys, &events, &n_events, &cap)) != 0)
+            break;
+        qsort(events, (size_t)n_events, sizeof(Event), by_issue);
+        memset(rank_dicts, 0, (size_t)n_keys * sizeof *rank_dicts);
+        for (Py_ssize_t i = 1; rc == 0 && i < n_events; i++)
+            if (events[i - 1].waited)
+                rc = put(out, keys, rank_dicts, rank, &events[i], events[i - 1].waited);
+    }
+    if (rc == -1 && !PyErr_Occurred())
+        PyErr_NoMemory();
+    PyMem_Free(events), PyMem_Free(rank_dicts);
+    if (rc != 0)
+        Py_CLEAR(out);
+    if (rc == PAST_64_BITS)
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* the wait a member owes at a seq, 0 if none: 0, PAST_64_BITS or -1 */
+static int owed_at(PyObject *owed, PyObject *seq, int64_t *value) {
+    PyObject *v = PyDict_GetItemWithError(owed, seq);
+    *value = 0;
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow)
+        return PAST_64_BITS;
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *value = x;
+    return 0;
+}
+
+static PyObject *last_counts(PyObject *self, PyObject *args) {
+    PyObject *issued_list, *duration_list, *owed, *members_list;
+    const char *usable;
+    Py_ssize_t n_usable;
+    long long first;
+    if (!PyArg_ParseTuple(args, "O!O!y#OLO!", &PyList_Type, &issued_list, &PyList_Type, &duration_list, &usable,
+                          &n_usable, &owed, &first, &PyList_Type, &members_list))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(members_list), n = 0, n2 = 0;
+    if (m == 0 || PyList_GET_SIZE(issued_list) != m || PyList_GET_SIZE(duration_list) != m ||
+        (owed != Py_None && (!PyList_Check(owed) || PyList_GET_SIZE(owed) != m))) {
+        PyErr_SetString(PyExc_ValueError, "last_counts: not one column, owed dict and rank per member");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; owed != Py_None && i < m; i++)
+        if (!PyDict_Check(PyList_GET_ITEM(owed, i))) {
+            PyErr_SetString(PyExc_TypeError, "last_counts: what a member owes is not a dict");
+            return NULL;
+        }
+    int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
+    int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
+    Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts);
+    int by_duration = 1;
+    int rc = issued == NULL || durations == NULL || arrival == NULL || counts == NULL ? (PyErr_NoMemory(), -1)
+                                                                                     : load_all(issued_list, issued, m, &n);
+    if (rc == 0)
+        rc = load_all(duration_list, durations, m, &n2);
+    if (rc == 0)
+        rc = load(members_list, &ranks, &n2);
+    if (rc == 0 && n_usable != n) {
+        PyErr_SetString(PyExc_ValueError, "last_counts: usable flags not one per seq");
+        rc = -1;
+    }
+    for (Py_ssize_t j = 0; rc == 0 && j < n; j++)
+        for (Py_ssize_t i = 0; usable[j] && i < m; i++)
+            by_duration &= durations[i][j] >= 0;
+    for (Py_ssize_t j = 0; rc == 0 && j < n; j++) {
+        if (!usable[j])
+            continue;
+        int64_t at;
+        PyObject *seq = NULL;
+        if (owed != Py_None) {
+            if (__builtin_add_overflow((int64_t)first, (int64_t)j, &at))
+                rc = PAST_64_BITS;
+            else if ((seq = PyLong_FromLongLong(at)) == NULL)
+                rc = -1;
+        }
+        for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
+            int64_t a = issued[i][j], o = 0;
+            if (by_duration && __builtin_mul_overflow(durations[i][j], (int64_t)-1000, &a))
+                rc = PAST_64_BITS;
+            if (rc == 0 && seq != NULL && (rc = owed_at(PyList_GET_ITEM(owed, i), seq, &o)) == 0 &&
+                __builtin_sub_overflow(a, o, &a))
+                rc = PAST_64_BITS;
+            arrival[i] = a;
+        }
+        Py_XDECREF(seq);
+        if (rc != 0)
+            break;
+        Py_ssize_t last = 0; /* the latest arrival; among equals, the lowest rank */
+        for (Py_ssize_t i = 1; i < m; i++)
+            if (arrival[i] > arrival[last] || (arrival[i] == arrival[last] && ranks[i] < ranks[last]))
+                last = i;
+        counts[last]++;
+    }
+    PyObject *out = NULL;
+    if (rc == 0) {
+        PyObject *list = PyList_New(m);
+        for (Py_ssize_t i = 0; list != NULL && i < m; i++) {
+            PyObject *c = PyLong_FromSsize_t(counts[i]);
+            if (c == NULL)
+                Py_CLEAR(list);
+            else
+                PyList_SET_ITEM(list, i, c);
+        }
+        out = list == NULL ? NULL : Py_BuildValue("(NN)", PyBool_FromLong(by_duration), list);
+    }
+    free_all(issued, m), free_all(durations, m);
+    PyMem_Free(ranks), PyMem_Free(arrival), PyMem_Free(counts);
+    if (rc == PAST_64_BITS)
+        Py_RETURN_NONE;
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"waits_in_step", waits_in_step, METH_VARARGS,
+     "waits_in_step(issued columns, duration columns) -> each member's waits, or None past 64 bits"},
+    {"timeline", timeline, METH_VARARGS,
+     "timeline({rank: [(key index, seqs, issued, waited)]}, sorted keys) -> {key: {rank: {seq: wait}}}, or None"},
+    {"last_counts", last_counts, METH_VARARGS,
+     "last_counts(issued columns, duration columns, usable, owed dicts or None, first seq, ranks) -> "
+     "(by duration, times each member arrived last), or None"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_straggler", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__straggler(void) { return PyModule_Create(&module); }

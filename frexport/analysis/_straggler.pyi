@@ -1,0 +1,9 @@
+# Types of the compiled stragglers' loops (_straggler.c) for mypy; analysis/straggler.py says what they do.
+from collections.abc import Sequence
+
+def waits_in_step(issued: list[Sequence[int]], durations: list[Sequence[int]], /) -> list[Sequence[int]] | None: ...
+def timeline(chunks: dict[int, list[tuple[int, Sequence[int], Sequence[int], Sequence[int]]]], keys: list[str],
+             /) -> dict[str, dict[int, dict[int, int]]] | None: ...
+def last_counts(issued: list[Sequence[int]], durations: list[Sequence[int]], usable: bytes,
+                owed: list[dict[int, int]] | None, first: int, ranks: list[int],
+                /) -> tuple[bool, list[int]] | None: ...
