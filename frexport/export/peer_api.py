@@ -22,6 +22,9 @@ import json
 import re
 import time
 from collections.abc import Callable
+from operator import itemgetter
+
+import msgspec
 
 from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
@@ -29,7 +32,8 @@ from frexport.model.dump import Entry, RankDump
 from frexport.model.peer_rows import COLUMNS, FORMAT, RUNS_FROM, member_runs
 
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
-_COLUMN_INDEX = [Entry._fields.index(c) for c in COLUMNS]
+_ROW = itemgetter(*(Entry._fields.index(c) for c in COLUMNS))  # an entry's columns, as a tuple
+_ENCODER = msgspec.json.Encoder()
 
 
 class PeerApi:
@@ -63,7 +67,7 @@ class PeerApi:
                                     not same or cur is None or cur[2] != len(dump.pg_config), runs))
         doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks,
                "stall_suspected": bool(self.stall_suspected is not None and self.stall_suspected())}
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return _encode(doc)
 
     def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool, runs: bool) -> dict:
         entries = dump.entries
@@ -76,7 +80,7 @@ class PeerApi:
             "first": window[0].record_id if window else None, "full": since is None,
             "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
             "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
-            "entries": [[e[i] for i in _COLUMN_INDEX] for e in sent]}
+            "entries": list(map(_ROW, sent))}
         if groups:
             out["pg_config"] = [[c.name, c.desc, self._members(c.ranks, runs)] for c in dump.pg_config]
         return out
@@ -90,6 +94,18 @@ class PeerApi:
                 self._runs.clear()
             hit = self._runs[id(ranks)] = (ranks, {"runs": member_runs(ranks)})
         return hit[1]
+
+
+def _encode(doc: dict) -> bytes:
+    """Compact JSON. msgspec writes a busy pod's body ~4x faster than the standard library (at 16384 ranks
+    the pods' serving was ~3 s of CPU a pass, two thirds of it json.dumps); the JSON it writes reads back
+    the same. A value it refuses (a string with a lone surrogate, which a pickle can hold) is written
+    as the standard library writes it: escaped. (The decoders make no NaN or infinite float, the one
+    value the two would write differently.)"""
+    try:
+        return _ENCODER.encode(doc)
+    except (TypeError, ValueError):
+        return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def parse_cursors(query: str) -> dict[int, tuple[int, int, int]] | None:

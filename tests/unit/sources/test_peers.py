@@ -265,3 +265,28 @@ def test_hostile_runs_leave_the_members_unknown(runs):
     _, ranks, dropped, _ = parse_body(body, "peer")
     assert dropped.ranks == 0 and ranks[0].pg_config[0].ranks is None
     assert ranks[0].pg_runs is None or ranks[0].pg_runs[0] is None
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["in-process", "decoders"])
+def test_entries_arrive_as_the_pod_holds_them_whatever_their_text_and_numbers(sandboxed):
+    """The body is written by msgspec where it can and by the standard library where msgspec refuses a
+    value (a lone surrogate, which a pickled string can hold): either way the view gets the pod's rows."""
+    from frexport.export.peer_api import _ROW
+    from frexport.model.peer_rows import COLUMNS
+    state, web = _state_server(window=8)
+    decoder = DecoderPool(1, Limits(require_memory_limit=False)) if sandboxed else None
+    try:
+        for rank, desc in ((0, "dp ∑ 数据"), (1, "odd \udc80 half")):
+            durations = (0.000_5, 1.234_567_8, 3e3, None)  # (fractions of a microsecond, and one unknown)
+            es = [entry(i, i + 1, duration_ms=d, pg=("0", desc)) for i, d in enumerate(durations)]
+            state.ingest(normalize(dump(es, world=2), f"rank {rank}", "pickle", rank=rank, dumped_at_ns=1,
+                                   keep_frames=False), "test", 1)
+        src = PeersSource(HealthRegistry(), Peers(urls=[f"http://127.0.0.1:{web.port}"], poll_interval=0.0), 8,
+                          decoder)
+        got = {s.dump.rank: [_ROW(e) for e in s.dump.entries] for s in src.collect()}
+        held = {r: [_ROW(e) for e in d.entries] for r, d in state.latest_dumps().items()}
+        assert got == held and {row[COLUMNS.index("pg_desc")] for row in got[1]} == {"odd \udc80 half"}
+    finally:
+        web.stop()
+        if decoder is not None:
+            decoder.close()
