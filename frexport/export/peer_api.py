@@ -22,7 +22,8 @@ import json
 import re
 import time
 from collections.abc import Callable
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, itemgetter, le
 
 import msgspec
 
@@ -30,10 +31,12 @@ from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
 from frexport.model.dump import Entry, RankDump
 from frexport.model.peer_rows import COLUMNS, FORMAT, RUNS_FROM, member_runs
+from frexport.model.rank_trace import window
 
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
 _ROW = itemgetter(*(Entry._fields.index(c) for c in COLUMNS))  # an entry's columns, as a tuple
 _ENCODER = msgspec.json.Encoder()
+_RECORD_ID = attrgetter("record_id")
 
 
 class PeerApi:
@@ -70,14 +73,12 @@ class PeerApi:
         return _encode(doc)
 
     def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool, runs: bool) -> dict:
-        entries = dump.entries
-        cut = max(0, len(entries) - self.window)
-        window = [e for e in entries[:cut] if not e.finished] + list(entries[cut:])
-        sent = window if since is None else [e for e in window if e.record_id >= since]
+        held = window(dump.entries, self.window)  # (the analysis' window: C-level passes, as the rows below)
+        sent = held if since is None else compress(held, map(le, repeat(since), map(_RECORD_ID, held)))
         handlers = self.proxy.served(rank)
         out: dict[str, object] = {
             "rank": rank, "epoch": epoch, "dumped_at_ns": dump.dumped_at_ns, "world_size": dump.world_size,
-            "first": window[0].record_id if window else None, "full": since is None,
+            "first": held[0].record_id if held else None, "full": since is None,
             "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
             "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
             "entries": list(map(_ROW, sent))}
