@@ -29,7 +29,6 @@ job-wide rules join every pod's wait series to find the culprit (docs/multi-node
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from statistics import median
 
 from frexport import logs
 from frexport.analysis import findings as F
@@ -37,13 +36,13 @@ from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
 from frexport.analysis.lateness import StragglerMemo
 from frexport.config import Analysis
-from frexport.model.dump import Entry, RankDump
+from frexport.live.step_time import StepTime
+from frexport.model.dump import RankDump
 from frexport.model.rank_trace import RankTrace, proven_done
 from frexport.model.trace_window import TraceWindow
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
 STATUSES = (OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN)
-_STEP_WINDOW = 512  # entries per rank the step time is estimated from
 
 
 @dataclass
@@ -73,7 +72,7 @@ class LiveAnalysis:
         # again has its trace moved along its window (model/trace_window.py), not rebuilt
         self._traces: dict[int, tuple[RankDump, TraceWindow]] = {}
         self._stragglers = StragglerMemo()  # judged again only when a trace or a group moved
-        self._periods: dict[int, tuple[tuple[Entry, ...], float | None]] = {}  # rank -> (entries, their period)
+        self._step = StepTime()  # each rank's period, followed from pass to pass
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset(),
             contested: frozenset[int] = frozenset()) -> LiveResult:
@@ -125,7 +124,7 @@ class LiveAnalysis:
     def stall_after(self, dumps: dict[int, RankDump]) -> float:
         if self.cfg.stall_after is not None:
             return self.cfg.stall_after
-        step = observed_step_s(dumps, self._periods)
+        step = self._step.step_s(dumps)
         threshold = max(self.cfg.min_stall_after, 5 * step if step else 0.0)
         timeouts = [e.timeout_ms for d in dumps.values() for e in d.entries[-1:] if e.timeout_ms]
         if timeouts:
@@ -138,37 +137,6 @@ def _hang_key(f: F.Finding) -> tuple:
     hang before the culprit's pod sends its rank: 'left no dump', then 'never issued it'), and a
     sharper word for the same hang is not a new incident."""
     return f.pg_name, f.collective_seq_id, f.culprit_ranks
-
-
-def observed_step_s(dumps: dict[int, RankDump], memo: dict[int, tuple[tuple[Entry, ...], float | None]] | None = None
-                    ) -> float | None:
-    """The job's period: the median of each rank's `period`. `memo`: rank -> (entries, their period),
-    kept from pass to pass: a rank whose snapshot holds the same entries as before (a hung job's, pass
-    after pass) is not read again (at 16384 ranks that read was ~1.2 s of a job view's pass)."""
-    periods = []
-    for rank, d in dumps.items():
-        hit = memo.get(rank) if memo is not None else None
-        period = hit[1] if hit is not None and hit[0] is d.entries else period_s(d.entries)
-        if memo is not None:
-            memo[rank] = (d.entries, period)
-        if period is not None:
-            periods.append(period)
-    if memo is not None:
-        for gone in memo.keys() - dumps.keys():
-            del memo[gone]  # (a rank no snapshot holds now keeps no entries alive)
-    return median(periods) if periods else None
-
-
-def period_s(entries: tuple[Entry, ...]) -> float | None:
-    """A rank's period: the median gap between repeats of its most frequent op, None without repeats."""
-    times: dict[tuple, list[int]] = {}
-    for e in entries[-_STEP_WINDOW:]:
-        times.setdefault((e.pg_name, e.profiling_name, e.input_sizes), []).append(e.time_created_ns)
-    if not times:
-        return None
-    ts = max(times.values(), key=len)
-    gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
-    return median(gaps) / 1e9 if gaps else None
 
 
 def statuses_of(d: Diagnosis, traces: list[RankTrace], stall_after_ns: int) -> dict[int, str]:
