@@ -2,8 +2,7 @@
 
 import random
 from bisect import bisect_left
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from statistics import median
 
 import pytest
@@ -15,6 +14,7 @@ from frexport.analysis.membership import Group, build_membership
 from frexport.analysis.straggler import CELLS, RECENT, Straggler, find_stragglers, inherited_waits
 from frexport.model.dump import group_name
 from frexport.model.rank_trace import FINISHED, GroupTrace
+from tests.support.compiled import compiled_or_pure
 from tests.support.synth import STEP_NS, T0, dump, entry, traces
 
 MS = 1_000_000
@@ -80,17 +80,10 @@ def test_too_few_collectives_or_a_member_without_records_judge_nobody():
     assert _stragglers(dumps) == []
 
 
-@contextmanager
-def judged_by(compiled: bool) -> Iterator[None]:
+def judged_by(compiled: bool) -> AbstractContextManager[None]:
     """The stragglers' loops in C (analysis/_straggler.c, as built by the dev setup) or in Python alone
     (an install without a compiler): the property tests below hold both to the references."""
-    built = straggler._compiled
-    assert built is not None, "the compiled stragglers' loops are not built (scripts/setup.sh builds them)"
-    straggler._compiled = built if compiled else None
-    try:
-        yield
-    finally:
-        straggler._compiled = built
+    return compiled_or_pure(straggler, "_compiled", compiled)
 
 
 # The straightforward version the sliced one replaced: the same verdicts, row by row.

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 
 import pytest
@@ -28,6 +27,7 @@ from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
 from frexport.model.rank_trace import RankTrace, build_rank_trace
 from frexport.model.trace_window import TraceWindow
+from tests.support.compiled import compiled_or_pure
 
 SHAPES = [((4, 4),), ((8, 2),), ((16,),)]
 GROUPS = [("0", "default_pg", 0), ("1", "tp", 1), ("2", "pp", 2)]
@@ -113,18 +113,11 @@ def resolved(t: RankTrace) -> tuple:
             groups)
 
 
-@contextmanager
-def appended_by(compiled: bool) -> Iterator[None]:
+def appended_by(compiled: bool) -> AbstractContextManager[None]:
     """A followed trace's entries appended by the compiled helper (model/_rows.c, as built by the dev setup),
     or by rank_trace.append_rows alone (an install without a compiler). build_rank_trace never uses the
     helper: the tests below compare the two ways."""
-    built = rank_trace._rows
-    assert built is not None, "the compiled rows' appender is not built (scripts/setup.sh builds it)"
-    rank_trace._rows = built if compiled else None
-    try:
-        yield
-    finally:
-        rank_trace._rows = built
+    return compiled_or_pure(rank_trace, "_rows", compiled)
 
 
 @pytest.mark.parametrize("compiled", [True, False])
