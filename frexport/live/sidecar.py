@@ -66,11 +66,11 @@ class Sidecar:
                 events, suspected = self._collect()
                 if time.monotonic() - down_at >= DOWN_EVERY_S:
                     down, down_at = self._down(), time.monotonic()
-                result = None
+                result, analysed = None, False
                 if suspected:  # a source suspects a stall: it is named once it passes the threshold, not later
                     next_analysis = min(next_analysis, last_analysis + self.cfg.suspected_interval)
                 if time.monotonic() >= next_analysis:
-                    last_analysis = time.monotonic()
+                    last_analysis, analysed = time.monotonic(), True
                     result = self._guarded(lambda d=down: self.analysis.run(self.state.latest_dumps(), d,
                                                                              self._contested()), "analysis")
                     next_analysis = time.monotonic() + self.cfg.interval
@@ -80,9 +80,10 @@ class Sidecar:
                         # Info, not warning: finding hangs is frexport working; its warnings are its own troubles
                         log.info("found %s: %s (%s)", f.kind, f.message, f.reason, extra={"kind": f.kind})
                     self.ready_event.set()
-                    self.gc_pacing.after_pass()
                 self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")
                 self._hand_out(events, result, down)
+                if analysed:  # (after the pass's results are handed out: they do not wait for the collector)
+                    self.gc_pacing.after_pass()
                 self.stop_event.wait(0.2)
         finally:
             self.shutdown()

@@ -20,6 +20,7 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
     pacing.start()
     try:
         assert not gc.isenabled()
+        pacing.after_pass()  # (the first pass: see below)
         ref = _cycle()[1]
         assert ref() is not None
         pacing.after_pass()
@@ -30,12 +31,14 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
 
 
 def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
-    # the clock's readings: a full collection from 0 s to 1 s, at a 25% share the next one from 5 s
-    readings = iter([0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
+    # the clock's readings: the first pass at 0 s, a full collection from 0 s to 1 s, at a 25% share the
+    # next one from 5 s
+    readings = iter([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
     pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: next(readings))
     pacing.start()
     try:
-        pacing.after_pass()  # 0-1 s: the first pass collects everything
+        pacing.after_pass()  # 0 s: the first pass, frozen
+        pacing.after_pass()  # 0-1 s: everything collected
         assert pacing.last_full_s == 1.0
         held, ref = _cycle()
         pacing.after_pass()  # 2 s: survives the pass, frozen
@@ -63,6 +66,27 @@ def test_a_small_window_is_collected_whole_once_a_minute():
         pacing.after_pass()  # half a minute on: the cycle is still there (frozen, not walked)
         assert ref() is not None
         skipped[0] += max(pacing.full_every_s, pacing.last_full_s / pacing.full_share)
+        pacing.after_pass()
+        assert ref() is None
+    finally:
+        pacing.stop()
+
+
+def test_the_first_pass_is_frozen_unwalked_and_its_cycles_wait_for_the_first_full_collection():
+    # all a first pass keeps is young: collecting it walked the whole window (seconds in a big job's view)
+    # before its results were handed out
+    now = [0.0]
+    pacing = GcPacing(full_every_s=60.0, clock=lambda: now[0])
+    pacing.start()
+    try:
+        held, ref = _cycle()
+        del held
+        pacing.after_pass()
+        assert ref() is not None and gc.get_freeze_count() > 0
+        now[0] = 59.0
+        pacing.after_pass()
+        assert ref() is not None  # frozen: the young collections do not see it
+        now[0] = 60.0
         pacing.after_pass()
         assert ref() is None
     finally:
