@@ -10,7 +10,10 @@ same DecodeError.
 """
 
 import json
+import pickle
 import time
+from dataclasses import replace
+from multiprocessing.reduction import ForkingPickler
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -22,6 +25,7 @@ from frexport.decode.fields import MAX_NAME
 from frexport.decode.normalize import normalize
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
+from frexport.model.dump import Entry
 from frexport.model.peer_rows import COLUMNS
 from tests.support.examples import examples
 from tests.support.synth import dump, entry, healthy_job
@@ -130,3 +134,16 @@ def test_rows_read_the_typed_way_share_their_names_and_shapes():
     for field in ("pg_name", "pg_desc", "profiling_name", "backend", "op", "state", "thread_name", "input_dtypes",
                   "input_sizes"):
         assert len({id(getattr(e, field)) for e in rows}) == 1, field
+
+
+def test_ranks_cross_from_the_decoders_to_the_view_as_they_were_read():
+    """The decoders pickle what they read to the view (entries as columns): the same ranks come out,
+    their entries Entry objects, each distinct name and shape still one object; a rank without entries too."""
+    _now, ranks, _dropped, _suspected = _outcome(json.dumps(BODY).encode(), 10)
+    ranks.append(replace(ranks[0], rank=5, entries=()))
+    back = pickle.loads(ForkingPickler.dumps(ranks))
+    assert back == ranks and back[2].entries == ()
+    assert {type(e) for r in back for e in r.entries} == {Entry}
+    for field in ("pg_name", "state", "input_dtypes", "input_sizes"):
+        values = {getattr(e, field) for r in ranks for e in r.entries}
+        assert len({id(getattr(e, field)) for r in back for e in r.entries}) == len(values), field
