@@ -329,9 +329,43 @@ static PyObject *append(PyObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
 }
 
+/* first_unsettled(entries, start, stop, state_at, retired_at, completed): the index of the first entry of
+ * entries[start:stop] (a tuple or list of Entry) whose state is not `completed` and that is not retired
+ * (outcome.first_unsettled's rule), None where all are settled; NotImplemented where an entry is not a tuple
+ * holding both fields, its state is not a str or its retired not None or a bool (the caller's Python pass
+ * then decides: nothing here can run Python code while it holds the sequence's items). */
+static PyObject *first_unsettled(PyObject *self, PyObject *args) {
+    PyObject *entries, *completed;
+    Py_ssize_t start, stop, state_at, retired_at;
+    if (!PyArg_ParseTuple(args, "OnnnnU", &entries, &start, &stop, &state_at, &retired_at, &completed))
+        return NULL;
+    if (!PyTuple_CheckExact(entries) && !PyList_CheckExact(entries))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(entries), need = (state_at > retired_at ? state_at : retired_at) + 1;
+    PyObject **items = PySequence_Fast_ITEMS(entries);
+    if (start < 0 || state_at < 0 || retired_at < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (stop > n)
+        stop = n;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < need)
+            Py_RETURN_NOTIMPLEMENTED;
+        PyObject *state = PyTuple_GET_ITEM(e, state_at), *retired = PyTuple_GET_ITEM(e, retired_at);
+        if (!PyUnicode_CheckExact(state) || (retired != Py_None && !PyBool_Check(retired)))
+            Py_RETURN_NOTIMPLEMENTED;
+        if (retired == Py_True || state == completed || PyUnicode_Compare(state, completed) == 0)
+            continue;
+        return PyLong_FromSsize_t(i);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN)"},
+    {"first_unsettled", first_unsettled, METH_VARARGS, "first_unsettled(entries, start, stop, state_at, "
+                                                       "retired_at, completed) -> index, None or NotImplemented"},
     {"append", append, METH_VARARGS, "append(entries, start, first_row, groups, outcome_flags, site_index, "
                                      "call_sites, sig_index, signatures, sigs, heads, mark names, kinds, sites) -> "
                                      "the first entry not taken"},

@@ -175,7 +175,7 @@ def window(entries: tuple[Entry, ...], tail: int | None) -> tuple[Entry, ...]:
     """The newest `tail` entries and every older unfinished one (all of them without a tail)."""
     if tail is not None and len(entries) > tail:
         cut = len(entries) - tail
-        first = first_unsettled(entries[:cut])  # the older unfinished entries stay (Entry.finished, inlined)
+        first = first_unsettled(entries, 0, cut)  # the older unfinished entries stay (Entry.finished, inlined)
         older = () if first is None else \
             tuple(e for e in entries[first:cut] if e.state != STATE_COMPLETED and not e.retired)
         entries = older + entries[cut:]

@@ -29,8 +29,8 @@ def cursor(entries: Sequence[Entry], settled: int = 0) -> tuple[int, bool]:
     lead that are known settled and in record order (only what follows them is read)."""
     rids = list(map(_record_id, entries[max(settled - 1, 0):]))
     ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
-    at = first_unsettled(entries[settled:])
-    return (settled + at if at is not None else len(entries) - 1), ordered
+    at = first_unsettled(entries, settled)
+    return (at if at is not None else len(entries) - 1), ordered
 
 
 class Cursors:

@@ -363,8 +363,8 @@ class PeersSource:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
             # object now: the oldest unfinished one is at or after both
             start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
-            i = first_unsettled(entries[start:])
-            held.cursor = entries[start + i].record_id if i is not None else entries[-1].record_id + 1
+            i = first_unsettled(entries, start)
+            held.cursor = entries[i].record_id if i is not None else entries[-1].record_id + 1
         held.entries = entries
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say

@@ -169,3 +169,33 @@ def test_a_rank_may_wait_in_its_pending_and_timed_out_ops_and_each_issue_only_gr
                + [hook_entry(3 + i, i + 1, push=False, backend="ucc") for i in range(3)], world=1)
     d = normalize(raw, "x", "pickle", rank=0)
     assert [(e.backend, e.collective_seq_id) for e in waited_in(d.entries)] == [("nccl", 2), ("nccl", 3), ("ucc", 3)]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+def test_the_first_unsettled_entry_of_any_part_of_a_snapshot(compiled):
+    """first_unsettled(entries, start, stop) against the rule read entry by entry, with model/_rows.c's loop
+    and without it; values no decoder makes (a retired of 1, a state that is no str) go the Python way."""
+    import random
+
+    from frexport.model import outcome
+    from frexport.model.outcome import first_unsettled, settled
+    from tests.support.compiled import compiled_or_pure
+
+    base = normalize(dump([entry(0, 1)], world=1), "x", "pickle", rank=0).entries[0]
+    outcome._compiled_first()  # (looked up at the first call)
+    rng = random.Random(11)
+    with compiled_or_pure(outcome, "_compiled_first_fn", compiled):
+        for _ in range(2000):
+            n = rng.randint(0, 12)
+            odd = rng.random() < 0.2
+            # (a decoded state is its own str object, equal to the constant, not it)
+            states = ["completed", "".join(["compl", "eted"]), "started", "scheduled"] + [None, 7] * odd
+            entries = [base._replace(state=rng.choice(states),
+                                     retired=rng.choice([True, False, None] + [1, 0] * odd)) for _ in range(n)]
+            seq = entries if rng.random() < 0.5 else tuple(entries)
+            start, stop = rng.randint(0, n + 2), rng.choice([None, rng.randint(0, n + 2)])
+            want = next((i for i in range(start, n if stop is None else min(stop, n))
+                         if not settled(entries[i].state, entries[i].retired)), None)
+            assert first_unsettled(seq, start, stop) == want, (entries, start, stop)
+            if not start and stop is None:
+                assert first_unsettled(seq) == want
