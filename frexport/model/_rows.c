@@ -329,6 +329,76 @@ static PyObject *append(PyObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
 }
 
+/* edge_header(pg_name, created, started, completed, timeout, events, sample): what a trace's header reads of
+ * its window's edge facts (rank_trace.EdgeFacts: six lists, one value per entry), over the first and last
+ * `sample` entries (all where there are at most twice as many): (first and last nonzero created or None,
+ * the newest of created/started/completed or None, {pg_name: nonzero timeout, the last one winning}, the
+ * set of non-None events). NotImplemented where a value is not of its kind (an int past 64 bits, a name
+ * that is no str): EdgeFacts.header's Python passes then decide. No Python code runs meanwhile. */
+static int edge_int(PyObject *v, long long *out) {
+    int overflow = 0;
+    if (!PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && !(*out == -1 && PyErr_Occurred());
+}
+
+static PyObject *edge_header(PyObject *self, PyObject *args) {
+    PyObject *cols[6];
+    Py_ssize_t sample;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!n", &PyList_Type, &cols[0], &PyList_Type, &cols[1], &PyList_Type,
+                          &cols[2], &PyList_Type, &cols[3], &PyList_Type, &cols[4], &PyList_Type, &cols[5], &sample))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(cols[1]);
+    for (int c = 0; c < 6; c++)
+        if (PyList_GET_SIZE(cols[c]) != n)
+            Py_RETURN_NOTIMPLEMENTED;
+    PyObject *timeouts = PyDict_New(), *events = PyFrozenSet_New(NULL);
+    if (timeouts == NULL || events == NULL)
+        goto fail;
+    long long first = 0, last = 0, newest = 0;
+    int any = 0;
+    for (Py_ssize_t k = 0, i; k < n; k++) {
+        i = k;
+        if (n > 2 * sample && k >= sample) {  /* the last `sample` ones */
+            if (k >= 2 * sample)
+                break;
+            i = n - 2 * sample + k;
+        }
+        long long v[4];
+        for (int c = 1; c <= 4; c++)
+            if (!edge_int(PyList_GET_ITEM(cols[c], i), &v[c - 1]))
+                goto not_mine;
+        PyObject *name = PyList_GET_ITEM(cols[0], i), *event = PyList_GET_ITEM(cols[5], i);
+        if (!PyUnicode_CheckExact(name) || (event != Py_None && !PyUnicode_CheckExact(event)))
+            goto not_mine;
+        if (v[0]) {
+            if (!any || v[0] < first)
+                first = v[0];
+            if (!any || v[0] > last)
+                last = v[0];
+            any = 1;
+        }
+        for (int c = 0; c < 3; c++)
+            if (v[c] > newest)
+                newest = v[c];
+        if (v[3] && PyDict_SetItem(timeouts, name, PyList_GET_ITEM(cols[4], i)) < 0)
+            goto fail;
+        if (event != Py_None && PySet_Add(events, event) < 0)
+            goto fail;
+    }
+    PyObject *out = Py_BuildValue("(NNNNN)", any ? PyLong_FromLongLong(first) : Py_NewRef(Py_None),
+                                  any ? PyLong_FromLongLong(last) : Py_NewRef(Py_None),
+                                  newest ? PyLong_FromLongLong(newest) : Py_NewRef(Py_None), timeouts, events);
+    return out;
+not_mine:
+    Py_DECREF(timeouts), Py_DECREF(events);
+    Py_RETURN_NOTIMPLEMENTED;
+fail:
+    Py_XDECREF(timeouts), Py_XDECREF(events);
+    return NULL;
+}
+
 /* first_unsettled(entries, start, stop, state_at, retired_at, completed): the index of the first entry of
  * entries[start:stop] (a tuple or list of Entry) whose state is not `completed` and that is not retired
  * (outcome.first_unsettled's rule), None where all are settled; NotImplemented where an entry is not a tuple
@@ -364,6 +434,8 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN)"},
+    {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "
+                                               "sample) -> (first, last created, newest event, timeouts, events)"},
     {"first_unsettled", first_unsettled, METH_VARARGS, "first_unsettled(entries, start, stop, state_at, "
                                                        "retired_at, completed) -> index, None or NotImplemented"},
     {"append", append, METH_VARARGS, "append(entries, start, first_row, groups, outcome_flags, site_index, "

@@ -182,14 +182,14 @@ def window(entries: tuple[Entry, ...], tail: int | None) -> tuple[Entry, ...]:
     return entries
 
 
-def new_trace(dump: RankDump, rank: int, entries: tuple[Entry, ...], sample: EdgeFacts | None = None) -> RankTrace:
-    """A trace of these entries with no rows yet (`sample`: the facts of their outcome.edges, where the
-    caller holds them)."""
+def new_trace(dump: RankDump, rank: int, entries: tuple[Entry, ...], header: EdgeHeader | None = None) -> RankTrace:
+    """A trace of these entries with no rows yet (`header`: what their edge facts say, where the caller
+    holds them)."""
     trace = RankTrace(
         rank=rank, source=dump.source, format=dump.format, version_text=dump.version_text, notes=dump.notes,
         dumped_at_ns=dump.dumped_at_ns, n_entries=0, pg_config=dump.pg_config, pg_status=dump.pg_status,
         first_created_ns=None, last_created_ns=None)
-    set_header(trace, dump, len(entries), sample if sample is not None else EdgeFacts.of(edges(entries)))
+    set_header(trace, dump, len(entries), header if header is not None else EdgeFacts.of(edges(entries)).header())
     return trace
 
 
@@ -235,16 +235,34 @@ class EdgeFacts:
         """outcome.event_backends of the entries these are the sample of."""
         return frozenset(self.events).difference((None,))  # type: ignore[return-value]  # ("" is a backend)
 
+    def header(self) -> EdgeHeader:
+        """What a trace's header says of the entries of its sample (entries in record order): in one
+        loop of model/_rows.c where it is built (a followed trace reads it every pass: the sample's six
+        lists and the passes over them were a tenth of a 4096-rank view's steady analysis), else as
+        recorder_times, which every other way to a trace calls."""
+        if _rows is not None:
+            out = _rows.edge_header(*self._columns(), SAMPLE)
+            if out is not NotImplemented:  # (a value not of its kind: the passes below decide)
+                return EdgeHeader(*out)
+        s = self.sample()
+        present = list(filter(None, s.created))
+        return EdgeHeader(min(present, default=None), max(present, default=None),
+                          *edge_times(s.pg_name, s.created, s.started, s.completed, s.timeout), s.event_backends())
 
-def set_header(trace: RankTrace, dump: RankDump, n_entries: int, sample: EdgeFacts) -> None:
-    """What a trace says of its dump as a whole (everything but the rows); `sample`: the facts of the
-    entries outcome.edges samples (entries are in record order)."""
+
+class EdgeHeader(NamedTuple):
+    first_created_ns: int | None
+    last_created_ns: int | None
+    last_event_ns: int | None
+    timeouts_ms: dict[str, int]
+    events: frozenset[str]  # outcome.event_backends of the sampled entries
+
+
+def set_header(trace: RankTrace, dump: RankDump, n_entries: int, header: EdgeHeader) -> None:
+    """What a trace says of its dump as a whole (everything but the rows)."""
     restamp(trace, dump)
     trace.n_entries = n_entries
-    present = list(filter(None, sample.created))
-    trace.first_created_ns, trace.last_created_ns = min(present, default=None), max(present, default=None)
-    trace.timeouts_ms = {}
-    recorder_times(trace, sample.pg_name, sample.created, sample.started, sample.completed, sample.timeout)
+    trace.first_created_ns, trace.last_created_ns, trace.last_event_ns, trace.timeouts_ms = header[:4]
 
 
 def restamp(trace: RankTrace, dump: RankDump) -> None:
@@ -283,9 +301,16 @@ def recorder_times(trace: RankTrace, pg_names: Sequence[str], created: Sequence[
     """`last_event_ns` and `timeouts_ms` from the columns (pg_name, created, started, completed,
     timeout_ms; times 0 where absent) of the oldest and newest entries (outcome.edges): the newest events
     are among the newest entries, and a bounded sample keeps this O(1) on huge dumps. Every way to a
-    trace calls this, so they agree."""
-    trace.timeouts_ms.update(compress(zip(pg_names, timeouts), timeouts))  # type: ignore[arg-type]  # (no timeout: left out; a group.s last wins)
-    trace.last_event_ns = max(max(created, default=0), max(started, default=0), max(completed, default=0), 0) or None
+    trace calls this or EdgeFacts.header, so they agree."""
+    trace.last_event_ns, found = edge_times(pg_names, created, started, completed, timeouts)
+    trace.timeouts_ms.update(found)
+
+
+def edge_times(pg_names: Sequence[str], created: Sequence[int], started: Sequence[int], completed: Sequence[int],
+               timeouts: Sequence[int | None]) -> tuple[int | None, dict[str, int]]:
+    """recorder_times' (newest event, timeouts): no timeout is left out, a group's last one wins."""
+    newest = max(max(created, default=0), max(started, default=0), max(completed, default=0), 0) or None
+    return newest, dict(compress(zip(pg_names, timeouts), timeouts))  # type: ignore[arg-type]
 
 
 # A row, one per entry: (pg_name, pg_desc, pg_id, is_p2p, collective_seq_id, p2p_seq_id,

@@ -83,10 +83,10 @@ class TraceWindow:
     def _rebuild(self, dump: RankDump, rank: int, entries: tuple[Entry, ...]) -> None:
         self.rebuilds += 1
         self._facts = EdgeFacts.of(entries)
-        sample = self._facts.sample()
-        trace = new_trace(dump, rank, entries, sample)
+        header = self._facts.header()
+        trace = new_trace(dump, rank, entries, header)
         self._index, self._marks, self._base = RowIndex(), RowMarks(), 0
-        self._events = sample.event_backends()
+        self._events = header.events
         append_entries(trace, entries, self._events, self._index, self._marks, 0)
         self._p2p = {name: g.p2p for name, g in trace.groups.items()}  # before finish_group keeps the recent
         sorted_out = [finish_group(g) for g in trace.groups.values()]
@@ -129,8 +129,8 @@ class TraceWindow:
         # from here on the window's lists are moved in place (copying them touched every entry of the
         # window, cold in a big view's cache); a follow given up from here on is rebuilt by the caller
         self._facts.slide(k, b, EdgeFacts.of(added))
-        sample = self._facts.sample()
-        if sample.event_backends() != self._events:
+        header = self._facts.header()
+        if header.events != self._events:
             return False  # the recorder changed how it reports completion
         touched = self._drop(0, k, front=True) | self._drop(b, len(marks), front=False)
         marks.keep(k, b, base)
@@ -153,7 +153,7 @@ class TraceWindow:
             return False
         for g in trace.groups.values():
             settle_issued(g)
-        set_header(trace, dump, len(new), sample)
+        set_header(trace, dump, len(new), header)
         trace.rows_version += 1
         return True
 
