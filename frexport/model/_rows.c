@@ -329,6 +329,25 @@ static PyObject *append(PyObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
 }
 
+/* leading_same(new, old, k): how many leading items of `new` are the very objects old[k], old[k+1], ...
+ * (tuples or lists; NotImplemented otherwise). Pointers only: no item is touched, where a Python pass
+ * increfs each one, a cache miss per entry in a big view (a followed trace asks it of its window). */
+static PyObject *leading_same(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OOn", &a, &b, &k))
+        return NULL;
+    if ((!PyTuple_CheckExact(a) && !PyList_CheckExact(a)) || (!PyTuple_CheckExact(b) && !PyList_CheckExact(b))
+        || k < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t na = PySequence_Fast_GET_SIZE(a), nb = PySequence_Fast_GET_SIZE(b) - k;
+    PyObject **x = PySequence_Fast_ITEMS(a), **y = PySequence_Fast_ITEMS(b);
+    Py_ssize_t n = na < nb ? na : (nb > 0 ? nb : 0), i = 0;
+    while (i < n && x[i] == y[k + i])
+        i++;
+    return PyLong_FromSsize_t(i);
+}
+
 /* edge_header(pg_name, created, started, completed, timeout, events, sample): what a trace's header reads of
  * its window's edge facts (rank_trace.EdgeFacts: six lists, one value per entry), over the first and last
  * `sample` entries (all where there are at most twice as many): (first and last nonzero created or None,
@@ -434,6 +453,8 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN)"},
+    {"leading_same", leading_same, METH_VARARGS, "leading_same(new, old, k) -> how many of new are old[k:]'s "
+                                                 "objects, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "
                                                "sample) -> (first, last created, newest event, timeouts, events)"},
     {"first_unsettled", first_unsettled, METH_VARARGS, "first_unsettled(entries, start, stop, state_at, "

@@ -12,8 +12,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
-from itertools import compress, groupby, islice, repeat
-from operator import attrgetter, eq, ge, itemgetter, ne
+from itertools import compress, count, groupby, islice, repeat
+from operator import attrgetter, eq, ge, is_not, itemgetter, ne
 from types import ModuleType
 from typing import NamedTuple
 
@@ -248,6 +248,16 @@ class EdgeFacts:
         present = list(filter(None, s.created))
         return EdgeHeader(min(present, default=None), max(present, default=None),
                           *edge_times(s.pg_name, s.created, s.started, s.completed, s.timeout), s.event_backends())
+
+
+def leading_same(new: Sequence, old: Sequence, k: int) -> int:
+    """How many leading items of `new` are the very objects old[k], old[k + 1], ... (a followed window's
+    kept entries): pointers compared in model/_rows.c where it is built."""
+    if _rows is not None:
+        n = _rows.leading_same(new, old, k)
+        if n is not NotImplemented:
+            return n
+    return next(compress(count(), map(is_not, new, islice(old, k, None))), max(0, min(len(new), len(old) - k)))
 
 
 class EdgeHeader(NamedTuple):

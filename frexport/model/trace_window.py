@@ -16,8 +16,8 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress, count
-from operator import attrgetter, is_not
+from itertools import compress
+from operator import attrgetter, itemgetter
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.rank_trace import (
@@ -32,6 +32,7 @@ from frexport.model.rank_trace import (
     RowMarks,
     append_entries,
     finish_group,
+    leading_same,
     new_trace,
     recent_p2p,
     restamp,
@@ -104,7 +105,7 @@ class TraceWindow:
         if trace is None or not self._followable or not new:
             return False
         k = bisect_left(old, new[0].record_id, key=_record_id)  # the entries before it left the window
-        same = next(compress(count(), map(is_not, new, old[k:])), min(len(new), len(old) - k))  # kept as they were
+        same = leading_same(new, old, k)  # kept as they were
         # the kept ones are in record order already (the window's are): only from the last of them on is
         # it checked (reading every entry's id again was a fifth of a follow, cold in a big view's cache)
         rids = list(map(_record_id, new[max(same - 1, 0):]))
@@ -185,13 +186,17 @@ class TraceWindow:
         trace, entries = self.trace, self._entries
         assert trace is not None  # (for mypy) only _follow settles, a trace
         first: dict[str, int] = {}
-        for i, (name, kind) in enumerate(zip(self._marks.pg_name, self._marks.kind)):
-            if kind != SKIPPED and name not in first:  # (a p2p end marker opens no group)
-                first[name] = i
-                if len(first) == len(trace.groups):
-                    break
+        names, kinds = self._marks.pg_name, self._marks.kind
+        for name in trace.groups:  # (few groups: each found by a C-level scan of the names)
+            try:
+                i = names.index(name)
+                while kinds[i] == SKIPPED:  # (a p2p end marker opens no group)
+                    i = names.index(name, i + 1)
+            except ValueError:
+                continue
+            first[name] = i
         groups: dict[str, GroupTrace] = {}
-        for name, i in first.items():
+        for name, i in sorted(first.items(), key=itemgetter(1)):
             g = groups[name] = trace.groups[name]
             g.pg_desc, g.pg_id = entries[i].pg_desc, entries[i].pg_id
             n = max(1, columns_before.get(name, 0))
