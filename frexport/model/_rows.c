@@ -329,6 +329,122 @@ static PyObject *append(PyObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
 }
 
+/* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
+ * scheduled): rank_trace.EdgeFacts.of's six lists (the times and timeout as they are, 0 where None; the
+ * backend where the state is not `scheduled`, else None). NotImplemented where an entry is not a tuple
+ * holding those fields, a time is neither None nor an int, or a state is no str. */
+static PyObject *edge_facts(PyObject *self, PyObject *args) {
+    PyObject *entries, *scheduled;
+    Py_ssize_t at[7];
+    if (!PyArg_ParseTuple(args, "OnnnnnnnU", &entries, &at[0], &at[1], &at[2], &at[3], &at[4], &at[5], &at[6],
+                          &scheduled))
+        return NULL;
+    if (!PyTuple_CheckExact(entries) && !PyList_CheckExact(entries))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(entries), need = 0;
+    for (int c = 0; c < 7; c++) {
+        if (at[c] < 0)
+            Py_RETURN_NOTIMPLEMENTED;
+        if (at[c] + 1 > need)
+            need = at[c] + 1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(entries);
+    for (Py_ssize_t i = 0; i < n; i++) {  /* checked first: nothing is built for a dump the Python way reads */
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < need || !PyUnicode_CheckExact(PyTuple_GET_ITEM(e, at[6])))
+            Py_RETURN_NOTIMPLEMENTED;
+        for (int c = 1; c <= 4; c++) {
+            PyObject *v = PyTuple_GET_ITEM(e, at[c]);
+            if (v != Py_None && !PyLong_CheckExact(v))
+                Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    PyObject *zero = PyLong_FromLong(0), *out = PyTuple_New(6);
+    if (zero == NULL || out == NULL)
+        goto fail;
+    for (int c = 0; c < 6; c++) {
+        PyObject *col = PyList_New(n);
+        if (col == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(out, c, col);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v;
+            if (c == 0) {
+                v = PyTuple_GET_ITEM(items[i], at[0]);
+            } else if (c < 5) {
+                v = PyTuple_GET_ITEM(items[i], at[c]);
+                if (v == Py_None)  /* (`v or 0`: an int is itself, 0 included) */
+                    v = zero;
+            } else {
+                PyObject *state = PyTuple_GET_ITEM(items[i], at[6]);
+                v = (state == scheduled || PyUnicode_Compare(state, scheduled) == 0) ? Py_None
+                                                                                      : PyTuple_GET_ITEM(items[i], at[5]);
+            }
+            Py_INCREF(v);
+            PyList_SET_ITEM(col, i, v);
+        }
+    }
+    Py_DECREF(zero);
+    return out;
+fail:
+    Py_XDECREF(zero), Py_XDECREF(out);
+    return NULL;
+}
+
+/* recent_p2p(ops, keep, finished): rank_trace.recent_p2p over a list of P2POp (op, src, dst at 1, 2, 3, flags
+ * at 5): every op not `finished` and the last `keep` of each (op, src, dst), in order. NotImplemented where
+ * an op is not such a tuple (flags an int). */
+static PyObject *recent_p2p(PyObject *self, PyObject *args) {
+    PyObject *ops;
+    long keep, finished;
+    if (!PyArg_ParseTuple(args, "O!ll", &PyList_Type, &ops, &keep, &finished))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ops);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i);
+        if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 6 || !PyLong_CheckExact(PyTuple_GET_ITEM(op, 5)))
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *seen = PyDict_New(), *out = PyList_New(0);
+    char *kept = PyMem_Calloc(n ? n : 1, 1);
+    if (seen == NULL || out == NULL || kept == NULL)
+        goto fail;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        PyObject *op = PyList_GET_ITEM(ops, i);
+        PyObject *key = PyTuple_GetSlice(op, 1, 4);
+        if (key == NULL)
+            goto fail;
+        PyObject *count = PyDict_GetItemWithError(seen, key);  /* (borrowed) */
+        if (count == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        long c = count == NULL ? 0 : PyLong_AsLong(count);
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(op, 5));
+        if (flags == -1 && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        kept[i] = c < keep || !(flags & finished);
+        PyObject *next = PyLong_FromLong(c + 1);
+        int rc = next == NULL ? -1 : PyDict_SetItem(seen, key, next);
+        Py_XDECREF(next);
+        Py_DECREF(key);
+        if (rc < 0)
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (kept[i] && PyList_Append(out, PyList_GET_ITEM(ops, i)) < 0)
+            goto fail;
+    PyMem_Free(kept);
+    Py_DECREF(seen);
+    return out;
+fail:
+    PyMem_Free(kept);
+    Py_XDECREF(seen), Py_XDECREF(out);
+    return NULL;
+}
+
 /* leading_same(new, old, k): how many leading items of `new` are the very objects old[k], old[k+1], ...
  * (tuples or lists; NotImplemented otherwise). Pointers only: no item is touched, where a Python pass
  * increfs each one, a cache miss per entry in a big view (a followed trace asks it of its window). */
@@ -453,6 +569,9 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN)"},
+    {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six lists, or "
+                                             "NotImplemented"},
+    {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},
     {"leading_same", leading_same, METH_VARARGS, "leading_same(new, old, k) -> how many of new are old[k:]'s "
                                                  "objects, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "

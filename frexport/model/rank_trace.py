@@ -30,6 +30,7 @@ from frexport.model.outcome import (
     recorder_of,
     shows_events,
 )
+from frexport.model.outcome import SCHEDULED as STATE_SCHEDULED
 from frexport.model.outcome import STARTED as STATE_STARTED
 from frexport.model.signature import OpSignature, Signature
 
@@ -212,6 +213,10 @@ class EdgeFacts:
 
     @classmethod
     def of(cls, entries: Sequence[Entry]) -> EdgeFacts:
+        if _rows is not None:  # (a followed trace makes these of its new entries every pass)
+            cols = _rows.edge_facts(entries, *_EDGE_FIELDS, STATE_SCHEDULED)
+            if cols is not NotImplemented:
+                return cls(*cols)
         return cls(list(map(_pg_name, entries)), [v or 0 for v in map(_created, entries)],
                    [v or 0 for v in map(_started, entries)], [v or 0 for v in map(_completed, entries)],
                    [v or 0 for v in map(_timeout, entries)],
@@ -517,6 +522,9 @@ def _load_rows() -> ModuleType | None:
     return ext
 
 
+# the Entry fields _rows.edge_facts reads, in its order
+_EDGE_FIELDS = tuple(Entry._fields.index(f) for f in ("pg_name", "time_created_ns", "time_started_ns",
+                                                       "time_completed_ns", "timeout_ms", "backend", "state"))
 # the Entry fields _rows.c reads, in its order (its F_* constants)
 _ROWS_FIELDS = ("pg_name", "is_p2p", "op", "collective_seq_id", "p2p_seq_id", "backend", "p2p_src", "p2p_dst",
                 "time_created_ns", "duration_ms", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
@@ -608,7 +616,13 @@ def _shapes(sig: Signature) -> int:
 
 
 def recent_p2p(ops: list[P2POp], keep: int = 8) -> list[P2POp]:
-    """Pending p2p ops plus the last few per peer pair: enough to judge the frontier, small to ship."""
+    """Pending p2p ops plus the last few per peer pair: enough to judge the frontier, small to ship.
+    (model/_rows.c does the same loop where it is built: a followed trace asks it of every group whose
+    p2p ops moved, every pass.)"""
+    if _rows is not None:
+        out = _rows.recent_p2p(ops, keep, FINISHED)
+        if out is not NotImplemented:
+            return out
     seen: dict[tuple, int] = {}
     out = []
     for op in reversed(ops):
