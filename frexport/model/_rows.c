@@ -393,7 +393,11 @@ fail:
 
 /* recent_p2p(ops, keep, finished): rank_trace.recent_p2p over a list of P2POp (op, src, dst at 1, 2, 3, flags
  * at 5): every op not `finished` and the last `keep` of each (op, src, dst), in order. NotImplemented where
- * an op is not such a tuple (flags an int). */
+ * an op is not such a tuple (op a str, src and dst ints or None, flags an int). */
+static int plain_peer(PyObject *v) {
+    return v == Py_None || PyLong_CheckExact(v);
+}
+
 static PyObject *recent_p2p(PyObject *self, PyObject *args) {
     PyObject *ops;
     long keep, finished;
@@ -402,7 +406,9 @@ static PyObject *recent_p2p(PyObject *self, PyObject *args) {
     Py_ssize_t n = PyList_GET_SIZE(ops);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *op = PyList_GET_ITEM(ops, i);
-        if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 6 || !PyLong_CheckExact(PyTuple_GET_ITEM(op, 5)))
+        if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 6 || !PyLong_CheckExact(PyTuple_GET_ITEM(op, 5))
+            || !PyUnicode_CheckExact(PyTuple_GET_ITEM(op, 1)) || !plain_peer(PyTuple_GET_ITEM(op, 2))
+            || !plain_peer(PyTuple_GET_ITEM(op, 3)))
             Py_RETURN_NOTIMPLEMENTED;
     }
     PyObject *seen = PyDict_New(), *out = PyList_New(0);

@@ -27,8 +27,9 @@ def test_pending_ops_and_the_last_few_of_each_peer_pair_are_kept_in_order(compil
     rng = random.Random(29)
     with compiled_or_pure(rank_trace, "_rows", compiled):
         for _ in range(1000):
-            ops = [P2POp(seq, rng.choice(["send", "recv"]), rng.choice([0, 1, None]), rng.choice([1, 2]), 0,
-                         rng.choice([0, FINISHED, FINISHED | ISSUED, ISSUED]), seq * 10, -1)
+            odd = rng.random() < 0.1  # (a peer no decoder makes: the Python loop decides)
+            ops = [P2POp(seq, rng.choice(["send", "recv"]), rng.choice([0, 1, None] + ["1", 1.0] * odd),
+                         rng.choice([1, 2]), 0, rng.choice([0, FINISHED, FINISHED | ISSUED, ISSUED]), seq * 10, -1)
                    for seq in range(rng.randint(0, 40))]
             keep = rng.choice([0, 1, 3, 8])
             got = recent_p2p(ops, keep)
