@@ -3,8 +3,8 @@
  *
  * append(entries, start, first_row, tables) takes entries from `start` on, in order, while each is an
  * entry append_rows handles the usual way: its group exists with a column of positions, its (state,
- * retired, backend) already has flags, it is no coalesced op's merge into the position before or p2p end
- * marker, its values fit their columns. It returns the index of the first entry it did not take (the
+ * retired, backend) already has flags, it is no coalesced op's merge into the position before, its values
+ * fit their columns (a p2p coalesced group's end marker becomes its mark only, as there). It returns the index of the first entry it did not take (the
  * caller hands that one to append_rows, then calls again), having appended the ones before it exactly
  * as append_rows would: the same columns, p2p ops, interned signatures and call sites, heads and marks.
  * Two passes: each taken entry's values into C buffers (interning as it goes, in entry order, as
@@ -22,15 +22,15 @@ enum { F_PG_NAME, F_IS_P2P, F_OP, F_SEQ, F_P2P_SEQ, F_BACKEND, F_SRC, F_DST, F_C
        F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_CALL_SITE, F_STATE, F_RETIRED, F_STARTED, N_FIELDS };
 static Py_ssize_t field[N_FIELDS], max_field;
 static PyObject *op_signature, *p2p_op, *new_tuple, *coalesced;
-static long STARTED, FINISHED, ISSUED, P2P, COLUMN;
+static long STARTED, FINISHED, ISSUED, P2P, COLUMN, SKIPPED;
 static PyObject *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
 static int ready;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *fields;
     PyObject *sig_type, *p2p_type, *new;
-    if (!PyArg_ParseTuple(args, "O!OOOlllll", &PyTuple_Type, &fields, &sig_type, &p2p_type, &new, &STARTED, &FINISHED,
-                          &ISSUED, &P2P, &COLUMN))
+    if (!PyArg_ParseTuple(args, "O!OOOllllll", &PyTuple_Type, &fields, &sig_type, &p2p_type, &new, &STARTED,
+                          &FINISHED, &ISSUED, &P2P, &COLUMN, &SKIPPED))
         return NULL;
     if (PyTuple_GET_SIZE(fields) != N_FIELDS) {
         PyErr_SetString(PyExc_ValueError, "setup: wrong number of entry fields");
@@ -184,8 +184,14 @@ static PyObject *append(PyObject *self, PyObject *args) {
         int is_p2p = PyObject_IsTrue(F(F_IS_P2P));
         if (is_p2p < 0)
             break;
-        if (is_p2p && (!PyUnicode_CheckExact(op) || PyUnicode_Compare(op, coalesced) == 0))
-            break; /* a p2p end marker (or an op that is no plain string: append_rows compares it) */
+        if (is_p2p && !PyUnicode_CheckExact(op))
+            break; /* an op that is no plain string: append_rows compares it */
+        if (is_p2p && PyUnicode_Compare(op, coalesced) == 0) {
+            /* the end marker of a p2p coalesced group (its members are recorded one by one): a mark only */
+            rows[n] = (Row){.group = -1, .kind = SKIPPED, .row = first_row + end, .site = -1};
+            n++;
+            continue;
+        }
         PyObject *g = PyDict_GetItemWithError(groups, pg_name);
         if (g == NULL)
             break; /* a new group (or an unhashable name: append_rows says so) */
@@ -574,7 +580,7 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
-                                   "FINISHED, ISSUED, P2P, COLUMN)"},
+                                   "FINISHED, ISSUED, P2P, COLUMN, SKIPPED)"},
     {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six lists, or "
                                              "NotImplemented"},
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},

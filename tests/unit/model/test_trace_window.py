@@ -69,7 +69,9 @@ class Stream:
                     self.seq[name] += 1
                 if self.odd and rng.random() < 0.03:
                     self.seq[name] -= rng.randrange(1, 4)  # a recorder out of seq order
-                self.entries.append(self.entry(group, self.seq[name], rng.choice(["all_reduce", "all_gather"])))
+                # ("coalesced": NCCL's end of a coalesced collective group, a collective like the others)
+                op = rng.choice(["all_reduce", "all_gather", "all_reduce", "coalesced"])
+                self.entries.append(self.entry(group, self.seq[name], op))
             elif r < 0.85:
                 self.p2p_seq += 1
                 op = rng.choice(["send", "recv"])
