@@ -43,6 +43,7 @@ from frexport.decode.fields import (
 from frexport.decode.json_decode import loads, typed_decodable
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
 from frexport.model.peer_rows import COLUMNS, FORMAT
+from frexport.model.untrack import untrack_plain
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
 
 _N = len(COLUMNS)
@@ -93,7 +94,8 @@ class PeerRank:
 
 
 def _peer_rank(fields: list) -> PeerRank:
-    fields[_ENTRIES_AT] = tuple(map(_new_tuple, repeat(Entry), zip(*fields[_ENTRIES_AT])))
+    entries = fields[_ENTRIES_AT] = tuple(map(_new_tuple, repeat(Entry), zip(*fields[_ENTRIES_AT])))
+    untrack_plain(entries)  # (the view holds them for the whole window: model/untrack.py)
     return PeerRank(*fields)
 
 

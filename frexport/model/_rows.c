@@ -335,6 +335,41 @@ static PyObject *append(PyObject *self, PyObject *args) {
     return rc < 0 ? NULL : PyLong_FromSsize_t(start + n);
 }
 
+/* untrack(objects): takes out of the cyclic collector's lists each of these that is a tuple (or a tuple
+ * subclass with no fields of its own: a NamedTuple such as Entry) holding no object the collector tracks,
+ * its nested tuples first. CPython does this for exact tuples at their first collection; a NamedTuple it
+ * never untracks, so every collection walks every field of every Entry the view holds. Untracking can
+ * only make the collector more cautious (an untracked object's references keep what they refer to), and
+ * a tuple of untracked items is in no cycle but through its own class. */
+static int plain_tuple(PyObject *o) {
+    PyTypeObject *t = Py_TYPE(o);
+    return PyTuple_Check(o) && t->tp_basicsize == PyTuple_Type.tp_basicsize &&
+           t->tp_itemsize == PyTuple_Type.tp_itemsize && t->tp_dictoffset == 0;
+}
+
+static int untracked(PyObject *o, int depth) {
+    if (!PyObject_IS_GC(o) || !PyObject_GC_IsTracked(o))
+        return 1;
+    if (depth > 8 || !plain_tuple(o))
+        return 0;
+    int all = 1;
+    for (Py_ssize_t i = 0, n = PyTuple_GET_SIZE(o); i < n; i++)
+        all &= untracked(PyTuple_GET_ITEM(o, i), depth + 1);
+    if (all)
+        PyObject_GC_UnTrack(o);
+    return all;
+}
+
+static PyObject *untrack(PyObject *self, PyObject *objects) {
+    if (!PyTuple_CheckExact(objects) && !PyList_CheckExact(objects)) {
+        PyErr_SetString(PyExc_TypeError, "untrack: a tuple or a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(objects); i++)
+        untracked(PySequence_Fast_ITEMS(objects)[i], 0);
+    Py_RETURN_NONE;
+}
+
 /* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
  * scheduled): rank_trace.EdgeFacts.of's six lists (the times and timeout as they are, 0 where None; the
  * backend where the state is not `scheduled`, else None). NotImplemented where an entry is not a tuple
@@ -581,6 +616,7 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN, SKIPPED)"},
+    {"untrack", untrack, METH_O, "untrack(objects): the plain tuples among them out of the cyclic collector's lists"},
     {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six lists, or "
                                              "NotImplemented"},
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},

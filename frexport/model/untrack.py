@@ -1,0 +1,34 @@
+"""Plain tuples taken out of the cyclic garbage collector's lists.
+
+The job-level view holds every rank's window: ~4 million `Entry` tuples at 16384 ranks, and ~330,000
+new ones a pass. CPython untracks an exact tuple of atomic values at its first collection, but never a
+NamedTuple, so each collection walked every field of every entry (28 each, most of them cold in the
+cache): the young collection after each steady pass, and the full one the loop runs about every four
+minutes at that size (live/gc_pacing.py). A tuple whose items the collector does not track can be in
+no cycle but through its own class, and an untracked object only makes the collector more cautious, so
+the entries that come into the view are untracked as they arrive, by model/_rows.c where it is built
+(without it the collector walks them as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import import_module
+from types import ModuleType
+
+
+def untrack_plain(objects: Sequence) -> None:
+    """Each of `objects` that is a tuple (or a NamedTuple) of values the collector does not track, nested
+    tuples included, out of its lists; anything else as it was."""
+    if _rows is not None:
+        _rows.untrack(objects if isinstance(objects, (tuple, list)) else list(objects))
+
+
+def _load() -> ModuleType | None:
+    try:
+        return import_module("frexport.model._rows")
+    except ImportError:  # installed without a compiler: the collector walks them
+        return None
+
+
+_rows = _load()

@@ -1,0 +1,63 @@
+"""Plain tuples out of the cyclic collector's lists (model/untrack.py): the entries the view holds are
+walked by no collection, what could be in a cycle stays tracked, and a cycle is still freed."""
+
+import gc
+import json
+import pickle
+import weakref
+from multiprocessing.reduction import ForkingPickler
+
+from frexport.decode.normalize import normalize
+from frexport.decode.peer_rows import parse_body
+from frexport.export.peer_api import PeerApi
+from frexport.live.state import LiveState
+from frexport.model import untrack
+from frexport.model.untrack import untrack_plain
+from tests.support.synth import dump, entry, healthy_job
+
+
+def _entries():
+    assert untrack._rows is not None, "frexport.model._rows is not built (scripts/setup.sh builds it)"
+    raw = dump([entry(i, i + 1, sizes=((8, 2), (3,))) for i in range(5)], world=1)
+    return normalize(raw, "x", "pickle", rank=0).entries
+
+
+class _Node:
+    pass
+
+
+def test_entries_and_their_shapes_are_untracked():
+    entries = _entries()
+    # (fresh shapes, as a body's unpickling makes them: tracked until something untracks them)
+    entries = tuple(e._replace(input_sizes=tuple(tuple(s) for s in e.input_sizes)) for e in entries)
+    assert all(gc.is_tracked(e) and gc.is_tracked(e.input_sizes) for e in entries)
+    untrack_plain(entries)
+    assert not any(gc.is_tracked(e) or gc.is_tracked(e.input_sizes) for e in entries)
+    assert entries == tuple(_entries())  # (the same values)
+
+
+def test_what_holds_a_tracked_object_stays_tracked_and_its_cycle_is_freed():
+    node = _Node()
+    held = _entries()[0]._replace(frames=(node,))
+    class Other(tuple):  # a tuple subclass with fields of its own (a __dict__)
+        pass
+    other = Other((1, 2))
+    untrack_plain([held, other, [held]])
+    assert gc.is_tracked(held) and gc.is_tracked(other)
+    node.entry = held  # a cycle through the entry
+    gone = weakref.ref(node)
+    del node, held
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_ranks_the_decoders_hand_the_view_come_untracked():
+    state, now = LiveState(), 10**18
+    for r, es in healthy_job(world=2, steps=4).items():
+        state.ingest(normalize(dump(es, world=2), f"rank {r}", "pickle", rank=r, dumped_at_ns=now, keep_frames=False),
+                     "test", now)
+    _now, ranks, _dropped, _suspected = parse_body(json.dumps(json.loads(PeerApi(state, 256).ranks_body({}, runs=True)))
+                                                   .encode(), "peer")
+    back = pickle.loads(ForkingPickler.dumps(ranks))
+    assert [len(r.entries) for r in back] == [4, 4]
+    assert not any(gc.is_tracked(e) for r in back for e in r.entries)
