@@ -517,14 +517,6 @@ static PyObject *leading_same(PyObject *self, PyObject *args) {
  * the newest of created/started/completed or None, {pg_name: nonzero timeout, the last one winning}, the
  * set of non-None events). NotImplemented where a value is not of its kind (an int past 64 bits, a name
  * that is no str): EdgeFacts.header's Python passes then decide. No Python code runs meanwhile. */
-static int edge_int(PyObject *v, long long *out) {
-    int overflow = 0;
-    if (!PyLong_CheckExact(v))
-        return 0;
-    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
-    return !overflow && !(*out == -1 && PyErr_Occurred());
-}
-
 static PyObject *edge_header(PyObject *self, PyObject *args) {
     PyObject *cols[6];
     Py_ssize_t sample;
@@ -538,7 +530,7 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
     PyObject *timeouts = PyDict_New(), *events = PyFrozenSet_New(NULL);
     if (timeouts == NULL || events == NULL)
         goto fail;
-    long long first = 0, last = 0, newest = 0;
+    int64_t first = 0, last = 0, newest = 0;
     int any = 0;
     for (Py_ssize_t k = 0, i; k < n; k++) {
         i = k;
@@ -547,9 +539,9 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
                 break;
             i = n - 2 * sample + k;
         }
-        long long v[4];
+        int64_t v[4];
         for (int c = 1; c <= 4; c++)
-            if (!edge_int(PyList_GET_ITEM(cols[c], i), &v[c - 1]))
+            if (!fits_int64(PyList_GET_ITEM(cols[c], i), &v[c - 1]))
                 goto not_mine;
         PyObject *name = PyList_GET_ITEM(cols[0], i), *event = PyList_GET_ITEM(cols[5], i);
         if (!PyUnicode_CheckExact(name) || (event != Py_None && !PyUnicode_CheckExact(event)))
