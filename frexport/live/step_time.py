@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, eq, is_, itemgetter
+from operator import attrgetter, eq, itemgetter
 from statistics import median
 
 from frexport.model.dump import Entry, RankDump
+from frexport.model.rank_trace import leading_same
 
 WINDOW = 512  # entries per rank the step time is estimated from
 
@@ -73,7 +74,7 @@ class _Followed:
         except ValueError:
             return None
         kept = len(old) - j
-        if kept > len(window) or not all(map(is_, window[:kept], old[j:])):
+        if kept > len(window) or leading_same(window, old, j) < kept:
             return None
         return kept
 
