@@ -82,7 +82,11 @@ def test_the_followed_step_time_is_the_one_read_afresh(window, seed, passes):
                 new = rank.snapshot(size)
                 kept = [e for e in snaps[r].entries if e.record_id >= new.entries[0].record_id] if new.entries else []
                 snaps[r] = replace(new, entries=tuple(kept) + new.entries[len(kept):])
-            elif move < 0.75:  # decoded again: equal entries, other objects
+            elif move < 0.73 and snaps[r].entries:  # the newest entry sent again, another object with
+                last = snaps[r].entries[-1]         # another enqueue time: its kept values are stale
+                snaps[r] = replace(snaps[r], entries=snaps[r].entries[:-1] + (
+                    last._replace(time_created_ns=last.time_created_ns + 7 * MS),))
+            elif move < 0.76:  # decoded again: equal entries, other objects
                 snaps[r] = rank.snapshot(size)
             elif move < 0.8:  # cut short (a half-written dump): the same entries, the newest missing
                 snaps[r] = replace(snaps[r], entries=snaps[r].entries[:-rng.randrange(1, 4)])
