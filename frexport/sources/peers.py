@@ -32,7 +32,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import attrgetter, is_
+from operator import attrgetter
 from urllib.parse import urlsplit
 
 from frexport import logs
@@ -44,6 +44,7 @@ from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.peer_rows import expand_runs
+from frexport.model.rank_trace import leading_same
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
 from frexport.sources.handlers import Fetched, fetch_cap
@@ -371,7 +372,7 @@ class PeersSource:
         # an idle or hung rank's window is the same tuple pass after pass (the same entry objects: _merged):
         # a new tuple made the view follow every rank's trace again (~150 µs a rank a pass, for nothing new)
         last = held.dump.entries if held.dump is not None else ()
-        if len(last) == len(entries) and all(map(is_, entries, last)):
+        if len(last) == len(entries) and leading_same(entries, last, 0) == len(entries):
             held.entries = last
         held.dump = RankDump(r.rank, f"peer:{peer}", "json", _version(r.version), r.version, r.comm_lib_version,
                              held.pg_config, r.pg_status, held.entries, dumped_at_ns=r.dumped_at_ns,
