@@ -12,7 +12,10 @@ reveals `--new` more entries per rank (a busy job's 5 s; `--new 0`: a hung job, 
 nothing new). One pass = gather from every pod (decode
 the bodies, merge the windows) + ingest into the view's state + the unscoped live analysis, exactly
 what one iteration of the view's loop does; the time the pods' handlers took to build their bodies
-is shown apart and not counted (each pod's sidecar does it on its own CPU, all at once). Printed:
+is shown apart and not counted (each pod's sidecar does it on its own CPU, all at once): the pods
+answer before the pass is timed, each answer waiting in a file the pass reads (`--serve-in-pass`: within
+the pass, so its wall time also holds them one after another, as figures before 2026-11-30's second
+session were measured). Printed:
 CPU seconds of each part in the view's process (user + system: on a shared machine wall time follows
 the other work) and how much of it the garbage collector took, the decoders' CPU seconds (their
 processes run beside it, on the other core), the wall time of the pass, bytes moved per pass, the
@@ -27,6 +30,7 @@ import gc
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,10 +69,32 @@ class InProcessPeers(PeersSource):
         self.apis = apis
         self.pass_wait_s = None  # every pod's answer within the pass it measures
         self.served_s = 0.0  # CPU time in the pods' handlers: their own CPUs, in parallel in a real job
+        self.spool = Path(tempfile.mkdtemp(prefix="frx-jobview-bodies-"))
+        self._ready: dict[str, tuple[str, Path]] = {}  # peer -> (the request, its answer's file) served ahead
+
+    def serve_ahead(self) -> None:
+        """Every pod's answer to the request the view's next pass makes, built now, before the pass is
+        timed: in a job each pod builds it on its own CPU while the others build theirs, so a pass on the
+        view's machine does not wait for 2048 of them one after another on its own core. Each answer waits
+        in a file, so the bodies of a first pass (~1.2 GB at 16384 ranks) are not held in this process's
+        memory, and the pass reads each one as it would receive it."""
+        self._index_held()
+        self._ready = {}
+        for i, peer in enumerate(self.apis):
+            path = self._ranks_path(peer)
+            spooled = self.spool / str(i)
+            spooled.write_bytes(self._serve(peer, path))
+            self._ready[peer] = (path, spooled)
 
     def _get(self, peer: str, path: str, timeout: float | None = None, max_body: int | None = None) -> bytes:
+        ready = self._ready.pop(peer, None)
+        if ready is not None and ready[0] == path:
+            return ready[1].read_bytes()
+        return self._serve(peer, path)
+
+    def _serve(self, peer: str, path: str) -> bytes:
         p, _, q = path.partition("?")
-        t = time.thread_time()  # (the handler runs on the source's poll thread)
+        t = time.thread_time()  # (the handler runs on the thread that asks)
         status, body, _ = self.apis[peer].handle(p, q)
         self.served_s += time.thread_time() - t
         assert status == 200, body
@@ -90,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                     "step time, as the default configuration does (analysis.stall_after unset: each pass reads "
                     "every rank's newest entries, live/step_time.py); without it a fixed 30 s, as the earlier "
                     "figures were measured")
+    ap.add_argument("--serve-in-pass", action="store_true", help="the pods build their answers within the pass, "
+                    "one after another on this process's core, as the figures before the twenty-second session "
+                    "were measured (their CPU is still not counted in the view's, but the wall time holds it)")
     ap.add_argument("--profile", metavar="FILE", help="write a cProfile of the last pass's analysis to FILE "
                     "(pstats format; the pass's figures then include the profiler's own cost)")
     ap.add_argument("--also-ranks", type=int, action="append", default=[], metavar="N",
@@ -135,14 +164,18 @@ def main(argv: list[str] | None = None) -> int:
             gc.freeze()
         if i == 0:  # the pods hold their ranks' data now: what the process gains from here on is the view's
             rss_before = _rss_mb()
-        before, served = source.bytes_total, source.served_s
+        served = source.served_s
+        if not args.serve_in_pass:
+            source.serve_ahead()  # (the pods' CPU, shown apart)
+        ahead, before = source.served_s - served, source.bytes_total
         wall, t0, d0, gc0 = time.perf_counter(), time.process_time(), decoders_cpu_s(), collector.total
         snaps = source.collect()
+        in_pass = source.served_s - served - ahead  # the pods' CPU on this process's clock within the pass
         served = source.served_s - served
-        t1 = time.process_time() - served
+        t1 = time.process_time() - in_pass
         for s in snaps:
             view_state.ingest(s.dump, s.source, s.taken_ns)
-        t2 = time.process_time() - served
+        t2 = time.process_time() - in_pass
         profiler = cProfile.Profile() if args.profile and i == args.passes else None
         if profiler:
             profiler.enable()
@@ -152,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             profiler.dump_stats(args.profile)
         if not args.no_gc_pacing:
             pacing.after_pass()  # as the loop does after each pass (it also freezes the simulated pods' data)
-        t3 = time.process_time() - served
+        t3 = time.process_time() - in_pass
         wall, decoding = time.perf_counter() - wall, decoders_cpu_s() - d0
         moved = source.bytes_total - before
         roots = [f"{f.kind} {list(f.culprit_ranks)}" for f in result.diagnosis.findings if f.root_cause]
@@ -190,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  a full collection: {full:.2f} s; the loop runs one {full / pacing.full_share:.0f} s after the last "
               f"({pacing.full_share:.0%} of its time)")
     decoder.close()
+    shutil.rmtree(source.spool, ignore_errors=True)
     return 0
 
 
@@ -199,7 +233,8 @@ def _run_alone(args: argparse.Namespace, ranks: int) -> list[dict]:
     cmd = [sys.executable, __file__, "--ranks", str(ranks), "--pods", str(max(1, ranks // per_pod)),
            "--entries", str(args.entries), "--new", str(args.new), "--passes", str(args.passes),
            "--window", str(args.window)] + (["--no-gc-pacing"] if args.no_gc_pacing else []) + \
-        (["--derived-threshold"] if args.derived_threshold else [])
+        (["--derived-threshold"] if args.derived_threshold else []) + \
+        (["--serve-in-pass"] if args.serve_in_pass else [])
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
     print(out, end="", flush=True)
     return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))

@@ -167,10 +167,7 @@ class PeersSource:
             return self._harvest()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(1, self.cfg.concurrency), thread_name_prefix="frexport-peers")
-        # each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)
-        self._held_by_peer = {}
-        for (peer, r), h in sorted(self._held.items()):
-            self._held_by_peer.setdefault(peer, []).append((r, h))
+        self._index_held()
         for p in due:
             self._inflight[p] = self._pool.submit(self._poll_peer, p)
         wait([self._inflight[p] for p in due], timeout=self.pass_wait_s)  # one still slow from before: not waited for
@@ -216,6 +213,18 @@ class PeersSource:
         view then analyses often, as the pod does."""
         current = set(self._current)
         return any(st.suspected for p, st in self._peers.items() if p in current)
+
+    def _index_held(self) -> None:
+        """Each peer's ranks, found once per pass (not one scan of every rank per peer: 512 x 4096)."""
+        self._held_by_peer = {}
+        for (peer, r), h in sorted(self._held.items()):
+            self._held_by_peer.setdefault(peer, []).append((r, h))
+
+    def _ranks_path(self, peer: str) -> str:
+        """The request for a peer's ranks: from the cursor of each rank held, only what came after."""
+        cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
+                           if h.entries)
+        return "/api/v1/ranks?members=runs" + (f"&since={cursors}" if cursors else "")
 
     def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
         """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
@@ -295,10 +304,8 @@ class PeersSource:
     def _poll_peer(self, peer: str) -> tuple[str, list[PeerRank]] | None:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
-        cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
-                           if h.entries)
         try:
-            body = self._get(peer, "/api/v1/ranks?members=runs" + (f"&since={cursors}" if cursors else ""))
+            body = self._get(peer, self._ranks_path(peer))
             ranks, dropped, suspected = self._parse(body, peer)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
