@@ -358,8 +358,9 @@ class PeersSource:
             unchanged_below = min(unchanged_below, lo)
         if r.first is not None:  # out of the peer's window, unless still unfinished
             q = bisect_left(entries, r.first, key=_record_id)
-            if q:
-                entries = tuple(e for e in entries[:q] if not e.finished) + entries[q:]
+            if q:  # (usually all finished: the C-level check first, the filter only where one is not)
+                entries = entries[q:] if first_unsettled(entries, 0, q) is None else \
+                    tuple(e for e in entries[:q] if not e.finished) + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
             # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
