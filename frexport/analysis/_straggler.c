@@ -5,6 +5,10 @@
  * timeline(chunks, keys) -> group key -> rank -> seq -> the wait of the rank's collective just before
  * last_counts(issued, durations, usable, owed, first, members) -> (by duration, how often each member
  *     arrived last), as find_stragglers counts them
+ * counts_of(groups, first, n, owed, members, finished) -> the same, with the samples, read from the members'
+ *     group columns in place (no slices, no Python loop over the members: a job-level view judges ~6000
+ *     groups a pass at 16384 ranks)
+ * chunks_of(groups, recent, finished) -> inherited_waits' chunks of one group, from its members' columns
  *
  * Each reads int64 columns (an array('q') or any sequence of ints) and answers None, with no exception,
  * where a value is past 64 bits or a result would be: straggler.py then does the same in Python, exactly.
@@ -278,56 +282,30 @@ static int owed_at(PyObject *owed, PyObject *seq, int64_t *value) {
     return 0;
 }
 
-static PyObject *last_counts(PyObject *self, PyObject *args) {
-    PyObject *issued_list, *duration_list, *owed, *members_list;
-    const char *usable;
-    Py_ssize_t n_usable;
-    long long first;
-    if (!PyArg_ParseTuple(args, "O!O!y#OLO!", &PyList_Type, &issued_list, &PyList_Type, &duration_list, &usable,
-                          &n_usable, &owed, &first, &PyList_Type, &members_list))
-        return NULL;
-    Py_ssize_t m = PyList_GET_SIZE(members_list), n = 0, n2 = 0;
-    if (m == 0 || PyList_GET_SIZE(issued_list) != m || PyList_GET_SIZE(duration_list) != m ||
-        (owed != Py_None && (!PyList_Check(owed) || PyList_GET_SIZE(owed) != m))) {
-        PyErr_SetString(PyExc_ValueError, "last_counts: not one column, owed dict and rank per member");
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; owed != Py_None && i < m; i++)
-        if (!PyDict_Check(PyList_GET_ITEM(owed, i))) {
-            PyErr_SetString(PyExc_TypeError, "last_counts: what a member owes is not a dict");
-            return NULL;
-        }
-    int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
-    int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
-    Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts);
-    int by_duration = 1;
-    int rc = issued == NULL || durations == NULL || arrival == NULL || counts == NULL ? (PyErr_NoMemory(), -1)
-                                                                                     : load_all(issued_list, issued, m, &n);
-    if (rc == 0)
-        rc = load_all(duration_list, durations, m, &n2);
-    if (rc == 0)
-        rc = load(members_list, &ranks, &n2);
-    if (rc == 0 && n_usable != n) {
-        PyErr_SetString(PyExc_ValueError, "last_counts: usable flags not one per seq");
-        rc = -1;
-    }
-    for (Py_ssize_t j = 0; rc == 0 && j < n; j++)
+/* how often each member arrived last over the usable seqs (by duration where every usable one has one; among
+ * equal arrivals the lowest rank), less what it owes at each: 0, PAST_64_BITS or -1 */
+static int count_last(const int64_t *const *issued, const int64_t *const *durations, const char *usable,
+                      Py_ssize_t n, Py_ssize_t m, PyObject *owed, int64_t first, const int64_t *ranks,
+                      Py_ssize_t *counts, int *by_duration, int64_t *arrival) {
+    int rc = 0;
+    *by_duration = 1;
+    for (Py_ssize_t j = 0; j < n; j++)
         for (Py_ssize_t i = 0; usable[j] && i < m; i++)
-            by_duration &= durations[i][j] >= 0;
+            *by_duration &= durations[i][j] >= 0;
     for (Py_ssize_t j = 0; rc == 0 && j < n; j++) {
         if (!usable[j])
             continue;
         int64_t at;
         PyObject *seq = NULL;
         if (owed != Py_None) {
-            if (__builtin_add_overflow((int64_t)first, (int64_t)j, &at))
+            if (__builtin_add_overflow(first, (int64_t)j, &at))
                 rc = PAST_64_BITS;
             else if ((seq = PyLong_FromLongLong(at)) == NULL)
                 rc = -1;
         }
         for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
             int64_t a = issued[i][j], o = 0;
-            if (by_duration && __builtin_mul_overflow(durations[i][j], (int64_t)-1000, &a))
+            if (*by_duration && __builtin_mul_overflow(durations[i][j], (int64_t)-1000, &a))
                 rc = PAST_64_BITS;
             if (rc == 0 && seq != NULL && (rc = owed_at(PyList_GET_ITEM(owed, i), seq, &o)) == 0 &&
                 __builtin_sub_overflow(a, o, &a))
@@ -343,21 +321,308 @@ static PyObject *last_counts(PyObject *self, PyObject *args) {
                 last = i;
         counts[last]++;
     }
+    return rc;
+}
+
+static PyObject *counts_list(const Py_ssize_t *counts, Py_ssize_t m) {
+    PyObject *list = PyList_New(m);
+    for (Py_ssize_t i = 0; list != NULL && i < m; i++) {
+        PyObject *c = PyLong_FromSsize_t(counts[i]);
+        if (c == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, c);
+    }
+    return list;
+}
+
+/* owed: None or one dict per member */
+static int check_owed(PyObject *owed, Py_ssize_t m, const char *who) {
+    if (owed != Py_None && (!PyList_Check(owed) || PyList_GET_SIZE(owed) != m)) {
+        PyErr_Format(PyExc_ValueError, "%s: not one owed dict per member", who);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; owed != Py_None && i < m; i++)
+        if (!PyDict_Check(PyList_GET_ITEM(owed, i))) {
+            PyErr_Format(PyExc_TypeError, "%s: what a member owes is not a dict", who);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *last_counts(PyObject *self, PyObject *args) {
+    PyObject *issued_list, *duration_list, *owed, *members_list;
+    const char *usable;
+    Py_ssize_t n_usable;
+    long long first;
+    if (!PyArg_ParseTuple(args, "O!O!y#OLO!", &PyList_Type, &issued_list, &PyList_Type, &duration_list, &usable,
+                          &n_usable, &owed, &first, &PyList_Type, &members_list))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(members_list), n = 0, n2 = 0;
+    if (m == 0 || PyList_GET_SIZE(issued_list) != m || PyList_GET_SIZE(duration_list) != m) {
+        PyErr_SetString(PyExc_ValueError, "last_counts: not one column, owed dict and rank per member");
+        return NULL;
+    }
+    if (check_owed(owed, m, "last_counts") < 0)
+        return NULL;
+    int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
+    int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
+    Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts);
+    int by_duration = 1;
+    int rc = issued == NULL || durations == NULL || arrival == NULL || counts == NULL ? (PyErr_NoMemory(), -1)
+                                                                                     : load_all(issued_list, issued, m, &n);
+    if (rc == 0)
+        rc = load_all(duration_list, durations, m, &n2);
+    if (rc == 0)
+        rc = load(members_list, &ranks, &n2);
+    if (rc == 0 && n_usable != n) {
+        PyErr_SetString(PyExc_ValueError, "last_counts: usable flags not one per seq");
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = count_last((const int64_t *const *)issued, (const int64_t *const *)durations, usable, n, m, owed,
+                        (int64_t)first, ranks, counts, &by_duration, arrival);
     PyObject *out = NULL;
     if (rc == 0) {
-        PyObject *list = PyList_New(m);
-        for (Py_ssize_t i = 0; list != NULL && i < m; i++) {
-            PyObject *c = PyLong_FromSsize_t(counts[i]);
-            if (c == NULL)
-                Py_CLEAR(list);
-            else
-                PyList_SET_ITEM(list, i, c);
-        }
+        PyObject *list = counts_list(counts, m);
         out = list == NULL ? NULL : Py_BuildValue("(NN)", PyBool_FromLong(by_duration), list);
     }
     free_all(issued, m), free_all(durations, m);
     PyMem_Free(ranks), PyMem_Free(arrival), PyMem_Free(counts);
     if (rc == PAST_64_BITS)
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* One member's group columns (rank_trace.GroupTrace), read in place: seq, created_ns, duration_us as int64,
+ * flags as bytes. ODD where a column is not of those types or their lengths differ. */
+#define ODD 2
+typedef struct {
+    Py_buffer col[4]; /* seq, created_ns, duration_us, flags */
+    int held;
+    Py_ssize_t len;
+} Columns;
+
+static const char *const COLUMN_NAMES[4] = {"seq", "created_ns", "duration_us", "flags"};
+
+static void release_columns(Columns *c, Py_ssize_t m) {
+    for (Py_ssize_t i = 0; c != NULL && i < m; i++)
+        for (int k = 0; k < c[i].held; k++)
+            PyBuffer_Release(&c[i].col[k]);
+}
+
+/* 0, ODD, or -1 with an exception; c->held says how many views to release either way */
+static int get_columns(PyObject *g, Columns *c) {
+    c->held = 0;
+    for (int k = 0; k < 4; k++) {
+        PyObject *obj = PyObject_GetAttrString(g, COLUMN_NAMES[k]);
+        if (obj == NULL)
+            return -1;
+        int rc = PyObject_CheckBuffer(obj) ? PyObject_GetBuffer(obj, &c->col[k], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) : 1;
+        Py_DECREF(obj); /* (a view holds its object) */
+        if (rc < 0)
+            PyErr_Clear();
+        if (rc != 0)
+            return ODD;
+        c->held++;
+        const Py_buffer *v = &c->col[k];
+        int ok = v->format != NULL && (k < 3 ? v->itemsize == 8 && (!strcmp(v->format, "q") || !strcmp(v->format, "l"))
+                                             : v->itemsize == 1 && !strcmp(v->format, "B"));
+        Py_ssize_t len = v->len / (v->itemsize ? v->itemsize : 1);
+        if (!ok || (k && len != c->len))
+            return ODD;
+        c->len = len;
+    }
+    return 0;
+}
+
+#define COL(c, k) ((const int64_t *)(c).col[k].buf)
+#define FLAGS(c) ((const unsigned char *)(c).col[3].buf)
+
+/* every member's columns, or ODD / -1 (all released then) */
+static Columns *all_columns(PyObject *groups, Py_ssize_t m, int *rc) {
+    Columns *c = PyMem_Calloc((size_t)m, sizeof *c);
+    *rc = c == NULL ? (PyErr_NoMemory(), -1) : 0;
+    for (Py_ssize_t i = 0; *rc == 0 && i < m; i++)
+        if ((*rc = get_columns(PyList_GET_ITEM(groups, i), &c[i])) == 0 && c[i].len == 0)
+            *rc = ODD;
+    if (*rc != 0) {
+        release_columns(c, m);
+        PyMem_Free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* find_stragglers' counts over seqs first..first+n-1, read from each member's columns in place: (samples,
+ * by duration, times each member arrived last), or None where a member's seqs are not contiguous over them
+ * or a value is past 64 bits (straggler.py then does it with slices) */
+static PyObject *counts_of(PyObject *self, PyObject *args) {
+    PyObject *groups, *owed, *members_list;
+    long long first_ll;
+    Py_ssize_t n;
+    int finished;
+    if (!PyArg_ParseTuple(args, "O!LnOO!i", &PyList_Type, &groups, &first_ll, &n, &owed, &PyList_Type, &members_list,
+                          &finished))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(groups), n_ranks = 0;
+    int64_t first = (int64_t)first_ll;
+    if (m == 0 || PyList_GET_SIZE(members_list) != m || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "counts_of: not one group's columns and rank per member");
+        return NULL;
+    }
+    if (check_owed(owed, m, "counts_of") < 0)
+        return NULL;
+    int rc;
+    Columns *c = all_columns(groups, m, &rc);
+    const int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
+    int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
+    Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts), samples = 0;
+    char *usable = PyMem_Malloc((size_t)n + 1);
+    if (rc == 0 && (issued == NULL || durations == NULL || arrival == NULL || counts == NULL || usable == NULL))
+        rc = (PyErr_NoMemory(), -1);
+    if (rc == 0)
+        rc = load(members_list, &ranks, &n_ranks);
+    memset(usable, 1, (size_t)n + 1);
+    for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
+        const int64_t *seq = COL(c[i], 0);
+        int64_t i0;
+        /* contiguous (seq[k] = seq[0] + k), and first..first+n-1 within */
+        if (seq[c[i].len - 1] - seq[0] + 1 != c[i].len || __builtin_sub_overflow(first, seq[0], &i0) || i0 < 0 ||
+            i0 > c[i].len - n) {
+            rc = ODD;
+            break;
+        }
+        issued[i] = COL(c[i], 1) + i0, durations[i] = COL(c[i], 2) + i0;
+        const unsigned char *flags = FLAGS(c[i]) + i0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            usable[j] &= (flags[j] & finished) && issued[i][j] != 0;
+    }
+    for (Py_ssize_t j = 0; rc == 0 && j < n; j++)
+        samples += usable[j] != 0;
+    int by_duration = 1;
+    if (rc == 0)
+        rc = count_last(issued, durations, usable, n, m, owed, first, ranks, counts, &by_duration, arrival);
+    PyObject *out = NULL;
+    if (rc == 0) {
+        PyObject *list = counts_list(counts, m);
+        out = list == NULL ? NULL : Py_BuildValue("(nNN)", samples, PyBool_FromLong(by_duration), list);
+    }
+    release_columns(c, m);
+    PyMem_Free(c), PyMem_Free(issued), PyMem_Free(durations), PyMem_Free(ranks), PyMem_Free(arrival);
+    PyMem_Free(counts), PyMem_Free(usable);
+    if (rc == ODD || rc == PAST_64_BITS)
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* bisect over a sorted int64 column */
+static Py_ssize_t lower(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static Py_ssize_t upper(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (x < v[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* inherited_waits' chunks of one group: each member's (seqs, issued, waited) over the seqs
+ * min(last seq) - recent .. min(last seq) that it finished with an enqueue time, the wait at the seqs every
+ * member did, else 0; or None where a member's seqs there repeat or go back, or a value is past 64 bits
+ * (straggler.py then does it in Python) */
+static PyObject *chunks_of(PyObject *self, PyObject *args) {
+    PyObject *groups;
+    Py_ssize_t recent;
+    int finished;
+    if (!PyArg_ParseTuple(args, "O!ni", &PyList_Type, &groups, &recent, &finished))
+        return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(groups);
+    if (m == 0 || recent < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunks_of: no members, or a negative window");
+        return NULL;
+    }
+    int rc;
+    Columns *c = all_columns(groups, m, &rc);
+    Py_ssize_t *from = PyMem_Calloc((size_t)m, sizeof *from), *to = PyMem_Calloc((size_t)m, sizeof *to);
+    Py_ssize_t width = recent + 1, *have = PyMem_Calloc((size_t)width, sizeof *have);
+    int64_t *shortest = PyMem_Malloc((size_t)width * 8), *last = PyMem_Malloc((size_t)width * 8);
+    if (rc == 0 && (from == NULL || to == NULL || have == NULL || shortest == NULL || last == NULL))
+        rc = (PyErr_NoMemory(), -1);
+    int64_t hi = INT64_MAX, lo = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < m; i++)
+        hi = COL(c[i], 0)[c[i].len - 1] < hi ? COL(c[i], 0)[c[i].len - 1] : hi;
+    if (rc == 0 && __builtin_sub_overflow(hi, (int64_t)recent, &lo))
+        rc = PAST_64_BITS;
+    for (Py_ssize_t k = 0; rc == 0 && k < width; k++)
+        shortest[k] = INT64_MAX, last[k] = INT64_MIN;
+    /* the seqs each member finished with an enqueue time, once each, in order; per seq, how many members did,
+     * the shortest duration and the latest issue among them */
+    for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
+        const int64_t *seq = COL(c[i], 0), *issued = COL(c[i], 1), *duration = COL(c[i], 2);
+        const unsigned char *flags = FLAGS(c[i]);
+        from[i] = lower(seq, c[i].len, lo), to[i] = upper(seq, c[i].len, hi);
+        for (Py_ssize_t k = from[i]; rc == 0 && k < to[i]; k++) {
+            if (k > from[i] && seq[k] <= seq[k - 1])
+                rc = ODD;
+            else if (issued[k] && (flags[k] & finished)) {
+                Py_ssize_t at = (Py_ssize_t)(seq[k] - lo);
+                have[at]++;
+                shortest[at] = duration[k] < shortest[at] ? duration[k] : shortest[at];
+                last[at] = issued[k] > last[at] ? issued[k] : last[at];
+            }
+        }
+    }
+    PyObject *out = rc == 0 ? PyList_New(m) : NULL;
+    if (rc == 0 && out == NULL)
+        rc = -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
+        const int64_t *seq = COL(c[i], 0), *issued = COL(c[i], 1), *duration = COL(c[i], 2);
+        const unsigned char *flags = FLAGS(c[i]);
+        Py_ssize_t kept = 0, span = to[i] - from[i];
+        int64_t *cols = PyMem_Malloc((size_t)(3 * span + 1) * 8);
+        if (cols == NULL) {
+            rc = (PyErr_NoMemory(), -1);
+            break;
+        }
+        int64_t *seqs = cols, *issue = cols + span, *waited = cols + 2 * span;
+        for (Py_ssize_t k = from[i]; rc == 0 && k < to[i]; k++) {
+            if (!issued[k] || !(flags[k] & finished))
+                continue;
+            Py_ssize_t at = (Py_ssize_t)(seq[k] - lo);
+            int64_t wait = 0;
+            if (have[at] == m && (shortest[at] >= 0 ? __builtin_mul_overflow(duration[k] - shortest[at], (int64_t)1000, &wait)
+                                                    : __builtin_sub_overflow(last[at], issued[k], &wait)))
+                rc = PAST_64_BITS;
+            seqs[kept] = seq[k], issue[kept] = issued[k], waited[kept] = wait, kept++;
+        }
+        PyObject *triple = rc == 0 ? Py_BuildValue("(NNN)", array_q(seqs, kept), array_q(issue, kept),
+                                                   array_q(waited, kept)) : NULL;
+        PyMem_Free(cols);
+        if (rc == 0 && triple == NULL)
+            rc = -1;
+        if (triple != NULL)
+            PyList_SET_ITEM(out, i, triple);
+    }
+    release_columns(c, m);
+    PyMem_Free(c), PyMem_Free(from), PyMem_Free(to), PyMem_Free(have), PyMem_Free(shortest), PyMem_Free(last);
+    if (rc != 0)
+        Py_CLEAR(out);
+    if (rc == ODD || rc == PAST_64_BITS)
         Py_RETURN_NONE;
     return out;
 }
@@ -370,6 +635,11 @@ static PyMethodDef methods[] = {
     {"last_counts", last_counts, METH_VARARGS,
      "last_counts(issued columns, duration columns, usable, owed dicts or None, first seq, ranks) -> "
      "(by duration, times each member arrived last), or None"},
+    {"counts_of", counts_of, METH_VARARGS,
+     "counts_of(members' group columns, first seq, n, owed dicts or None, ranks, finished flag) -> "
+     "(samples, by duration, times each member arrived last), or None"},
+    {"chunks_of", chunks_of, METH_VARARGS,
+     "chunks_of(members' group columns, recent, finished flag) -> each member's (seqs, issued, waited), or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_straggler", NULL, -1, methods};

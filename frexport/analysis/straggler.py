@@ -15,8 +15,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
-from itertools import compress, islice, repeat
-from operator import eq, lt
+from itertools import islice, repeat
+from operator import lt
 from statistics import median
 from types import ModuleType
 
@@ -53,11 +53,17 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         members = [r for r in group.members if r in cols and len(cols[r].seq)]
         if len(members) < 2 or len(members) < len(group.members):
             continue
-        hi = min(cols[r].last_seq for r in members)
         # one more than the window judged: the collective before the first one judged counts too
-        lo = hi - max(2 * 5, min(RECENT, CELLS // len(members)))
-        windows = [_window(cols[r], lo, hi) for r in members]
+        recent = max(2 * 5, min(RECENT, CELLS // len(members)))
         key = order[group.key]
+        chunked = None if _compiled is None else _compiled.chunks_of([cols[r] for r in members], recent, FINISHED)
+        if chunked is not None:  # (None: seqs that repeat or go back, or a value past 64 bits: below)
+            for r, (seqs, created, waited) in zip(members, chunked):
+                chunks.setdefault(r, []).append((key, seqs, created, waited))
+            continue
+        hi = min(cols[r].last_seq for r in members)
+        lo = hi - recent
+        windows = [_window(cols[r], lo, hi) for r in members]
         in_step = _waits_in_step(windows)
         if in_step is not None:  # every collective of the window counts
             for r, (seqs, created, _, _), waited in zip(members, windows, in_step):
@@ -155,42 +161,30 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     recent = max(2 * min_samples, min(RECENT, CELLS // len(members)))
     first = max(lo, hi - recent + 1)
     n = hi - first + 1
-    # Each member's columns over the seqs judged, as slices (a job-level view judges ~1600 groups a
-    # pass): a seq is a sample where every member finished it and has its enqueue time.
-    created, durations = [], []
-    every = int.from_bytes(b"\x01" * n, "little")  # byte j: seq first + j usable on every member so far
-    for r in members:
-        usable, c, d = _columns(cols[r], first, n)
-        every &= int.from_bytes(usable, "little")
-        created.append(c)
-        durations.append(d)
-    usable = every.to_bytes(n, "little")
-    samples = [j for j, ok in enumerate(usable) if ok]
-    if len(samples) < min_samples:
-        return []
     # an arrival as early as it would have been, had the rank not waited for a peer just before
     owed = [inherited.get(r, {}) for r in members] if inherited else None
-    counted = None if _compiled is None else _compiled.last_counts(created, durations, usable, owed, first, members)
+    # a seq is a sample where every member finished it and has its enqueue time
+    counted = None if _compiled is None else \
+        _compiled.counts_of([cols[r] for r in members], first, n, owed, members, FINISHED)
+    sampled = None
+    if counted is None:  # (seqs not contiguous, or a value past 64 bits: the members' columns as slices)
+        sampled = _sampled(cols, members, first, n)
+        counted = _counted(*sampled, first, members, owed)
+    n_samples, by_duration, counts = counted
+    if n_samples < min_samples:
+        return []
     last_count = {r: 0 for r in members}
-    if counted is None:  # (also where a value is past 64 bits, which Python's ints take)
-        by_duration = all(d[j] >= 0 for d in durations for j in samples)
-        arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
-        for arrival in arrivals:
-            latest = max(arrival)
-            last_count[min(compress(members, map(eq, arrival, repeat(latest))))] += 1
-    else:
-        by_duration, counts = counted
-        for r, count in zip(members, counts):
-            last_count[r] += count
+    for r, count in zip(members, counts):
+        last_count[r] += count
     k = len(members) - 1  # the others of a member: its lateness is against their median
     half = k // 2
     # only a member the last to arrive often enough can be one: the lateness of the others is not needed (in
     # most groups there is none, and judging ~1600 groups' lateness was most of a job-level view's stragglers)
-    late = [i for i, r in enumerate(members) if last_count[r] / len(samples) >= min_late_fraction]
+    late = [i for i, r in enumerate(members) if last_count[r] / n_samples >= min_late_fraction]
     if not late:
         return []
-    if counted is not None:
-        arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
+    created, durations, samples = sampled or _sampled(cols, members, first, n)
+    arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
     rows: list[list[float]] = []  # per sample, each late member's lateness
     for arrival in arrivals:
         # the median of the others: the sorted arrivals without one `a`, which is above o[i] exactly
@@ -210,9 +204,40 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
         if median_late >= min_lateness_ns:
             first_late = next(j for j, x in zip(samples, lateness) if x >= min_lateness_ns)  # (its median is)
             r = members[i]
-            out.append(Straggler(r, group, int(median_late), last_count[r] / len(samples), len(samples),
+            out.append(Straggler(r, group, int(median_late), last_count[r] / n_samples, n_samples,
                                  first + first_late, by_duration))
     return out
+
+
+def _sampled(cols: dict[int, GroupTrace], members: list[int], first: int,
+             n: int) -> tuple[list[Sequence[int]], list[Sequence[int]], list[int]]:
+    """Each member's enqueue times and durations over seqs first..first+n-1, and the samples among them."""
+    created, durations = [], []
+    every = int.from_bytes(b"\x01" * n, "little")  # byte j: seq first + j usable on every member so far
+    for r in members:
+        usable, c, d = _columns(cols[r], first, n)
+        every &= int.from_bytes(usable, "little")
+        created.append(c)
+        durations.append(d)
+    return created, durations, [j for j, ok in enumerate(every.to_bytes(n, "little")) if ok]
+
+
+def _counted(created: list[Sequence[int]], durations: list[Sequence[int]], samples: list[int], first: int,
+             members: list[int], owed: list[dict[int, int]] | None) -> tuple[int, bool, list[int]]:
+    """(samples, by duration, how often each member arrived last)."""
+    if _compiled is not None and samples:
+        usable = bytearray(len(created[0]))
+        for j in samples:
+            usable[j] = 1
+        counted = _compiled.last_counts(created, durations, bytes(usable), owed, first, members)
+        if counted is not None:  # (None: a value past 64 bits, which Python's ints take)
+            return len(samples), counted[0], counted[1]
+    by_duration = all(d[j] >= 0 for d in durations for j in samples)
+    counts = [0] * len(members)
+    for arrival in _arrivals(created, durations, samples, first, by_duration, owed):
+        latest = max(arrival)
+        counts[min(range(len(members)), key=lambda i: (arrival[i] != latest, members[i]))] += 1
+    return len(samples), by_duration, counts
 
 
 def _arrivals(created: list[Sequence[int]], durations: list[Sequence[int]], samples: list[int], first: int,

@@ -275,3 +275,74 @@ def test_values_at_the_int64_bounds_judge_as_the_references(compiled, seed, worl
     assert inherited == _inherited_reference(groups)
     assert found == [_reference(group, cols, threshold, min_late_fraction=0.0, inherited=inherited.get(group.key))
                      for group, cols in groups for threshold in (-10**30, 0, THRESHOLD_NS)]
+
+
+def _ragged(rng: random.Random, world: int, steps: int, gaps: bool, timed: bool) -> dict[int, GroupTrace]:
+    """One group's columns, each member's from its own first seq to its own last (some ahead of the others),
+    seqs in order; `gaps`: some members skip a seq, also below the seqs the others reached."""
+    cols = {}
+    for r in range(world):
+        g = cols[r] = GroupTrace("g", "g", 0)
+        for s in range(rng.randrange(3), steps + rng.randrange(4)):
+            if gaps and g.seq and rng.random() < 0.1:  # (a member the engine judges has a seq at least)
+                continue
+            g.seq.append(s)
+            g.created_ns.append(0 if rng.random() < 0.05 else T0 + s * STEP_NS + rng.randrange(4) * MS)
+            g.flags.append(0 if rng.random() < 0.05 else FINISHED)
+            g.duration_us.append(rng.choice([50, 500, 5000]) if timed and rng.random() < 0.95 else -1)
+    return cols
+
+
+def _in_order(g: GroupTrace) -> bool:
+    return all(a < b for a, b in zip(g.seq, g.seq[1:]))
+
+
+@given(st.integers(0, 2**32), st.integers(2, 9), st.integers(8, 40), st.booleans(), st.booleans(), st.booleans())
+def test_the_counts_read_in_place_are_the_sliced_ones(seed, world, steps, gaps, timed, owing):
+    """_straggler.counts_of reads each member's columns where they lie: it answers exactly where every member's
+    seqs are contiguous (a member that skipped one, even below the seqs judged, leaves it to the slices)."""
+    rng = random.Random(seed)
+    cols = _ragged(rng, world, steps, gaps, timed)
+    members = list(range(world))
+    lo, hi = max(cols[r].first_seq for r in members), min(cols[r].last_seq for r in members)
+    first = max(lo, hi - RECENT + 1)
+    n = hi - first + 1
+    owed = [{s: rng.choice([1, 20 * MS]) for s in range(steps + 4) if rng.random() < 0.5} for _ in members] \
+        if owing else None
+    compiled = straggler._compiled.counts_of([cols[r] for r in members], first, n, owed, members, FINISHED)
+    # seqs past a member's columns are never read (None: the slices' path)
+    assert straggler._compiled.counts_of([cols[r] for r in members], hi, n + 1, owed, members, FINISHED) is None
+    if not all(cols[r].contiguous() for r in members):
+        assert compiled is None
+        return
+    with judged_by(False):
+        sliced = straggler._counted(*straggler._sampled(cols, members, first, n), first, members, owed)
+    assert compiled == sliced
+
+
+@given(st.integers(0, 2**32), st.integers(2, 9), st.integers(3, 40), st.booleans(), st.booleans())
+def test_a_group_is_chunked_in_c_cell_by_cell_as_the_reference(seed, world, steps, gaps, timed):
+    """_straggler.chunks_of answers wherever each member's seqs are in order (the inherited waits' test above
+    takes its Python path wherever it does not: a wrong answer there could hide behind that path)."""
+    rng = random.Random(seed)
+    cols = _ragged(rng, world, steps, gaps, timed)
+    members = list(range(world))
+    recent = max(10, min(RECENT, CELLS // world))
+    got = straggler._compiled.chunks_of([cols[r] for r in members], recent, FINISHED)
+    assert got is not None
+    hi = min(cols[r].last_seq for r in members)
+    cells = {r: [(s, c, d) for s, c, f, d in zip(g.seq, g.created_ns, g.flags, g.duration_us)
+                 if hi - recent <= s <= hi and c and f & FINISHED] for r, g in cols.items()}
+    by_seq: dict[int, list[tuple[int, int, int]]] = {}
+    for r in members:
+        for s, c, d in cells[r]:
+            by_seq.setdefault(s, []).append((r, c, d))
+    waits = {}
+    for s, rows in by_seq.items():
+        if len(rows) == world:
+            timed_all = all(d >= 0 for _, _, d in rows)
+            waits.update({(r, s): (d - min(x[2] for x in rows)) * 1000 if timed_all else max(x[1] for x in rows) - c
+                          for r, c, d in rows})
+    assert [tuple(map(list, chunk)) for chunk in got] == \
+        [([s for s, _, _ in cells[r]], [c for _, c, _ in cells[r]], [waits.get((r, s), 0) for s, _, _ in cells[r]])
+         for r in members]
