@@ -38,7 +38,7 @@ from frexport.analysis.lateness import StragglerMemo
 from frexport.config import Analysis
 from frexport.live.step_time import StepTime
 from frexport.model.dump import RankDump
-from frexport.model.rank_trace import RankTrace, proven_done
+from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace
 from frexport.model.trace_window import TraceWindow
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
@@ -182,11 +182,12 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
             if not len(g.seq):
                 continue
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
-            n = len(g.seq)
             # (an op only known issued that the rank went past is FINISHED, yet proves nothing completed)
-            last_done = next((i for i in range(n - 1, -1, -1) if proven_done(g.flags[i])
-                              and (name, t.rank, g.seq[i]) not in failed), None)
-            if last_done is not None:
+            done = g.flags.tobytes().translate(PROVEN_DONE_BYTE)
+            last_done = done.rfind(1)
+            while failed and last_done >= 0 and (name, t.rank, g.seq[last_done]) in failed:
+                last_done = done.rfind(1, 0, last_done)
+            if last_done >= 0:
                 completed.setdefault(name, {})[t.rank] = (g.seq[last_done], g.created_ns[last_done])
     out = set()
     for name, by_rank in issued.items():
