@@ -15,11 +15,14 @@ the rank recorded another op of the group after it.
 
 from __future__ import annotations
 
-from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace
+from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace, compiled_behind, compiled_passed_through
 
 
 def passed_through(traces: dict[int, RankTrace]) -> dict[str, int]:
     """Per group name, the newest seq some rank proved complete and then went past."""
+    compiled = compiled_passed_through(list(traces.values()))
+    if compiled is not NotImplemented:
+        return compiled
     out: dict[str, int] = {}
     for t in traces.values():
         for name, g in t.groups.items():
@@ -36,6 +39,9 @@ def behind(traces: dict[int, RankTrace], passed: dict[str, int] | None = None) -
     """Ranks whose records of some group end before an op another rank completed and went past:
     rank -> (that group, the first op its records lack)."""
     passed = passed_through(traces) if passed is None else passed
+    compiled = compiled_behind(list(traces), list(traces.values()), passed)
+    if compiled is not NotImplemented:
+        return compiled
     out: dict[int, tuple[str, int]] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():

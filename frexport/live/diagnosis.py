@@ -38,7 +38,7 @@ from frexport.analysis.lateness import StragglerMemo
 from frexport.config import Analysis
 from frexport.live.step_time import StepTime
 from frexport.model.dump import RankDump
-from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace
+from frexport.model.rank_trace import PROVEN_DONE_BYTE, RankTrace, compiled_passed_by_peers
 from frexport.model.trace_window import TraceWindow
 
 OK, STALLED, BLOCKED, DESYNCED, STRAGGLING, DOWN = "ok", "stalled", "blocked", "desynced", "straggling", "down"
@@ -173,6 +173,11 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
     pair up with different ones on its peers (it skipped or added one) even where the ops look alike.
     Ranks are polled one after another: a rank seen sooner than that may simply have issued them just
     after its snapshot, while its peers, polled later, saw them complete."""
+    seen_at = [t.seen_at_ns for t in traces]
+    if not failed and len({t.rank for t in traces}) == len(traces):
+        found = compiled_passed_by_peers(traces, seen_at, stall_after_ns)
+        if found is not NotImplemented:
+            return {traces[i].rank for i in found}
     issued: dict[str, dict[int, int]] = {}
     completed: dict[str, dict[int, tuple[int, int]]] = {}  # group -> rank -> (seq, created_ns) completed last
     seen: dict[int, int | None] = {}
@@ -183,10 +188,10 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
                 continue
             issued.setdefault(name, {})[t.rank] = g.seq[-1]
             # (an op only known issued that the rank went past is FINISHED, yet proves nothing completed)
-            done = g.flags.tobytes().translate(PROVEN_DONE_BYTE)
-            last_done = done.rfind(1)
+            proven = g.flags.tobytes().translate(PROVEN_DONE_BYTE)
+            last_done = proven.rfind(1)
             while failed and last_done >= 0 and (name, t.rank, g.seq[last_done]) in failed:
-                last_done = done.rfind(1, 0, last_done)
+                last_done = proven.rfind(1, 0, last_done)
             if last_done >= 0:
                 completed.setdefault(name, {})[t.rank] = (g.seq[last_done], g.created_ns[last_done])
     out = set()

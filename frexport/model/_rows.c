@@ -23,7 +23,7 @@ enum { F_PG_NAME, F_IS_P2P, F_OP, F_SEQ, F_P2P_SEQ, F_BACKEND, F_SRC, F_DST, F_C
 static Py_ssize_t field[N_FIELDS], max_field;
 static PyObject *op_signature, *p2p_op, *new_tuple, *coalesced;
 static long STARTED, FINISHED, ISSUED, P2P, COLUMN, SKIPPED;
-static PyObject *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
+static PyObject *s_groups, *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
 static int ready;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
@@ -605,6 +605,331 @@ static PyObject *first_unsettled(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* --- the tails of every (rank, group) the analysis reads each pass (placement.py, live/diagnosis.py) ------ */
+
+/* One group's seq, flags and created_ns columns, read in place. */
+typedef struct {
+    Py_buffer v[3];
+    int held;
+    const int64_t *seq, *created;
+    const unsigned char *flags;
+    Py_ssize_t n;
+} Tail;
+
+static void tail_release(Tail *t) {
+    for (int k = 0; k < t->held; k++)
+        PyBuffer_Release(&t->v[k]);
+    t->held = 0;
+}
+
+/* 0, 1 where g is not exactly `group_type` or its columns not int64 / bytes of one length (the caller answers
+ * NotImplemented), -1 with an exception. Only attributes of an exact GroupTrace are read: no Python code runs. */
+static int tail_of(PyObject *g, PyObject *group_type, Tail *t) {
+    PyObject *names[3] = {s_seq, s_created_ns, s_flags};
+    t->held = 0;
+    if ((PyObject *)Py_TYPE(g) != group_type)
+        return 1;
+    for (int k = 0; k < 3; k++) {
+        PyObject *col = PyObject_GetAttr(g, names[k]);
+        if (col == NULL)
+            return -1;
+        int rc = PyObject_CheckBuffer(col) ? PyObject_GetBuffer(col, &t->v[k], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) : 1;
+        Py_DECREF(col); /* (the view holds it) */
+        if (rc < 0)
+            PyErr_Clear();
+        if (rc != 0) {
+            tail_release(t);
+            return 1;
+        }
+        t->held++;
+        const Py_buffer *v = &t->v[k];
+        int ok = v->format != NULL && (k < 2 ? v->itemsize == 8 && (!strcmp(v->format, "q") || !strcmp(v->format, "l"))
+                                             : v->itemsize == 1 && !strcmp(v->format, "B"));
+        Py_ssize_t len = v->len / (v->itemsize ? v->itemsize : 1);
+        if (!ok || (k && len != t->n)) {
+            tail_release(t);
+            return 1;
+        }
+        t->n = len;
+    }
+    t->seq = t->v[0].buf, t->created = t->v[1].buf, t->flags = t->v[2].buf;
+    return 0;
+}
+
+/* a trace's groups dict, borrowed: NULL with 1 in *odd where t is not exactly `trace_type` or has no dict */
+static PyObject *groups_of(PyObject *t, PyObject *trace_type, int *odd) {
+    *odd = 0;
+    if ((PyObject *)Py_TYPE(t) != trace_type) {
+        *odd = 1;
+        return NULL;
+    }
+    PyObject *groups = PyObject_GetAttr(t, s_groups);
+    if (groups == NULL)
+        return NULL;
+    Py_DECREF(groups); /* (the trace holds it, and nothing here runs code that could let it go) */
+    if (!PyDict_CheckExact(groups)) {
+        *odd = 1;
+        return NULL;
+    }
+    return groups;
+}
+
+/* the last index below `below` whose flags the table marks, -1 if none */
+static Py_ssize_t last_marked(const Tail *t, Py_ssize_t below, const unsigned char *table) {
+    for (Py_ssize_t i = below - 1; i >= 0; i--)
+        if (table[t->flags[i]])
+            return i;
+    return -1;
+}
+
+static int check_table(Py_ssize_t len) {
+    if (len != 256) {
+        PyErr_SetString(PyExc_ValueError, "a flags table is 256 bytes");
+        return -1;
+    }
+    return 0;
+}
+
+/* passed_through(traces, trace type, group type, proven done table) -> {group name: the newest seq some rank
+ * proved complete and then went past} (placement.passed_through), or NotImplemented */
+static PyObject *passed_through(PyObject *self, PyObject *args) {
+    PyObject *traces, *trace_type, *group_type;
+    const unsigned char *table;
+    Py_ssize_t table_len;
+    if (!PyArg_ParseTuple(args, "O!OOy#", &PyList_Type, &traces, &trace_type, &group_type, &table, &table_len) ||
+        check_table(table_len) < 0)
+        return NULL;
+    PyObject *out = PyDict_New();
+    int rc = out == NULL ? -1 : 0;
+    for (Py_ssize_t r = 0; rc == 0 && r < PyList_GET_SIZE(traces); r++) {
+        int odd;
+        PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
+        if (groups == NULL) {
+            rc = odd ? 1 : -1;
+            break;
+        }
+        Py_ssize_t pos = 0;
+        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
+            Tail t;
+            if (!PyUnicode_CheckExact(name)) { /* (a key whose hash or equality could be Python code) */
+                rc = 1;
+                break;
+            }
+            if ((rc = tail_of(g, group_type, &t)) != 0)
+                break;
+            Py_ssize_t i = t.n >= 2 ? last_marked(&t, t.n - 1, table) : -1; /* not the last: it went past it */
+            if (i >= 0) {
+                PyObject *have = PyDict_GetItemWithError(out, name);
+                long long cur = -1;
+                if (have != NULL) {
+                    int overflow;
+                    cur = PyLong_AsLongLongAndOverflow(have, &overflow); /* (an int this function put there) */
+                } else if (PyErr_Occurred())
+                    rc = -1;
+                if (rc == 0 && t.seq[i] > cur) {
+                    PyObject *v = PyLong_FromLongLong(t.seq[i]);
+                    rc = v == NULL || PyDict_SetItem(out, name, v) < 0 ? -1 : 0;
+                    Py_XDECREF(v);
+                }
+            }
+            tail_release(&t);
+        }
+    }
+    if (rc != 0)
+        Py_CLEAR(out);
+    if (rc == 1)
+        Py_RETURN_NOTIMPLEMENTED;
+    return out;
+}
+
+/* behind(ranks, traces, trace type, group type, passed) -> {rank: (group name, the first op its records lack)}
+ * for the ranks whose records of a group end before the seq `passed` names (placement.behind), or NotImplemented */
+static PyObject *behind(PyObject *self, PyObject *args) {
+    PyObject *ranks, *traces, *trace_type, *group_type, *passed;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!", &PyList_Type, &ranks, &PyList_Type, &traces, &trace_type, &group_type,
+                          &PyDict_Type, &passed))
+        return NULL;
+    if (PyList_GET_SIZE(ranks) != PyList_GET_SIZE(traces)) {
+        PyErr_SetString(PyExc_ValueError, "behind: not one rank per trace");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    int rc = out == NULL ? -1 : 0;
+    for (Py_ssize_t r = 0; rc == 0 && r < PyList_GET_SIZE(traces); r++) {
+        int odd;
+        PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
+        if (groups == NULL) {
+            rc = odd ? 1 : -1;
+            break;
+        }
+        Py_ssize_t pos = 0;
+        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
+            if (!PyUnicode_CheckExact(name)) { /* (a key whose hash or equality could be Python code) */
+                rc = 1;
+                break;
+            }
+            PyObject *p = PyDict_GetItemWithError(passed, name);
+            if (p == NULL) {
+                rc = PyErr_Occurred() ? -1 : 0;
+                continue;
+            }
+            int64_t limit, next;
+            Tail t;
+            if (!fits_int64(p, &limit) || (rc = tail_of(g, group_type, &t)) != 0) {
+                rc = rc ? rc : (PyErr_Clear(), 1);
+                break;
+            }
+            int found = 0;
+            if (t.n && __builtin_add_overflow(t.seq[t.n - 1], (int64_t)1, &next))
+                rc = 1;
+            else if (t.n && next <= limit) {
+                PyObject *v = Py_BuildValue("(OL)", name, (long long)next);
+                rc = v == NULL || PyDict_SetItem(out, PyList_GET_ITEM(ranks, r), v) < 0 ? -1 : 0;
+                Py_XDECREF(v);
+                found = 1;
+            }
+            tail_release(&t);
+            if (found)
+                break;
+        }
+    }
+    if (rc != 0)
+        Py_CLEAR(out);
+    if (rc == 1)
+        Py_RETURN_NOTIMPLEMENTED;
+    return out;
+}
+
+/* One (rank, group) of passed_by_peers: its newest seq, and its newest proven completion if any. */
+typedef struct {
+    Py_ssize_t name, trace;
+    int64_t last, done_seq, done_created;
+    int done;
+} Tip;
+
+static int by_name(const void *a, const void *b) { /* stable: by name, then in trace order */
+    const Tip *x = a, *y = b;
+    if (x->name != y->name)
+        return x->name < y->name ? -1 : 1;
+    return (x->trace > y->trace) - (x->trace < y->trace);
+}
+
+/* passed_by_peers(traces, seen, trace type, group type, proven done table, stall after ns) -> the indices of
+ * the traces whose peers completed a collective of a group beyond the last one the rank issued, the stall
+ * threshold before the rank was seen (live/diagnosis._passed_by_peers with nothing failed), or NotImplemented.
+ * `seen`: each trace's seen_at_ns (an int, or None). */
+static PyObject *passed_by_peers(PyObject *self, PyObject *args) {
+    PyObject *traces, *seen, *trace_type, *group_type;
+    const unsigned char *table;
+    Py_ssize_t table_len;
+    long long stall_ll;
+    if (!PyArg_ParseTuple(args, "O!O!OOy#L", &PyList_Type, &traces, &PyList_Type, &seen, &trace_type, &group_type,
+                          &table, &table_len, &stall_ll) || check_table(table_len) < 0)
+        return NULL;
+    Py_ssize_t n_traces = PyList_GET_SIZE(traces), n_tips = 0, cap = 0;
+    if (PyList_GET_SIZE(seen) != n_traces) {
+        PyErr_SetString(PyExc_ValueError, "passed_by_peers: not one seen time per trace");
+        return NULL;
+    }
+    PyObject *names = PyDict_New(), *out = NULL;
+    Tip *tips = NULL;
+    int rc = names == NULL ? -1 : 0;
+    for (Py_ssize_t r = 0; rc == 0 && r < n_traces; r++) {
+        int odd;
+        PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
+        if (groups == NULL) {
+            rc = odd ? 1 : -1;
+            break;
+        }
+        Py_ssize_t pos = 0;
+        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
+            Tail t;
+            if (!PyUnicode_CheckExact(name)) {
+                rc = 1;
+                break;
+            }
+            if ((rc = tail_of(g, group_type, &t)) != 0)
+                break;
+            if (t.n) {
+                PyObject *at = PyDict_GetItemWithError(names, name);
+                Py_ssize_t k = PyDict_GET_SIZE(names);
+                if (at != NULL)
+                    k = PyLong_AsSsize_t(at);
+                else if (PyErr_Occurred())
+                    rc = -1;
+                else {
+                    PyObject *v = PyLong_FromSsize_t(k);
+                    rc = v == NULL || PyDict_SetItem(names, name, v) < 0 ? -1 : 0;
+                    Py_XDECREF(v);
+                }
+                if (rc == 0 && n_tips == cap) {
+                    Py_ssize_t want = cap ? 2 * cap : 1024;
+                    Tip *more = PyMem_Realloc(tips, (size_t)want * sizeof(Tip));
+                    if (more == NULL)
+                        rc = (PyErr_NoMemory(), -1);
+                    else
+                        tips = more, cap = want;
+                }
+                if (rc == 0) {
+                    Py_ssize_t i = last_marked(&t, t.n, table);
+                    tips[n_tips++] = (Tip){k, r, t.seq[t.n - 1], i >= 0 ? t.seq[i] : 0, i >= 0 ? t.created[i] : 0, i >= 0};
+                }
+            }
+            tail_release(&t);
+        }
+    }
+    if (rc == 0)
+        qsort(tips, (size_t)n_tips, sizeof(Tip), by_name);
+    if (rc == 0 && (out = PySet_New(NULL)) == NULL)
+        rc = -1;
+    for (Py_ssize_t a = 0; rc == 0 && a < n_tips;) {
+        Py_ssize_t b = a;
+        while (b < n_tips && tips[b].name == tips[a].name)
+            b++;
+        /* the highest completion, the first among equals; the highest of the others (where the rank holding
+         * it is the rank asked about) */
+        Py_ssize_t best = -1, second = -1;
+        for (Py_ssize_t i = a; i < b; i++)
+            if (tips[i].done && (best < 0 || tips[i].done_seq > tips[best].done_seq))
+                best = i;
+        for (Py_ssize_t i = a; best >= 0 && i < b; i++)
+            if (tips[i].done && i != best && (second < 0 || tips[i].done_seq > tips[second].done_seq))
+                second = i;
+        for (Py_ssize_t i = a; best >= 0 && rc == 0 && i < b; i++) {
+            Py_ssize_t beyond = i == best ? second : best;
+            if (beyond < 0 || tips[beyond].done_seq <= tips[i].last)
+                continue;
+            PyObject *s = PyList_GET_ITEM(seen, tips[i].trace);
+            int64_t seen_ns, since;
+            if (s == Py_None)
+                continue;
+            if (!fits_int64(s, &seen_ns)) {
+                rc = (PyErr_Clear(), 1);
+                break;
+            }
+            if (seen_ns == 0)
+                continue;
+            if (__builtin_sub_overflow(seen_ns, tips[beyond].done_created, &since)) {
+                rc = 1;
+                break;
+            }
+            if (since >= (int64_t)stall_ll) {
+                PyObject *v = PyLong_FromSsize_t(tips[i].trace);
+                rc = v == NULL || PySet_Add(out, v) < 0 ? -1 : 0;
+                Py_XDECREF(v);
+            }
+        }
+        a = b;
+    }
+    Py_XDECREF(names);
+    PyMem_Free(tips);
+    if (rc != 0)
+        Py_CLEAR(out);
+    if (rc == 1)
+        Py_RETURN_NOTIMPLEMENTED;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN, SKIPPED)"},
@@ -618,6 +943,12 @@ static PyMethodDef methods[] = {
                                                "sample) -> (first, last created, newest event, timeouts, events)"},
     {"first_unsettled", first_unsettled, METH_VARARGS, "first_unsettled(entries, start, stop, state_at, "
                                                        "retired_at, completed) -> index, None or NotImplemented"},
+    {"passed_through", passed_through, METH_VARARGS, "passed_through(traces, RankTrace, GroupTrace, proven done "
+                                                     "table) -> {group name: seq}, or NotImplemented"},
+    {"behind", behind, METH_VARARGS, "behind(ranks, traces, RankTrace, GroupTrace, passed) -> {rank: (group name, "
+                                     "seq)}, or NotImplemented"},
+    {"passed_by_peers", passed_by_peers, METH_VARARGS, "passed_by_peers(traces, seen, RankTrace, GroupTrace, proven "
+                                                       "done table, stall after ns) -> trace indices, or NotImplemented"},
     {"append", append, METH_VARARGS, "append(entries, start, first_row, groups, outcome_flags, site_index, "
                                      "call_sites, sig_index, signatures, sigs, heads, mark names, kinds, sites) -> "
                                      "the first entry not taken"},
@@ -629,7 +960,7 @@ PyMODINIT_FUNC PyInit__rows(void) {
 #define NAME(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     NAME(s_seq, "seq"); NAME(s_sig, "sig"); NAME(s_flags, "flags"); NAME(s_created_ns, "created_ns");
     NAME(s_duration_us, "duration_us"); NAME(s_site, "site"); NAME(s_p2p, "p2p"); NAME(s_frombytes, "frombytes");
-    NAME(s_extend, "extend"); NAME(coalesced, "coalesced");
+    NAME(s_extend, "extend"); NAME(coalesced, "coalesced"); NAME(s_groups, "groups");
 #undef NAME
     return PyModule_Create(&module);
 }

@@ -15,7 +15,7 @@ from importlib import import_module
 from itertools import compress, count, groupby, islice, repeat
 from operator import attrgetter, eq, ge, is_not, itemgetter, ne
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, RankDump
@@ -510,6 +510,27 @@ def append_entries(trace: RankTrace, entries: tuple[Entry, ...], events: frozens
         if i < n:
             append_rows(trace, entry_rows(entries[i:i + 1]), events, index, marks, first_row + i)
             i += 1
+
+
+# The (rank, group) tails the analysis reads of every trace each pass, in model/_rows.c where it is built (four
+# Python loops over every group of every rank were a fifth of a job-level view's engine). Each answers
+# NotImplemented without it, or for a value it leaves to its caller's Python loop (placement.py, diagnosis.py).
+
+def compiled_passed_through(traces: list[RankTrace]) -> Any:
+    """placement.passed_through's answer, or NotImplemented."""
+    return NotImplemented if _rows is None else _rows.passed_through(traces, RankTrace, GroupTrace, PROVEN_DONE_BYTE)
+
+
+def compiled_behind(ranks: list[int], traces: list[RankTrace], passed: dict[str, int]) -> Any:
+    """placement.behind's answer, or NotImplemented."""
+    return NotImplemented if _rows is None else _rows.behind(ranks, traces, RankTrace, GroupTrace, passed)
+
+
+def compiled_passed_by_peers(traces: list[RankTrace], seen: list[int | None], stall_after_ns: int) -> Any:
+    """The indices (in `traces`) of the ranks diagnosis._passed_by_peers names where nothing failed, or
+    NotImplemented."""
+    return NotImplemented if _rows is None else \
+        _rows.passed_by_peers(traces, seen, RankTrace, GroupTrace, PROVEN_DONE_BYTE, stall_after_ns)
 
 
 def _load_rows() -> ModuleType | None:
