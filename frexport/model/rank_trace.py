@@ -529,8 +529,9 @@ def compiled_behind(ranks: list[int], traces: list[RankTrace], passed: dict[str,
 def compiled_passed_by_peers(traces: list[RankTrace], seen: list[int | None], stall_after_ns: int) -> Any:
     """The indices (in `traces`) of the ranks diagnosis._passed_by_peers names where nothing failed, or
     NotImplemented."""
-    return NotImplemented if _rows is None else \
-        _rows.passed_by_peers(traces, seen, RankTrace, GroupTrace, PROVEN_DONE_BYTE, stall_after_ns)
+    if _rows is None or not -2**63 <= stall_after_ns < 2**63:
+        return NotImplemented
+    return _rows.passed_by_peers(traces, seen, RankTrace, GroupTrace, PROVEN_DONE_BYTE, stall_after_ns)
 
 
 def _load_rows() -> ModuleType | None:
