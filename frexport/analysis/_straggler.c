@@ -5,10 +5,10 @@
  * timeline(chunks, keys) -> group key -> rank -> seq -> the wait of the rank's collective just before
  * last_counts(issued, durations, usable, owed, first, members) -> (by duration, how often each member
  *     arrived last), as find_stragglers counts them
- * counts_of(groups, first, n, owed, members, finished) -> the same, with the samples, read from the members'
+ * counts_of(groups, first, n, owed, members, finished, GroupTrace) -> the same, with the samples, read from the members'
  *     group columns in place (no slices, no Python loop over the members: a job-level view judges ~6000
  *     groups a pass at 16384 ranks)
- * chunks_of(groups, recent, finished) -> inherited_waits' chunks of one group, from its members' columns
+ * chunks_of(groups, recent, finished, GroupTrace) -> inherited_waits' chunks of one group, from its members' columns
  *
  * Each reads int64 columns (an array('q') or any sequence of ints) and answers None, with no exception,
  * where a value is past 64 bits or a result would be: straggler.py then does the same in Python, exactly.
@@ -411,9 +411,12 @@ static void release_columns(Columns *c, Py_ssize_t m) {
             PyBuffer_Release(&c[i].col[k]);
 }
 
-/* 0, ODD, or -1 with an exception; c->held says how many views to release either way */
-static int get_columns(PyObject *g, Columns *c) {
+/* 0, ODD, or -1 with an exception; c->held says how many views to release either way. Only an exact
+ * `group_type` (rank_trace.GroupTrace) is read: a subclass's attributes could run Python code. */
+static int get_columns(PyObject *g, PyObject *group_type, Columns *c) {
     c->held = 0;
+    if ((PyObject *)Py_TYPE(g) != group_type)
+        return ODD;
     for (int k = 0; k < 4; k++) {
         PyObject *obj = PyObject_GetAttrString(g, COLUMN_NAMES[k]);
         if (obj == NULL)
@@ -440,11 +443,11 @@ static int get_columns(PyObject *g, Columns *c) {
 #define FLAGS(c) ((const unsigned char *)(c).col[3].buf)
 
 /* every member's columns, or ODD / -1 (all released then) */
-static Columns *all_columns(PyObject *groups, Py_ssize_t m, int *rc) {
+static Columns *all_columns(PyObject *groups, PyObject *group_type, Py_ssize_t m, int *rc) {
     Columns *c = PyMem_Calloc((size_t)m, sizeof *c);
     *rc = c == NULL ? (PyErr_NoMemory(), -1) : 0;
     for (Py_ssize_t i = 0; *rc == 0 && i < m; i++)
-        if ((*rc = get_columns(PyList_GET_ITEM(groups, i), &c[i])) == 0 && c[i].len == 0)
+        if ((*rc = get_columns(PyList_GET_ITEM(groups, i), group_type, &c[i])) == 0 && c[i].len == 0)
             *rc = ODD;
     if (*rc != 0) {
         release_columns(c, m);
@@ -458,12 +461,12 @@ static Columns *all_columns(PyObject *groups, Py_ssize_t m, int *rc) {
  * by duration, times each member arrived last), or None where a member's seqs are not contiguous over them
  * or a value is past 64 bits (straggler.py then does it with slices) */
 static PyObject *counts_of(PyObject *self, PyObject *args) {
-    PyObject *groups, *owed, *members_list;
+    PyObject *groups, *owed, *members_list, *group_type;
     long long first_ll;
     Py_ssize_t n;
     int finished;
-    if (!PyArg_ParseTuple(args, "O!LnOO!i", &PyList_Type, &groups, &first_ll, &n, &owed, &PyList_Type, &members_list,
-                          &finished))
+    if (!PyArg_ParseTuple(args, "O!LnOO!iO", &PyList_Type, &groups, &first_ll, &n, &owed, &PyList_Type, &members_list,
+                          &finished, &group_type))
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(groups), n_ranks = 0;
     int64_t first = (int64_t)first_ll;
@@ -474,7 +477,7 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
     if (check_owed(owed, m, "counts_of") < 0)
         return NULL;
     int rc;
-    Columns *c = all_columns(groups, m, &rc);
+    Columns *c = all_columns(groups, group_type, m, &rc);
     const int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
     int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
     Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts), samples = 0;
@@ -546,10 +549,10 @@ static Py_ssize_t upper(const int64_t *v, Py_ssize_t n, int64_t x) {
  * member did, else 0; or None where a member's seqs there repeat or go back, or a value is past 64 bits
  * (straggler.py then does it in Python) */
 static PyObject *chunks_of(PyObject *self, PyObject *args) {
-    PyObject *groups;
+    PyObject *groups, *group_type;
     Py_ssize_t recent;
     int finished;
-    if (!PyArg_ParseTuple(args, "O!ni", &PyList_Type, &groups, &recent, &finished))
+    if (!PyArg_ParseTuple(args, "O!niO", &PyList_Type, &groups, &recent, &finished, &group_type))
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(groups);
     if (m == 0 || recent < 0) {
@@ -557,7 +560,7 @@ static PyObject *chunks_of(PyObject *self, PyObject *args) {
         return NULL;
     }
     int rc;
-    Columns *c = all_columns(groups, m, &rc);
+    Columns *c = all_columns(groups, group_type, m, &rc);
     Py_ssize_t *from = PyMem_Calloc((size_t)m, sizeof *from), *to = PyMem_Calloc((size_t)m, sizeof *to);
     Py_ssize_t width = recent + 1, *have = PyMem_Calloc((size_t)width, sizeof *have);
     int64_t *shortest = PyMem_Malloc((size_t)width * 8), *last = PyMem_Malloc((size_t)width * 8);
@@ -636,10 +639,11 @@ static PyMethodDef methods[] = {
      "last_counts(issued columns, duration columns, usable, owed dicts or None, first seq, ranks) -> "
      "(by duration, times each member arrived last), or None"},
     {"counts_of", counts_of, METH_VARARGS,
-     "counts_of(members' group columns, first seq, n, owed dicts or None, ranks, finished flag) -> "
+     "counts_of(members' group columns, first seq, n, owed dicts or None, ranks, finished flag, GroupTrace) -> "
      "(samples, by duration, times each member arrived last), or None"},
     {"chunks_of", chunks_of, METH_VARARGS,
-     "chunks_of(members' group columns, recent, finished flag) -> each member's (seqs, issued, waited), or None"},
+     "chunks_of(members' group columns, recent, finished flag, GroupTrace) -> each member's (seqs, issued, "
+     "waited), or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_straggler", NULL, -1, methods};

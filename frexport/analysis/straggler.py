@@ -56,7 +56,8 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         # one more than the window judged: the collective before the first one judged counts too
         recent = max(2 * 5, min(RECENT, CELLS // len(members)))
         key = order[group.key]
-        chunked = None if _compiled is None else _compiled.chunks_of([cols[r] for r in members], recent, FINISHED)
+        chunked = None if _compiled is None else \
+            _compiled.chunks_of([cols[r] for r in members], recent, FINISHED, GroupTrace)
         if chunked is not None:  # (None: seqs that repeat or go back, or a value past 64 bits: below)
             for r, (seqs, created, waited) in zip(members, chunked):
                 chunks.setdefault(r, []).append((key, seqs, created, waited))
@@ -165,7 +166,7 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     owed = [inherited.get(r, {}) for r in members] if inherited else None
     # a seq is a sample where every member finished it and has its enqueue time
     counted = None if _compiled is None else \
-        _compiled.counts_of([cols[r] for r in members], first, n, owed, members, FINISHED)
+        _compiled.counts_of([cols[r] for r in members], first, n, owed, members, FINISHED, GroupTrace)
     sampled = None
     if counted is None:  # (seqs not contiguous, or a value past 64 bits: the members' columns as slices)
         sampled = _sampled(cols, members, first, n)

@@ -277,6 +277,10 @@ def test_values_at_the_int64_bounds_judge_as_the_references(compiled, seed, worl
                      for group, cols in groups for threshold in (-10**30, 0, THRESHOLD_NS)]
 
 
+class _Other(GroupTrace):
+    """Another class than the columns': never read in C (its attributes could be Python code)."""
+
+
 def _ragged(rng: random.Random, world: int, steps: int, gaps: bool, timed: bool) -> dict[int, GroupTrace]:
     """One group's columns, each member's from its own first seq to its own last (some ahead of the others),
     seqs in order; `gaps`: some members skip a seq, also below the seqs the others reached."""
@@ -293,10 +297,6 @@ def _ragged(rng: random.Random, world: int, steps: int, gaps: bool, timed: bool)
     return cols
 
 
-def _in_order(g: GroupTrace) -> bool:
-    return all(a < b for a, b in zip(g.seq, g.seq[1:]))
-
-
 @given(st.integers(0, 2**32), st.integers(2, 9), st.integers(8, 40), st.booleans(), st.booleans(), st.booleans())
 def test_the_counts_read_in_place_are_the_sliced_ones(seed, world, steps, gaps, timed, owing):
     """_straggler.counts_of reads each member's columns where they lie: it answers exactly where every member's
@@ -309,9 +309,11 @@ def test_the_counts_read_in_place_are_the_sliced_ones(seed, world, steps, gaps, 
     n = hi - first + 1
     owed = [{s: rng.choice([1, 20 * MS]) for s in range(steps + 4) if rng.random() < 0.5} for _ in members] \
         if owing else None
-    compiled = straggler._compiled.counts_of([cols[r] for r in members], first, n, owed, members, FINISHED)
-    # seqs past a member's columns are never read (None: the slices' path)
-    assert straggler._compiled.counts_of([cols[r] for r in members], hi, n + 1, owed, members, FINISHED) is None
+    group = [cols[r] for r in members]
+    compiled = straggler._compiled.counts_of(group, first, n, owed, members, FINISHED, GroupTrace)
+    # seqs past a member's columns are never read, nor a GroupTrace of another class (None: the slices' path)
+    assert straggler._compiled.counts_of(group, hi, n + 1, owed, members, FINISHED, GroupTrace) is None
+    assert straggler._compiled.counts_of(group, first, n, owed, members, FINISHED, _Other) is None
     if not all(cols[r].contiguous() for r in members):
         assert compiled is None
         return
@@ -328,8 +330,9 @@ def test_a_group_is_chunked_in_c_cell_by_cell_as_the_reference(seed, world, step
     cols = _ragged(rng, world, steps, gaps, timed)
     members = list(range(world))
     recent = max(10, min(RECENT, CELLS // world))
-    got = straggler._compiled.chunks_of([cols[r] for r in members], recent, FINISHED)
+    got = straggler._compiled.chunks_of([cols[r] for r in members], recent, FINISHED, GroupTrace)
     assert got is not None
+    assert straggler._compiled.chunks_of([cols[r] for r in members], recent, FINISHED, _Other) is None
     hi = min(cols[r].last_seq for r in members)
     cells = {r: [(s, c, d) for s, c, f, d in zip(g.seq, g.created_ns, g.flags, g.duration_us)
                  if hi - recent <= s <= hi and c and f & FINISHED] for r, g in cols.items()}
