@@ -181,8 +181,8 @@ def _passed_by_peers(traces: list[RankTrace], stall_after_ns: int,
     issued: dict[str, dict[int, int]] = {}
     completed: dict[str, dict[int, tuple[int, int]]] = {}  # group -> rank -> (seq, created_ns) completed last
     seen: dict[int, int | None] = {}
-    for t in traces:
-        seen[t.rank] = t.seen_at_ns
+    for t, seen_ns in zip(traces, seen_at):
+        seen[t.rank] = seen_ns
         for name, g in t.groups.items():
             if not len(g.seq):
                 continue

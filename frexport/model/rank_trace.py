@@ -512,8 +512,8 @@ def append_entries(trace: RankTrace, entries: tuple[Entry, ...], events: frozens
             i += 1
 
 
-# The (rank, group) tails the analysis reads of every trace each pass, in model/_rows.c where it is built (four
-# Python loops over every group of every rank were a fifth of a job-level view's engine). Each answers
+# The (rank, group) tails the analysis reads of every trace each pass, in model/_rows.c where it is built (three
+# Python loops over every group of every rank were ~15 % of a job-level view's engine). Each answers
 # NotImplemented without it, or for a value it leaves to its caller's Python loop (placement.py, diagnosis.py).
 
 def compiled_passed_through(traces: list[RankTrace]) -> Any:
