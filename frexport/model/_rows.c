@@ -690,114 +690,124 @@ static int check_table(Py_ssize_t len) {
     return 0;
 }
 
-/* passed_through(traces, trace type, group type, proven done table) -> {group name: the newest seq some rank
- * proved complete and then went past} (placement.passed_through), or NotImplemented */
-static PyObject *passed_through(PyObject *self, PyObject *args) {
-    PyObject *traces, *trace_type, *group_type;
-    const unsigned char *table;
-    Py_ssize_t table_len;
-    if (!PyArg_ParseTuple(args, "O!OOy#", &PyList_Type, &traces, &trace_type, &group_type, &table, &table_len) ||
-        check_table(table_len) < 0)
-        return NULL;
-    PyObject *out = PyDict_New();
-    int rc = out == NULL ? -1 : 0;
-    for (Py_ssize_t r = 0; rc == 0 && r < PyList_GET_SIZE(traces); r++) {
+#define STOP_TRACE 2 /* a visit's answer: no more of this trace's groups */
+
+/* visit(state, trace index, group name, tail) for every group of every trace, each group's columns read in
+ * place (and released after): 0, 1 (a trace, name or group the caller leaves to Python: NotImplemented), or
+ * -1 with an exception. Names are exact str only: hashing or comparing them runs no Python code. */
+typedef int (*Visit)(void *state, Py_ssize_t trace, PyObject *name, const Tail *t);
+
+static int each_group(PyObject *traces, PyObject *trace_type, PyObject *group_type, Visit visit, void *state) {
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(traces); r++) {
         int odd;
         PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
-        if (groups == NULL) {
-            rc = odd ? 1 : -1;
-            break;
-        }
+        if (groups == NULL)
+            return odd ? 1 : -1;
         Py_ssize_t pos = 0;
-        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
+        while (PyDict_Next(groups, &pos, &name, &g)) {
             Tail t;
-            if (!PyUnicode_CheckExact(name)) { /* (a key whose hash or equality could be Python code) */
-                rc = 1;
-                break;
-            }
-            if ((rc = tail_of(g, group_type, &t)) != 0)
-                break;
-            Py_ssize_t i = t.n >= 2 ? last_marked(&t, t.n - 1, table) : -1; /* not the last: it went past it */
-            if (i >= 0) {
-                PyObject *have = PyDict_GetItemWithError(out, name);
-                long long cur = -1;
-                if (have != NULL) {
-                    int overflow;
-                    cur = PyLong_AsLongLongAndOverflow(have, &overflow); /* (an int this function put there) */
-                } else if (PyErr_Occurred())
-                    rc = -1;
-                if (rc == 0 && t.seq[i] > cur) {
-                    PyObject *v = PyLong_FromLongLong(t.seq[i]);
-                    rc = v == NULL || PyDict_SetItem(out, name, v) < 0 ? -1 : 0;
-                    Py_XDECREF(v);
-                }
-            }
+            if (!PyUnicode_CheckExact(name))
+                return 1;
+            int rc = tail_of(g, group_type, &t);
+            if (rc != 0)
+                return rc;
+            rc = visit(state, r, name, &t);
             tail_release(&t);
+            if (rc == STOP_TRACE)
+                break;
+            if (rc != 0)
+                return rc;
         }
     }
+    return 0;
+}
+
+/* passed_through(traces, trace type, group type, proven done table) -> {group name: the newest seq some rank
+ * proved complete and then went past} (placement.passed_through), or NotImplemented */
+typedef struct {
+    PyObject *out;
+    const unsigned char *table;
+} Through;
+
+static int through(void *state, Py_ssize_t trace, PyObject *name, const Tail *t) {
+    Through *st = state;
+    Py_ssize_t i = t->n >= 2 ? last_marked(t, t->n - 1, st->table) : -1; /* not the last: it went past it */
+    if (i < 0)
+        return 0;
+    PyObject *have = PyDict_GetItemWithError(st->out, name);
+    long long cur = -1;
+    if (have != NULL) {
+        int overflow;
+        cur = PyLong_AsLongLongAndOverflow(have, &overflow); /* (an int this function put there) */
+    } else if (PyErr_Occurred())
+        return -1;
+    if (t->seq[i] <= cur)
+        return 0;
+    PyObject *v = PyLong_FromLongLong(t->seq[i]);
+    int rc = v == NULL || PyDict_SetItem(st->out, name, v) < 0 ? -1 : 0;
+    Py_XDECREF(v);
+    return rc;
+}
+
+static PyObject *passed_through(PyObject *self, PyObject *args) {
+    PyObject *traces, *trace_type, *group_type;
+    Through st;
+    Py_ssize_t table_len;
+    if (!PyArg_ParseTuple(args, "O!OOy#", &PyList_Type, &traces, &trace_type, &group_type, &st.table, &table_len) ||
+        check_table(table_len) < 0 || (st.out = PyDict_New()) == NULL)
+        return NULL;
+    int rc = each_group(traces, trace_type, group_type, through, &st);
     if (rc != 0)
-        Py_CLEAR(out);
+        Py_CLEAR(st.out);
     if (rc == 1)
         Py_RETURN_NOTIMPLEMENTED;
-    return out;
+    return st.out;
 }
 
 /* behind(ranks, traces, trace type, group type, passed) -> {rank: (group name, the first op its records lack)}
  * for the ranks whose records of a group end before the seq `passed` names (placement.behind), or NotImplemented */
+typedef struct {
+    PyObject *out, *ranks, *passed;
+} Behind;
+
+static int lacks(void *state, Py_ssize_t trace, PyObject *name, const Tail *t) {
+    Behind *st = state;
+    PyObject *p = PyDict_GetItemWithError(st->passed, name);
+    int64_t limit, next;
+    if (p == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!fits_int64(p, &limit))
+        return 1;
+    if (!t->n)
+        return 0;
+    if (__builtin_add_overflow(t->seq[t->n - 1], (int64_t)1, &next))
+        return 1;
+    if (next > limit)
+        return 0;
+    PyObject *v = Py_BuildValue("(OL)", name, (long long)next);
+    int rc = v == NULL || PyDict_SetItem(st->out, PyList_GET_ITEM(st->ranks, trace), v) < 0 ? -1 : STOP_TRACE;
+    Py_XDECREF(v);
+    return rc;
+}
+
 static PyObject *behind(PyObject *self, PyObject *args) {
-    PyObject *ranks, *traces, *trace_type, *group_type, *passed;
-    if (!PyArg_ParseTuple(args, "O!O!OOO!", &PyList_Type, &ranks, &PyList_Type, &traces, &trace_type, &group_type,
-                          &PyDict_Type, &passed))
+    PyObject *traces, *trace_type, *group_type;
+    Behind st;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!", &PyList_Type, &st.ranks, &PyList_Type, &traces, &trace_type, &group_type,
+                          &PyDict_Type, &st.passed))
         return NULL;
-    if (PyList_GET_SIZE(ranks) != PyList_GET_SIZE(traces)) {
+    if (PyList_GET_SIZE(st.ranks) != PyList_GET_SIZE(traces)) {
         PyErr_SetString(PyExc_ValueError, "behind: not one rank per trace");
         return NULL;
     }
-    PyObject *out = PyDict_New();
-    int rc = out == NULL ? -1 : 0;
-    for (Py_ssize_t r = 0; rc == 0 && r < PyList_GET_SIZE(traces); r++) {
-        int odd;
-        PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
-        if (groups == NULL) {
-            rc = odd ? 1 : -1;
-            break;
-        }
-        Py_ssize_t pos = 0;
-        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
-            if (!PyUnicode_CheckExact(name)) { /* (a key whose hash or equality could be Python code) */
-                rc = 1;
-                break;
-            }
-            PyObject *p = PyDict_GetItemWithError(passed, name);
-            if (p == NULL) {
-                rc = PyErr_Occurred() ? -1 : 0;
-                continue;
-            }
-            int64_t limit, next;
-            Tail t;
-            if (!fits_int64(p, &limit) || (rc = tail_of(g, group_type, &t)) != 0) {
-                rc = rc ? rc : (PyErr_Clear(), 1);
-                break;
-            }
-            int found = 0;
-            if (t.n && __builtin_add_overflow(t.seq[t.n - 1], (int64_t)1, &next))
-                rc = 1;
-            else if (t.n && next <= limit) {
-                PyObject *v = Py_BuildValue("(OL)", name, (long long)next);
-                rc = v == NULL || PyDict_SetItem(out, PyList_GET_ITEM(ranks, r), v) < 0 ? -1 : 0;
-                Py_XDECREF(v);
-                found = 1;
-            }
-            tail_release(&t);
-            if (found)
-                break;
-        }
-    }
+    if ((st.out = PyDict_New()) == NULL)
+        return NULL;
+    int rc = each_group(traces, trace_type, group_type, lacks, &st);
     if (rc != 0)
-        Py_CLEAR(out);
+        Py_CLEAR(st.out);
     if (rc == 1)
         Py_RETURN_NOTIMPLEMENTED;
-    return out;
+    return st.out;
 }
 
 /* One (rank, group) of passed_by_peers: its newest seq, and its newest proven completion if any. */
@@ -814,6 +824,42 @@ static int by_name(const void *a, const void *b) { /* stable: by name, then in t
     return (x->trace > y->trace) - (x->trace < y->trace);
 }
 
+typedef struct {
+    PyObject *names; /* group name -> its index, in the order first met */
+    Tip *tips;
+    Py_ssize_t n, cap;
+    const unsigned char *table;
+} Tips;
+
+static int tip(void *state, Py_ssize_t trace, PyObject *name, const Tail *t) {
+    Tips *st = state;
+    if (!t->n)
+        return 0;
+    PyObject *at = PyDict_GetItemWithError(st->names, name);
+    Py_ssize_t k = PyDict_GET_SIZE(st->names);
+    if (at != NULL)
+        k = PyLong_AsSsize_t(at);
+    else if (PyErr_Occurred())
+        return -1;
+    else {
+        PyObject *v = PyLong_FromSsize_t(k);
+        int rc = v == NULL || PyDict_SetItem(st->names, name, v) < 0 ? -1 : 0;
+        Py_XDECREF(v);
+        if (rc < 0)
+            return -1;
+    }
+    if (st->n == st->cap) {
+        Py_ssize_t want = st->cap ? 2 * st->cap : 1024;
+        Tip *more = PyMem_Realloc(st->tips, (size_t)want * sizeof(Tip));
+        if (more == NULL)
+            return PyErr_NoMemory(), -1;
+        st->tips = more, st->cap = want;
+    }
+    Py_ssize_t i = last_marked(t, t->n, st->table);
+    st->tips[st->n++] = (Tip){k, trace, t->seq[t->n - 1], i >= 0 ? t->seq[i] : 0, i >= 0 ? t->created[i] : 0, i >= 0};
+    return 0;
+}
+
 /* passed_by_peers(traces, seen, trace type, group type, proven done table, stall after ns) -> the indices of
  * the traces whose peers completed a collective of a group beyond the last one the rank issued, the stall
  * threshold before the rank was seen (live/diagnosis._passed_by_peers with nothing failed), or NotImplemented.
@@ -826,58 +872,15 @@ static PyObject *passed_by_peers(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!OOy#L", &PyList_Type, &traces, &PyList_Type, &seen, &trace_type, &group_type,
                           &table, &table_len, &stall_ll) || check_table(table_len) < 0)
         return NULL;
-    Py_ssize_t n_traces = PyList_GET_SIZE(traces), n_tips = 0, cap = 0;
-    if (PyList_GET_SIZE(seen) != n_traces) {
+    if (PyList_GET_SIZE(seen) != PyList_GET_SIZE(traces)) {
         PyErr_SetString(PyExc_ValueError, "passed_by_peers: not one seen time per trace");
         return NULL;
     }
-    PyObject *names = PyDict_New(), *out = NULL;
-    Tip *tips = NULL;
-    int rc = names == NULL ? -1 : 0;
-    for (Py_ssize_t r = 0; rc == 0 && r < n_traces; r++) {
-        int odd;
-        PyObject *groups = groups_of(PyList_GET_ITEM(traces, r), trace_type, &odd), *name, *g;
-        if (groups == NULL) {
-            rc = odd ? 1 : -1;
-            break;
-        }
-        Py_ssize_t pos = 0;
-        while (rc == 0 && PyDict_Next(groups, &pos, &name, &g)) {
-            Tail t;
-            if (!PyUnicode_CheckExact(name)) {
-                rc = 1;
-                break;
-            }
-            if ((rc = tail_of(g, group_type, &t)) != 0)
-                break;
-            if (t.n) {
-                PyObject *at = PyDict_GetItemWithError(names, name);
-                Py_ssize_t k = PyDict_GET_SIZE(names);
-                if (at != NULL)
-                    k = PyLong_AsSsize_t(at);
-                else if (PyErr_Occurred())
-                    rc = -1;
-                else {
-                    PyObject *v = PyLong_FromSsize_t(k);
-                    rc = v == NULL || PyDict_SetItem(names, name, v) < 0 ? -1 : 0;
-                    Py_XDECREF(v);
-                }
-                if (rc == 0 && n_tips == cap) {
-                    Py_ssize_t want = cap ? 2 * cap : 1024;
-                    Tip *more = PyMem_Realloc(tips, (size_t)want * sizeof(Tip));
-                    if (more == NULL)
-                        rc = (PyErr_NoMemory(), -1);
-                    else
-                        tips = more, cap = want;
-                }
-                if (rc == 0) {
-                    Py_ssize_t i = last_marked(&t, t.n, table);
-                    tips[n_tips++] = (Tip){k, r, t.seq[t.n - 1], i >= 0 ? t.seq[i] : 0, i >= 0 ? t.created[i] : 0, i >= 0};
-                }
-            }
-            tail_release(&t);
-        }
-    }
+    Tips st = {PyDict_New(), NULL, 0, 0, table};
+    PyObject *out = NULL;
+    int rc = st.names == NULL ? -1 : each_group(traces, trace_type, group_type, tip, &st);
+    Tip *tips = st.tips;
+    Py_ssize_t n_tips = st.n;
     if (rc == 0)
         qsort(tips, (size_t)n_tips, sizeof(Tip), by_name);
     if (rc == 0 && (out = PySet_New(NULL)) == NULL)
@@ -921,7 +924,7 @@ static PyObject *passed_by_peers(PyObject *self, PyObject *args) {
         }
         a = b;
     }
-    Py_XDECREF(names);
+    Py_XDECREF(st.names);
     PyMem_Free(tips);
     if (rc != 0)
         Py_CLEAR(out);

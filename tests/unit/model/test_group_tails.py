@@ -65,8 +65,8 @@ def test_the_tails_in_c_are_the_python_loops(seed, world, names, extreme, stall_
             is not NotImplemented
 
 
-def test_a_trace_or_group_of_another_class_is_left_to_python():
-    """Only an exact RankTrace and GroupTrace are read in C: a subclass's attributes could run Python code."""
+def test_a_trace_group_or_name_of_another_class_is_left_to_python():
+    """Only an exact RankTrace, GroupTrace and str are read in C: a subclass's attributes could run Python code."""
     class Other(GroupTrace):
         pass
 
@@ -76,6 +76,15 @@ def test_a_trace_or_group_of_another_class_is_left_to_python():
     t[0].groups["g9"].flags.append(FINISHED)
     t[0].groups["g9"].created_ns.append(T0)
     assert rank_trace.compiled_passed_through(t) is NotImplemented
+    assert rank_trace.compiled_passed_by_peers(t, [None, None], 0) is NotImplemented
+
+    class Name(str):  # (its hash and equality could be Python code)
+        pass
+
+    t = _traces(random.Random(1), 2, 1, False)
+    t[1].groups[Name("g7")] = GroupTrace("g7", "", 7)
+    assert rank_trace.compiled_passed_through(t) is NotImplemented
+    assert rank_trace.compiled_behind([0, 1], t, {}) is NotImplemented
     assert rank_trace.compiled_passed_by_peers(t, [None, None], 0) is NotImplemented
 
 
