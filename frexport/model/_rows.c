@@ -722,6 +722,19 @@ static int each_group(PyObject *traces, PyObject *trace_type, PyObject *group_ty
     return 0;
 }
 
+/* each_group's walk with its state's `out` (a new reference, stolen) as the call's answer: `out`,
+ * NotImplemented, or NULL with an exception */
+static PyObject *walk_into(PyObject *out, PyObject *traces, PyObject *trace_type, PyObject *group_type, Visit visit,
+                           void *state) {
+    int rc = each_group(traces, trace_type, group_type, visit, state);
+    if (rc == 0)
+        return out;
+    Py_DECREF(out);
+    if (rc == 1)
+        Py_RETURN_NOTIMPLEMENTED;
+    return NULL;
+}
+
 /* passed_through(traces, trace type, group type, proven done table) -> {group name: the newest seq some rank
  * proved complete and then went past} (placement.passed_through), or NotImplemented */
 typedef struct {
@@ -756,12 +769,7 @@ static PyObject *passed_through(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OOy#", &PyList_Type, &traces, &trace_type, &group_type, &st.table, &table_len) ||
         check_table(table_len) < 0 || (st.out = PyDict_New()) == NULL)
         return NULL;
-    int rc = each_group(traces, trace_type, group_type, through, &st);
-    if (rc != 0)
-        Py_CLEAR(st.out);
-    if (rc == 1)
-        Py_RETURN_NOTIMPLEMENTED;
-    return st.out;
+    return walk_into(st.out, traces, trace_type, group_type, through, &st);
 }
 
 /* behind(ranks, traces, trace type, group type, passed) -> {rank: (group name, the first op its records lack)}
@@ -802,12 +810,7 @@ static PyObject *behind(PyObject *self, PyObject *args) {
     }
     if ((st.out = PyDict_New()) == NULL)
         return NULL;
-    int rc = each_group(traces, trace_type, group_type, lacks, &st);
-    if (rc != 0)
-        Py_CLEAR(st.out);
-    if (rc == 1)
-        Py_RETURN_NOTIMPLEMENTED;
-    return st.out;
+    return walk_into(st.out, traces, trace_type, group_type, lacks, &st);
 }
 
 /* One (rank, group) of passed_by_peers: its newest seq, and its newest proven completion if any. */
