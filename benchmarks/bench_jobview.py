@@ -62,10 +62,11 @@ class InProcessPeers(PeersSource):
     """The real source; a peer's GET is its handler called directly (no sockets: 512 servers would
     measure the loopback, not the view)."""
 
-    def __init__(self, apis: dict[str, PeerApi], window: int, decoder: DecoderPool) -> None:
-        # as many polls at once as decoders: each poll's body is read by one of them
-        super().__init__(HealthRegistry(), Peers(urls=sorted(apis), poll_interval=0.0, concurrency=decoder.workers),
-                         window, decoder)
+    def __init__(self, apis: dict[str, PeerApi], window: int, decoder: DecoderPool,
+                 concurrency: int | None = None) -> None:
+        # polls at once: jobview's default (Peers.concurrency), a body waiting for a decoder while another is read
+        super().__init__(HealthRegistry(), Peers(urls=sorted(apis), poll_interval=0.0,
+                                                 concurrency=concurrency or Peers.concurrency), window, decoder)
         self.apis = apis
         self.pass_wait_s = None  # every pod's answer within the pass it measures
         self.served_s = 0.0  # CPU time in the pods' handlers: their own CPUs, in parallel in a real job
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                     "step time, as the default configuration does (analysis.stall_after unset: each pass reads "
                     "every rank's newest entries, live/step_time.py); without it a fixed 30 s, as the earlier "
                     "figures were measured")
+    ap.add_argument("--concurrency", type=int, default=None, help="polls at once (default: jobview's, "
+                    "peers.concurrency; figures before 2026-11-30's second session were measured with 2, as many "
+                    "as decoders, so each decoder waited while the view read its last answer)")
     ap.add_argument("--serve-in-pass", action="store_true", help="the pods build their answers within the pass, "
                     "one after another on this process's core, as the figures before the twenty-second session "
                     "were measured (their CPU is still not counted in the view's, but the wall time holds it)")
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     pacing = GcPacing()
     if not args.no_gc_pacing:
         pacing.start()
-    source = InProcessPeers(apis, args.window, decoder)
+    source = InProcessPeers(apis, args.window, decoder, args.concurrency)
     full_json = sum(len(to_json(d)) for d in dumps.values())
     start_ns = max(d.dumped_at_ns or 0 for d in dumps.values())
     rows = []
@@ -234,7 +238,8 @@ def _run_alone(args: argparse.Namespace, ranks: int) -> list[dict]:
            "--entries", str(args.entries), "--new", str(args.new), "--passes", str(args.passes),
            "--window", str(args.window)] + (["--no-gc-pacing"] if args.no_gc_pacing else []) + \
         (["--derived-threshold"] if args.derived_threshold else []) + \
-        (["--serve-in-pass"] if args.serve_in_pass else [])
+        (["--serve-in-pass"] if args.serve_in_pass else []) + \
+        (["--concurrency", str(args.concurrency)] if args.concurrency else [])
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
     print(out, end="", flush=True)
     return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("[")))
