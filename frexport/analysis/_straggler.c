@@ -486,13 +486,14 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
         rc = (PyErr_NoMemory(), -1);
     if (rc == 0)
         rc = load(members_list, &ranks, &n_ranks);
-    memset(usable, 1, (size_t)n + 1);
+    if (usable != NULL)
+        memset(usable, 1, (size_t)n + 1);
     for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
         const int64_t *seq = COL(c[i], 0);
-        int64_t i0;
+        int64_t i0, span;
         /* contiguous (seq[k] = seq[0] + k), and first..first+n-1 within */
-        if (seq[c[i].len - 1] - seq[0] + 1 != c[i].len || __builtin_sub_overflow(first, seq[0], &i0) || i0 < 0 ||
-            i0 > c[i].len - n) {
+        if (__builtin_sub_overflow(seq[c[i].len - 1], seq[0], &span) || span != c[i].len - 1 ||
+            __builtin_sub_overflow(first, seq[0], &i0) || i0 < 0 || i0 > c[i].len - n) {
             rc = ODD;
             break;
         }
@@ -580,8 +581,8 @@ static PyObject *chunks_of(PyObject *self, PyObject *args) {
         const unsigned char *flags = FLAGS(c[i]);
         from[i] = lower(seq, c[i].len, lo), to[i] = upper(seq, c[i].len, hi);
         for (Py_ssize_t k = from[i]; rc == 0 && k < to[i]; k++) {
-            if (k > from[i] && seq[k] <= seq[k - 1])
-                rc = ODD;
+            if ((k > from[i] && seq[k] <= seq[k - 1]) || seq[k] < lo || seq[k] > hi)
+                rc = ODD; /* (out of lo..hi inside the cut: a column out of order, which bisection cannot cut) */
             else if (issued[k] && (flags[k] & finished)) {
                 Py_ssize_t at = (Py_ssize_t)(seq[k] - lo);
                 have[at]++;

@@ -349,3 +349,22 @@ def test_a_group_is_chunked_in_c_cell_by_cell_as_the_reference(seed, world, step
     assert [tuple(map(list, chunk)) for chunk in got] == \
         [([s for s, _, _ in cells[r]], [c for _, c, _ in cells[r]], [waits.get((r, s), 0) for s, _, _ in cells[r]])
          for r in members]
+
+
+def test_a_column_out_of_order_is_left_to_python():
+    """A member whose seqs go back (a hostile peer's) can hold, inside the window bisection cuts, a seq far
+    outside it: never an index in C (it was one, far past its buffers), the Python path reads it."""
+    cols = {}
+    for r in range(3):
+        g = cols[r] = GroupTrace("g", "g", 0)
+        for s in range(13):
+            g.seq.append(10**15 if (r, s) == (0, 11) else s)  # (bisection's cut of 2..12 still holds it)
+            g.created_ns.append(T0 + s * STEP_NS + r * MS)
+            g.flags.append(FINISHED)
+            g.duration_us.append(-1)
+    members = [0, 1, 2]
+    assert straggler._compiled.chunks_of([cols[r] for r in members], 10, FINISHED, GroupTrace) is None
+    groups = [(Group("g", "g", "", tuple(members)), cols)]
+    with judged_by(False):
+        pure = inherited_waits(groups)
+    assert inherited_waits(groups) == pure
