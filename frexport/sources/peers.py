@@ -358,15 +358,14 @@ class PeersSource:
             unchanged_below = min(unchanged_below, lo)
         if r.first is not None:  # out of the peer's window, unless still unfinished
             q = bisect_left(entries, r.first, key=_record_id)
-            if q:  # (usually all finished: the C-level check first, the filter only where one is not)
-                entries = entries[q:] if first_unsettled(entries, 0, q) is None else \
-                    tuple(e for e in entries[:q] if not e.finished) + entries[q:]
+            if q:
+                entries = _unfinished(entries, q) + entries[q:]
         cut = max(0, len(entries) - self.window)
         if cut:
             # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
             # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
             # bound (85 -> 953 MB in 50 s)
-            older = tuple([e for e in entries[:cut] if not e.finished][:self.window])
+            older = _unfinished(entries, cut)[:self.window]
             entries = older + entries[cut:]
         if entries:
             # every entry older than the last cursor was finished then and, unless sent again, is the same
@@ -477,6 +476,14 @@ def _merged(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ..
         if by_record.get(e.record_id) != e:
             by_record[e.record_id] = e
     return tuple(sorted(by_record.values(), key=_record_id))
+
+
+def _unfinished(entries: tuple[Entry, ...], stop: int) -> tuple[Entry, ...]:
+    """The entries before `stop` not yet finished (usually none: the C-level check first, the filter, a
+    property call an entry, only where one is not)."""
+    if first_unsettled(entries, 0, stop) is None:
+        return ()
+    return tuple(e for e in entries[:stop] if not e.finished)
 
 
 _record_id = attrgetter("record_id")
