@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from frexport import logs
@@ -226,11 +227,11 @@ class PeersSource:
                            if h.entries)
         return "/api/v1/ranks?members=runs" + (f"&since={cursors}" if cursors else "")
 
-    def _take(self, answers: list[tuple[str, list[PeerRank]]], peers: list[str]) -> list[Snapshot]:
+    def _take(self, answers: list[_Answer], peers: list[str]) -> list[Snapshot]:
         """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""
         ranks: list[PeerRank] | dict[int, PeerRank]  # (for mypy) a peer's answer, then what was kept of it
         r: int | PeerRank  # a rank it stopped sending, then each rank kept
-        for peer, ranks in answers:
+        for peer, ranks, _ in answers:
             st = self._peers[peer]
             st.claimed = len(ranks)
             st.world = max((x.world_size for x in ranks if x.world_size is not None and is_world_size(x.world_size)),
@@ -239,7 +240,7 @@ class PeersSource:
         share = fair_shares({p: st.claimed for p, st in self._peers.items() if p in peers}, self.capacity)
         kept: dict[str, dict[int, PeerRank]] = {}
         sent = taken = 0
-        for peer, ranks in answers:
+        for peer, ranks, _ in answers:
             mine = {r for r, _ in self._held_by_peer.get(peer, ())}  # what it holds goes first: stable shares
             order = sorted(ranks, key=lambda x: (x.rank not in mine, x.rank))
             kept[peer] = {x.rank: x for x in order[:share.get(peer, 0)]}
@@ -251,13 +252,15 @@ class PeersSource:
             self.owners.claims[peer] = frozenset(kept[peer])
             for r in [r for r in mine if r not in kept[peer]]:  # it stopped sending it: forgotten
                 self._drop(peer, r)
-        self._say_cut(taken, sent, sum(1 for p, _ in answers if self._peers[p].over_share), len(peers))
+        self._say_cut(taken, sent, sum(1 for p, _, _ in answers if self._peers[p].over_share), len(peers))
         for peer, rank in self.owners.settle():  # owners that stopped claiming (their peer left, or failed)
             self._drop(peer, rank, released=True)
         out: list[Snapshot] = []
+        windows = {peer: w for peer, _, w in answers}
         for peer, ranks in kept.items():
             for r in ranks.values():
-                if self.owners.owner.get(r.rank) == peer and (s := self._merge(peer, r)) is not None:
+                if self.owners.owner.get(r.rank) == peer and \
+                        (s := self._merge(peer, r, windows[peer].get(r.rank))) is not None:
                     out.append(s)
         return out
 
@@ -301,12 +304,13 @@ class PeersSource:
 
     # --- one peer ------------------------------------------------------------------------------
 
-    def _poll_peer(self, peer: str) -> tuple[str, list[PeerRank]] | None:
+    def _poll_peer(self, peer: str) -> _Answer | None:
         st = self._peers[peer]
         start, now_ns = time.monotonic(), time.time_ns()
         try:
             body = self._get(peer, self._ranks_path(peer))
             ranks, dropped, suspected = self._parse(body, peer)
+            windows = self._windows(peer, ranks)
         except (PeerError, DecodeError) as exc:
             st.failures += 1
             st.next_try = time.monotonic() + min(60.0, 0.5 * 2 ** min(st.failures, 16))
@@ -322,7 +326,21 @@ class PeersSource:
             self._say(peer, f"peer {peer}: dropped {dropped.ranks} ranks and {dropped.rows} rows "
                             f"out of the field rules or bounds, e.g. {dropped.reason}")
         self.health.record(f"peer:{peer}", True, time.monotonic() - start, now_ns)
-        return peer, ranks
+        return peer, ranks, windows
+
+    def _windows(self, peer: str, ranks: list[PeerRank]) -> dict[int, _Window]:
+        """Each rank's window as it would be merged now, worked out on the poll's thread while the other
+        peers are still decoded: the view's thread only takes it (the merges of a 16384-rank pass were
+        a second of the view's thread after every answer was in, the other core idle). Read-only: the
+        held state is the view thread's, which takes a window only if what it was worked from is still
+        what is held (`_merge`)."""
+        out = {}
+        for r in ranks:
+            held = self._held.get((peer, r.rank))
+            if held is None or held.epoch != r.epoch or r.full:
+                held = _Held(peer, r.epoch)  # (what _merge starts it from)
+            out[r.rank] = _Window(held.entries, held.cursor, *_window(held.entries, held.cursor, r, self.window))
+        return out
 
     def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped, bool]:
         """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
@@ -337,7 +355,7 @@ class PeersSource:
             raise out
         return out
 
-    def _merge(self, peer: str, r: PeerRank) -> Snapshot | None:
+    def _merge(self, peer: str, r: PeerRank, window: _Window | None = None) -> Snapshot | None:
         held = self._held.get((peer, r.rank))
         if held is None or held.epoch != r.epoch or r.full:
             held = self._held[(peer, r.rank)] = _Held(peer, r.epoch)
@@ -347,33 +365,10 @@ class PeersSource:
             held.pg_config = tuple(self._members(c, runs)
                                    for c, runs in zip(r.pg_config, r.pg_runs or repeat(None)))
         held.handlers = r.handlers
-        # Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the
-        # peer sends the entries from the cursor on, so only the held ones from the first sent on can
-        # change; the older ones were finished when the cursor was taken and are kept as they are.
-        entries, unchanged_below = held.entries, held.cursor
-        if r.entries:
-            lo = min(map(_record_id, r.entries))
-            p = bisect_left(entries, lo, key=_record_id)
-            entries = entries[:p] + _merged(entries[p:], r.entries)
-            unchanged_below = min(unchanged_below, lo)
-        if r.first is not None:  # out of the peer's window, unless still unfinished
-            q = bisect_left(entries, r.first, key=_record_id)
-            if q:
-                entries = _unfinished(entries, q) + entries[q:]
-        cut = max(0, len(entries) - self.window)
-        if cut:
-            # the older unfinished entries stay (where the rank waits is its oldest one), at most a window
-            # of them: a peer that keeps sending new unfinished entries for a rank grew the view without
-            # bound (85 -> 953 MB in 50 s)
-            older = _unfinished(entries, cut)[:self.window]
-            entries = older + entries[cut:]
-        if entries:
-            # every entry older than the last cursor was finished then and, unless sent again, is the same
-            # object now: the oldest unfinished one is at or after both
-            start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
-            i = first_unsettled(entries, start)
-            held.cursor = entries[i].record_id if i is not None else entries[-1].record_id + 1
-        held.entries = entries
+        if window is None or window.held is not held.entries or window.cursor != held.cursor:
+            window = _Window(held.entries, held.cursor, *_window(held.entries, held.cursor, r, self.window))
+        held.entries, held.cursor = window.entries, window.next_cursor
+        entries = held.entries
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
         # an idle or hung rank's window is the same tuple pass after pass (the same entry objects: _merged):
@@ -463,6 +458,50 @@ class _PickleJob:
 
     def __call__(self) -> RankDump:
         return decode_bytes(self.body, self.path, rank=self.rank)
+
+
+class _Window(NamedTuple):
+    """A rank's window merged from what was held (`held`, `cursor`): the new entries and the next cursor."""
+
+    held: tuple[Entry, ...]
+    cursor: int
+    entries: tuple[Entry, ...]
+    next_cursor: int
+
+
+_Answer = tuple[str, list[PeerRank], dict[int, _Window]]  # a peer, the ranks it sent, their windows merged
+
+
+def _window(entries: tuple[Entry, ...], cursor: int, r: PeerRank, window: int) -> tuple[tuple[Entry, ...], int]:
+    """The held `entries` (next poll from `cursor`) with what the peer sent: the new window and cursor.
+
+    Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the peer
+    sends the entries from the cursor on, so only the held ones from the first sent on can change; the
+    older ones were finished when the cursor was taken and are kept as they are."""
+    unchanged_below = cursor
+    if r.entries:
+        lo = min(map(_record_id, r.entries))
+        p = bisect_left(entries, lo, key=_record_id)
+        entries = entries[:p] + _merged(entries[p:], r.entries)
+        unchanged_below = min(unchanged_below, lo)
+    if r.first is not None:  # out of the peer's window, unless still unfinished
+        q = bisect_left(entries, r.first, key=_record_id)
+        if q:
+            entries = _unfinished(entries, q) + entries[q:]
+    cut = max(0, len(entries) - window)
+    if cut:
+        # the older unfinished entries stay (where the rank waits is its oldest one), at most a window of
+        # them: a peer that keeps sending new unfinished entries for a rank grew the view without bound
+        # (85 -> 953 MB in 50 s)
+        older = _unfinished(entries, cut)[:window]
+        entries = older + entries[cut:]
+    if entries:
+        # every entry older than the last cursor was finished then and, unless sent again, is the same
+        # object now: the oldest unfinished one is at or after both
+        start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
+        i = first_unsettled(entries, start)
+        cursor = entries[i].record_id if i is not None else entries[-1].record_id + 1
+    return entries, cursor
 
 
 def _merged(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ...]:

@@ -290,3 +290,40 @@ def test_entries_arrive_as_the_pod_holds_them_whatever_their_text_and_numbers(sa
         web.stop()
         if decoder is not None:
             decoder.close()
+
+
+def test_a_window_merged_on_the_poll_thread_is_taken_only_from_what_is_still_held():
+    """Each rank's window is merged on its poll's thread while other peers are still decoded; the view's
+    thread takes it only where the held window it was merged from is still the one held, else merges
+    again: a window merged from what is no longer held would bring back entries the view has moved past."""
+    state, web = _state_server(window=8)
+    try:
+        peer = f"http://127.0.0.1:{web.port}"
+        taken, again = (PeersSource(HealthRegistry(), Peers(urls=[peer], poll_interval=0.0), 8) for _ in "ab")
+        steps = [entry(i, i + 1) for i in range(40)]
+        _ingest(state, 0, steps[:30], 1)
+        for src in (taken, again):
+            src.collect()
+        _ingest(state, 0, steps[:33], 2)
+        answers = {}
+        for src in (taken, again):
+            src._index_held()  # (as collect does before its polls: the cursors of what is held)
+            ranks, _, _ = src._parse(src._get(peer, src._ranks_path(peer)), peer)
+            answers[src] = ranks[0], src._windows(peer, ranks)[0]
+        r, fresh = answers[taken]
+        snap = taken._merge(peer, r, fresh)
+        assert snap.dump.entries is fresh.entries  # taken as it was merged
+        assert [e.record_id for e in snap.dump.entries] == list(range(25, 33))
+        # the held window changed after the merge (here: as if its older entries had been dropped)
+        r, stale = answers[again]
+        held = again._held[(peer, 0)]
+        held.entries, held.cursor = held.entries[4:], held.cursor
+        reference = PeersSource(HealthRegistry(), Peers(urls=[peer], poll_interval=0.0), 8)
+        reference._held[(peer, 0)] = type(held)(peer, held.epoch, held.entries, held.cursor, held.pg_config)
+        want = reference._merge(peer, r)
+        got = again._merge(peer, r, stale)
+        assert got.dump.entries is not stale.entries
+        assert [e.record_id for e in got.dump.entries] == [e.record_id for e in want.dump.entries]
+        assert again._held[(peer, 0)].cursor == reference._held[(peer, 0)].cursor
+    finally:
+        web.stop()
