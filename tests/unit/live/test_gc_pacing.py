@@ -104,3 +104,46 @@ def test_what_leaves_the_window_is_freed_at_once_while_frozen():
         assert gone() is None
     finally:
         pacing.stop()
+
+
+def test_young_collections_that_find_nothing_come_less_often_and_one_that_finds_cycles_brings_them_back():
+    # a young collection walks everything a pass allocated (a twentieth of a 16384-rank view's pass) and
+    # in the view's passes finds nothing: each that finds nothing doubles the passes to the next
+    young: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 1:
+            young.append(info["collected"])
+
+    now = [0.0]
+    pacing = GcPacing(full_every_s=60.0, clock=lambda: now[0], young_every_max=4, young_garbage=2)
+    gc.callbacks.append(seen)
+    pacing.start()
+    try:
+        pacing.after_pass()  # the first pass: frozen, not collected
+
+        def passes(n: int) -> list[bool]:
+            collected = []
+            for _ in range(n):
+                young.clear()
+                pacing.after_pass()
+                collected.append(bool(young))
+            return collected
+
+        assert passes(12) == [True, False, True, False, False, False, True, False, False, False, True, False]
+        # a cycle made in a skipped pass waits, frozen; one made before a collection is found, and the
+        # collections come every pass again
+        skipped_held, skipped = _cycle()
+        del skipped_held
+        assert passes(2) == [False, False]
+        assert skipped() is not None
+        found_held, found = _cycle()
+        del found_held
+        assert passes(1) == [True] and found() is None and young[0] >= 2
+        assert passes(3) == [True, False, True]  # every pass again, then backing off anew
+        now[0] = 60.0  # the full collection frees what the skipped passes froze
+        pacing.after_pass()
+        assert skipped() is None
+    finally:
+        pacing.stop()
+        gc.callbacks.remove(seen)
