@@ -20,7 +20,7 @@ from frexport.config import Config
 from frexport.decode.normalize import normalize
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
-from frexport.sources.peer_owners import fair_shares
+from frexport.sources.peer_owners import Owners, fair_shares
 from frexport.web.server import WebServer
 from tests.support.peers import HostileSidecar
 from tests.support.synth import dump, entry, healthy_job
@@ -351,3 +351,18 @@ def test_unfinished_entries_a_peer_keeps_sending_for_a_rank_are_bounded(job):
         assert held[0].record_id == 0  # the oldest unfinished one, where the rank waits, is kept
     finally:
         sc.shutdown()
+
+
+def test_owners_settled_on_the_same_claims_again_stay_as_they_are_until_a_rank_is_released():
+    owners = Owners()
+    owners.claims = {"a": frozenset({0, 1}), "b": frozenset({1, 2})}
+    assert owners.settle() == []
+    assert owners.owner == {0: "a", 2: "b"} and set(owners.collisions) == {1}
+    owners.claims = {"a": frozenset({0, 1}), "b": frozenset({1, 2})}  # the same claims, new sets
+    assert owners.settle() == [] and owners.owner == {0: "a", 2: "b"} and set(owners.collisions) == {1}
+    assert owners.release("a", 0)
+    owners.claims = {"a": frozenset({0, 1}), "b": frozenset({1, 2})}
+    owners.settle()
+    assert owners.owner == {0: "a", 2: "b"}  # still claimed alone by a: its again
+    owners.claims = {"a": frozenset({1}), "b": frozenset({1, 2})}
+    assert owners.settle() == [("a", 0)] and owners.owner == {2: "b"}
