@@ -339,7 +339,7 @@ class PeersSource:
             held = self._held.get((peer, r.rank))
             if held is None or held.epoch != r.epoch or r.full:
                 held = _Held(peer, r.epoch)  # (what _merge starts it from)
-            out[r.rank] = _Window(held.entries, held.cursor, *_window(held.entries, held.cursor, r, self.window))
+            out[r.rank] = _window(held, r, self.window)
         return out
 
     def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped, bool]:
@@ -366,7 +366,7 @@ class PeersSource:
                                    for c, runs in zip(r.pg_config, r.pg_runs or repeat(None)))
         held.handlers = r.handlers
         if window is None or window.held is not held.entries or window.cursor != held.cursor:
-            window = _Window(held.entries, held.cursor, *_window(held.entries, held.cursor, r, self.window))
+            window = _window(held, r, self.window)
         held.entries, held.cursor = window.entries, window.next_cursor
         entries = held.entries
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
@@ -472,12 +472,13 @@ class _Window(NamedTuple):
 _Answer = tuple[str, list[PeerRank], dict[int, _Window]]  # a peer, the ranks it sent, their windows merged
 
 
-def _window(entries: tuple[Entry, ...], cursor: int, r: PeerRank, window: int) -> tuple[tuple[Entry, ...], int]:
-    """The held `entries` (next poll from `cursor`) with what the peer sent: the new window and cursor.
+def _window(held: _Held, r: PeerRank, window: int) -> _Window:
+    """The held window with what the peer sent: the new window and cursor.
 
     Work per pass in proportion to what moved, not to the window (4096 ranks x 256 entries): the peer
     sends the entries from the cursor on, so only the held ones from the first sent on can change; the
     older ones were finished when the cursor was taken and are kept as they are."""
+    entries, cursor = held.entries, held.cursor
     unchanged_below = cursor
     if r.entries:
         lo = min(map(_record_id, r.entries))
@@ -501,7 +502,7 @@ def _window(entries: tuple[Entry, ...], cursor: int, r: PeerRank, window: int) -
         start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
         i = first_unsettled(entries, start)
         cursor = entries[i].record_id if i is not None else entries[-1].record_id + 1
-    return entries, cursor
+    return _Window(held.entries, held.cursor, entries, cursor)
 
 
 def _merged(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ...]:
