@@ -330,8 +330,8 @@ class PeersSource:
 
     def _windows(self, peer: str, ranks: list[PeerRank]) -> dict[int, _Window]:
         """Each rank's window as it would be merged now, worked out on the poll's thread while the other
-        peers are still decoded: the view's thread only takes it (the merges of a 16384-rank pass were
-        a second of the view's thread after every answer was in, the other core idle). Read-only: the
+        peers are still decoded: the view's thread only takes it (it merged every rank after the last
+        answer was in, the other core idle: 0.10-0.11 s of a 4096-rank steady pass). Read-only: the
         held state is the view thread's, which takes a window only if what it was worked from is still
         what is held (`_merge`)."""
         out = {}
