@@ -363,6 +363,6 @@ def test_owners_settled_on_the_same_claims_again_stay_as_they_are_until_a_rank_i
     assert owners.release("a", 0)
     owners.claims = {"a": frozenset({0, 1}), "b": frozenset({1, 2})}
     owners.settle()
-    assert owners.owner == {0: "a", 2: "b"}  # still claimed alone by a: its again
+    assert owners.owner == {0: "a", 2: "b"}  # still claimed by a alone: a owns it again
     owners.claims = {"a": frozenset({1}), "b": frozenset({1, 2})}
     assert owners.settle() == [("a", 0)] and owners.owner == {2: "b"}

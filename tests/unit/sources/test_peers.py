@@ -317,7 +317,7 @@ def test_a_window_merged_on_the_poll_thread_is_taken_only_from_what_is_still_hel
         # the held window changed after the merge (here: as if its older entries had been dropped)
         r, stale = answers[again]
         held = again._held[(peer, 0)]
-        held.entries, held.cursor = held.entries[4:], held.cursor
+        held.entries = held.entries[4:]
         reference = PeersSource(HealthRegistry(), Peers(urls=[peer], poll_interval=0.0), 8)
         reference._held[(peer, 0)] = type(held)(peer, held.epoch, held.entries, held.cursor, held.pg_config)
         want = reference._merge(peer, r)
