@@ -40,9 +40,10 @@ from frexport.analysis.hang import (
     find_waits,
     root_causes,
 )
-from frexport.analysis.lateness import StragglerMemo, late_not_hung, straggler_findings
+from frexport.analysis.lateness import late_not_hung, straggler_findings
 from frexport.analysis.matching import Disagreement, SigIds, match_group, mismatch_kind
 from frexport.analysis.membership import Group, Membership, build_membership
+from frexport.analysis.pass_memo import PassMemo
 from frexport.analysis.placement import behind
 from frexport.analysis.unseen import blocked_ranks, fold_blocked, unrecorded, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
@@ -157,15 +158,15 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             known_ranks: set[int] | None = None, options: Options = Options(),
             stacks: dict[int, Threads] | None = None,
             calls: dict[int, tuple[str, dict[str, str]]] | None = None,
-            memo: StragglerMemo | None = None) -> Diagnosis:
+            memo: PassMemo | None = None) -> Diagnosis:
     """`stacks`: each rank's Python threads, taken at one look beside the dumps; `calls`: the
     torch.distributed call each rank's stack is in, with its arguments where py-spy printed them
-    (decode/stacks.py); `memo`: a live analysis's, kept from pass to pass (lateness.StragglerMemo)."""
+    (decode/stacks.py); `memo`: a live analysis's, kept from pass to pass (pass_memo.py)."""
     by_rank = {t.rank: t for t in sorted(traces, key=lambda t: t.rank)}
     # a rank whose file could not be read is still a rank of the job (its dump is missing)
     known = set(known_ranks or ()) | {e.rank for e in input_errors or () if e.rank is not None}
     stale = behind(by_rank)
-    membership = build_membership(by_rank, known, stale)
+    membership = memo.membership.build(by_rank, known, stale) if memo else build_membership(by_rank, known, stale)
     # dumps that cannot be placed in the job are input errors, never voters (placement.py)
     input_errors = list(input_errors or []) + [
         InputError(by_rank[r].source, "not placed in the job: its records end before ops the other ranks completed "
@@ -203,7 +204,8 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
             seen_mismatch.add(id(f))
             findings.append(f)
     findings.extend(_timeout_findings(waits, root_findings))
-    findings = late_not_hung(findings, straggler_findings(ctx, all_cols, hang_culprits, options, memo))
+    findings = late_not_hung(findings, straggler_findings(ctx, all_cols, hang_culprits, options,
+                                                     memo.stragglers if memo else None))
     findings.extend(_missing_dump_findings(ctx, root_findings, input_errors or [], scope))
 
     notes = list(membership.notes)

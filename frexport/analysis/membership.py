@@ -48,6 +48,28 @@ def _is_default(name: str, desc: str) -> bool:
     return desc == DEFAULT_PG_DESC or (name == "0" and desc in ("", DEFAULT_PG_DESC))
 
 
+class MembershipMemo:
+    """A live analysis's last membership, given again while all it was built from is the same: each
+    rank's pg_config (the very tuple, where its snapshot kept it), the names and descriptions of its
+    groups, the ranks known and those behind. Building it walks every rank's configs and groups: a
+    twentieth of a 16384-rank view's steady analysis, for the same groups pass after pass."""
+
+    def __init__(self) -> None:
+        self.key: tuple = ()  # (it holds what it compares: an identity stays theirs)
+        self.membership: Membership | None = None
+
+    def build(self, traces: dict[int, RankTrace], known_ranks: set[int],
+              behind: dict[int, tuple[str, int]]) -> Membership:
+        # the ranks behind count only where no config says how big the world is: where one did last time,
+        # the same configs say it again (a busy job's ranks behind move every pass)
+        inferred = self.membership is None or self.membership.world_size_inferred
+        key = (tuple([(r, t.pg_config, {n: g.pg_desc for n, g in t.groups.items()})  # (a dict: in any order)
+                      for r, t in traces.items()]), frozenset(known_ranks), tuple(behind.items()) if inferred else ())
+        if self.membership is None or key != self.key:
+            self.key, self.membership = key, build_membership(traces, known_ranks, behind)
+        return self.membership
+
+
 def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None = None,
                      behind: dict[int, tuple[str, int]] | None = None) -> Membership:
     """`behind`: ranks whose records end before an op their peers completed and went past (placement.py):

@@ -34,7 +34,7 @@ from frexport import logs
 from frexport.analysis import findings as F
 from frexport.analysis.engine import Options, analyze
 from frexport.analysis.findings import DESYNC_KINDS, STALL_KINDS, Diagnosis
-from frexport.analysis.lateness import StragglerMemo
+from frexport.analysis.pass_memo import PassMemo
 from frexport.config import Analysis
 from frexport.live.step_time import StepTime
 from frexport.model.dump import RankDump
@@ -71,7 +71,7 @@ class LiveAnalysis:
         # a new object), so a rank not polled since costs nothing in the next pass, and a rank polled
         # again has its trace moved along its window (model/trace_window.py), not rebuilt
         self._traces: dict[int, tuple[RankDump, TraceWindow]] = {}
-        self._stragglers = StragglerMemo()  # judged again only when a trace or a group moved
+        self._memo = PassMemo()  # groups built, stragglers judged again only where what they rest on moved
         self._step = StepTime()  # each rank's period, followed from pass to pass
 
     def run(self, dumps: dict[int, RankDump], down: set[int] | frozenset[int] = frozenset(),
@@ -110,7 +110,7 @@ class LiveAnalysis:
                                                     straggler_lateness_s=self.cfg.straggler_lateness,
                                                     scope=scope if self.scoped else None,
                                                     contested=frozenset(contested) - set(dumps)),
-                             memo=self._stragglers)
+                             memo=self._memo)
         statuses = {r: s for r, s in statuses_of(diagnosis, traces, int(stall_after * 1e9)).items()
                     if r in scope or not self.scoped}
         statuses.update((r, DOWN) for r in down)

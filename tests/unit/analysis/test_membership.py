@@ -1,7 +1,7 @@
 """Who belongs to which process group: from pg_config when the dumps list ranks (NCCL), rebuilt from
 the recorded ops when they do not (gloo writes an empty placeholder)."""
 
-from frexport.analysis.membership import build_membership
+from frexport.analysis.membership import MembershipMemo, build_membership
 from tests.support.synth import dump, entry, healthy_job, traces
 
 GLOO_PG_CONFIG = {"": {"name": "", "desc": "", "ranks": "[]"}}  # what gloo (torch 2.13) writes
@@ -50,3 +50,33 @@ def test_global_rank_of_a_group_local_peer():
     g = m.groups["nccl:7"]
     assert g.members == (1, 3)  # group rank i is the i-th smallest global rank: new_group sorts them
     assert (g.global_rank(0), g.global_rank(1), g.global_rank(2), g.global_rank(None)) == (1, 3, None, None)
+
+
+def test_a_live_analysis_builds_the_groups_again_only_where_what_they_rest_on_changed():
+    job = healthy_job(world=4, steps=2)
+    for r in (0, 1):
+        job[r].append(entry(3, 1, pg=("5", "tp"), pg_id=1))
+    ts = traces({r: dump(es, world=4, groups={"5": ("tp", [r - r % 2, r - r % 2 + 1])}) for r, es in job.items()})
+    memo = MembershipMemo()
+    first = memo.build(ts, set(), {})
+    assert first == build_membership(ts, set(), {})
+    t = ts[1]
+    assert len(t.groups) == 2
+    t.groups = dict(reversed(t.groups.items()))  # a followed window lists its groups in another order
+    assert memo.build(ts, set(), {1: ("nccl:0", 9)}) is first  # behind counts not where configs size the world
+    # a rank's config changes (a group made): built again, as from scratch
+    t.pg_config = traces({1: dump(job[1], world=4, groups={"5": ("tp", [0, 1]), "6": ("pp", [1, 3])})})[1].pg_config
+    again = memo.build(ts, set(), {})
+    assert again is not first and again == build_membership(ts, set(), {}) and "nccl:6" in again.groups
+    assert memo.build(ts, {0, 1, 2, 3, 7}, {}).world_size == 4  # (the configs say it)
+
+    # gloo: no config sizes the world; a rank whose records end behind its peers' is not placed in it
+    gloo = healthy_job(world=4, steps=3, backend="gloo")
+    gloo[9] = gloo[3][:1]
+    ts = traces(_gloo({r: dump(es) for r, es in gloo.items()}))
+    memo = MembershipMemo()
+    assert memo.build(ts, set(), {}).world_size == 10
+    behind = {9: ("0", 1)}
+    m = memo.build(ts, set(), behind)
+    assert (m.world_size, m.unplaced) == (4, (9,)) and m == build_membership(ts, set(), behind)
+    assert memo.build(ts, {0, 1, 2, 3, 4}, behind).world_size == 5

@@ -40,11 +40,11 @@ def test_stragglers_are_judged_again_when_a_trace_moves_and_only_then():
     live = LiveAnalysis(Analysis(stall_after=3600.0), scoped=False)
     first = _dumps(20, lambda i, r: 80 if r == 3 else 0, T0 + 60 * 10**9)
     assert _late(live, first) == [(3,)]
-    judged = live._stragglers.found
+    judged = live._memo.stragglers.found
     # the same entries, polled again (a hung job): nothing to judge again
     again = {r: replace(d, dumped_at_ns=d.dumped_at_ns + 10**9) for r, d in first.items()}
     assert _late(live, again) == [(3,)]
-    assert live._stragglers.found is judged
+    assert live._memo.stragglers.found is judged
     # then rank 3 catches up for 14 steps: the traces follow their windows in place (the same objects),
     # the stragglers are judged again, and rank 3, last in 18 of the 32 judged, is no longer one
     later = _dumps(34, lambda i, r: 80 if r == 3 and i < 20 else 0, T0 + 70 * 10**9)
