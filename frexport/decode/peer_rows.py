@@ -95,12 +95,14 @@ class PeerRank:
 
 def _peer_rank(fields: list) -> PeerRank:
     entries = fields[_ENTRIES_AT] = tuple(map(_new_tuple, repeat(Entry), zip(*fields[_ENTRIES_AT])))
-    untrack_plain(entries)  # (the view holds them for the whole window: model/untrack.py)
+    # (the view holds them for the whole window: model/untrack.py; the groups' status, new each pass)
+    untrack_plain((entries, fields[_PG_STATUS_AT]))
     return PeerRank(*fields)
 
 
 _PEER_RANK_FIELDS = tuple(f.name for f in dataclass_fields(PeerRank))
 _ENTRIES_AT = _PEER_RANK_FIELDS.index("entries")
+_PG_STATUS_AT = _PEER_RANK_FIELDS.index("pg_status")
 
 
 @dataclass

@@ -46,6 +46,7 @@ from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.peer_rows import expand_runs
 from frexport.model.rank_trace import leading_same
+from frexport.model.untrack import untrack_plain
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
 from frexport.sources.handlers import Fetched, fetch_cap
@@ -502,6 +503,10 @@ def _window(held: _Held, r: PeerRank, window: int) -> _Window:
         start = bisect_left(entries, unchanged_below, key=_record_id) if unchanged_below >= 0 else 0
         i = first_unsettled(entries, start)
         cursor = entries[i].record_id if i is not None else entries[-1].record_id + 1
+    if entries is not held.entries:
+        # a window of untracked entries is itself out of the collector's lists: the young collection
+        # after a pass walked each new one, item by item, cold (~4 million items at 16384 ranks)
+        untrack_plain((entries,))
     return _Window(held.entries, held.cursor, entries, cursor)
 
 

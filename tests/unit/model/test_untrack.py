@@ -53,11 +53,15 @@ def test_what_holds_a_tracked_object_stays_tracked_and_its_cycle_is_freed():
 
 def test_the_ranks_the_decoders_hand_the_view_come_untracked():
     state, now = LiveState(), 10**18
+    status = {"0": {"last_enqueued_collective": 4, "last_started_collective": 4, "last_completed_collective": 4}}
     for r, es in healthy_job(world=2, steps=4).items():
-        state.ingest(normalize(dump(es, world=2), f"rank {r}", "pickle", rank=r, dumped_at_ns=now, keep_frames=False),
-                     "test", now)
+        state.ingest(normalize(dump(es, world=2, pg_status=status), f"rank {r}", "pickle", rank=r, dumped_at_ns=now,
+                               keep_frames=False), "test", now)
     _now, ranks, _dropped, _suspected = parse_body(json.dumps(json.loads(PeerApi(state, 256).ranks_body({}, runs=True)))
                                                    .encode(), "peer")
     back = pickle.loads(ForkingPickler.dumps(ranks))
     assert [len(r.entries) for r in back] == [4, 4]
     assert not any(gc.is_tracked(e) for r in back for e in r.entries)
+    # the groups' status too: new objects every pass, each walked by the young collection after it
+    assert all(r.pg_status for r in back)
+    assert not any(gc.is_tracked(s) for r in back for s in (r.pg_status, *r.pg_status))

@@ -2,6 +2,7 @@
 view's source (sources/peers.py), over a real web server: the same TLS and basic auth as /metrics,
 cursors that move only what changed, discovery."""
 
+import gc
 import json
 import socket
 import time
@@ -119,6 +120,9 @@ def test_cursors_move_only_what_changed_and_keep_the_window(sandboxed):
         _ingest(state, 0, steps[:31] + [entry(31, 32, state="completed")], 3)
         third = src.collect()
         assert third[0].dump.entries[-1].state == "completed" and third[0].dump.dumped_at_ns == 3
+        # each window held is out of the collector's lists, as its entries are (model/untrack.py): the
+        # young collection after a pass walked every new one, item by item
+        assert not any(gc.is_tracked(s[0].dump.entries) for s in (first, second, third))
         assert src.bytes_total - before < full / 3
         assert src.collect() == []  # nothing has changed since
     finally:
