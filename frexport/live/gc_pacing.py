@@ -16,15 +16,17 @@ CPU, which after every 5 s pass was close to half of the sidecar's 1% budget. So
 once a minute (`full_every_s`), and less often where it costs more than a share of the loop's time
 (`full_share`, 5%): the 4096-rank view (3.6 s) about every 72 s.
 
-The young collection itself backs off while it finds nothing: it walks everything the pass allocated
-(0.07-0.08 s a steady pass of a 4096-rank view, ~0.3 s at 16384 ranks, a twentieth of the pass) and in
-the view's passes it found no cycle at all. Each one that finds nothing doubles the passes until the
-next (up to `young_every_max`); one that finds anything brings it back to every pass. A skipped pass is
-frozen as it is, so its cycles, if any, wait for the next full collection: time-bounded, like the frozen
-ones above. So only a loop that makes no cycles backs off. The sidecar's make some while its OTLP
-collector is down (the exporter's timeouts kept with their tracebacks, a failed batch of spans: 70 to
-20000 objects a pass); backing off below a threshold of 1000 froze those of the skipped passes until the
-full collection, and the hostile soak's memory climbed 25-39 MB/min.
+The young collection itself backs off where it costs and finds nothing: in a big view it walks what
+each pass allocated and kept (0.07-0.08 s a steady pass of a 4096-rank view, ~0.3 s at 16384 ranks
+before the windows were untracked, a twentieth of the pass) and found no cycle at all. Each one that
+finds nothing and took at least `young_share` of the pass before it doubles the passes until the next
+(up to `young_every_max`); one that finds anything, or costs less, brings it back to every pass. A
+skipped pass is not frozen: what it made stays young and the next young collection walks it (what died
+meanwhile has left the lists already), so its cycles wait a few passes, never for the full collection.
+Freezing them instead let the sidecar's cycles wait for the full collection (its OTLP exporter's
+timeouts kept with their tracebacks while the collector is down: 70 to 20000 objects a pass, in
+bursts), and its soak's memory climbed 12-39 MB/min. The sidecar's young collection, ~2 ms a 5 s pass,
+is under the share: it never backs off.
 
 The first pass is frozen without a collection: all it keeps is young (the whole window, every rank's
 snapshot and trace), so collecting it walked all of that to find it alive, and it came before the
@@ -42,14 +44,17 @@ from collections.abc import Callable
 
 class GcPacing:
     def __init__(self, full_share: float = 0.05, full_every_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic, young_every_max: int = 16) -> None:
+                 clock: Callable[[], float] = time.monotonic, young_every_max: int = 16,
+                 young_share: float = 0.01) -> None:
         self.full_share = full_share
         self.full_every_s = full_every_s
         self.clock = clock
         self.young_every_max = young_every_max
+        self.young_share = young_share
         self.last_full_s = 0.0  # what the last full collection cost
         self.young_every = 1  # passes from one young collection to the next
         self._passes_since_young = 0
+        self._pass_start: float | None = None  # when the last call ended: the pass since began
         self._next_full: float | None = None  # (None: no pass yet)
         self._was_enabled = gc.isenabled()
 
@@ -59,6 +64,7 @@ class GcPacing:
 
     def after_pass(self) -> None:
         now = self.clock()
+        pass_s = now - self._pass_start if self._pass_start is not None else 0.0
         if self._next_full is None:
             self._next_full = now + self.full_every_s
         elif now >= self._next_full:
@@ -69,11 +75,15 @@ class GcPacing:
             self._next_full = end + max(self.full_every_s, self.last_full_s / self.full_share)
         else:
             self._passes_since_young += 1
-            if self._passes_since_young >= self.young_every:
-                self._passes_since_young = 0
-                found = gc.collect(1)
-                self.young_every = 1 if found else min(self.young_every_max, 2 * self.young_every)
+            if self._passes_since_young < self.young_every:
+                self._pass_start = self.clock()
+                return  # (not frozen: the next young collection walks what this pass made)
+            self._passes_since_young = 0
+            found = gc.collect(1)
+            costly = self.clock() - now >= self.young_share * pass_s
+            self.young_every = min(self.young_every_max, 2 * self.young_every) if costly and not found else 1
         gc.freeze()
+        self._pass_start = self.clock()
 
     def stop(self) -> None:
         gc.unfreeze()

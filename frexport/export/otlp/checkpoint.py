@@ -92,15 +92,20 @@ class CheckpointExporter(SpanExporter):
     # --- SpanExporter --------------------------------------------------------------------------
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = SpanExportResult.FAILURE
         try:
             result = self.inner.export(spans)
         finally:
-            # whatever happened, these spans are not retried: their expectations end here
-            with self._lock:
-                made = [self._expected.pop(s.context.span_id, None) for s in spans]
-        if result != SpanExportResult.SUCCESS:
-            return result
+            # whatever happened, these spans are not retried: their expectations end here (in a call of
+            # its own: a failed export can keep this frame in a cycle of the HTTP client's, with its locals)
+            self._settle(spans, result == SpanExportResult.SUCCESS)
+        return result
+
+    def _settle(self, spans: Sequence[ReadableSpan], exported: bool) -> None:
         with self._lock:
+            made = [self._expected.pop(s.context.span_id, None) for s in spans]
+            if not exported:
+                return
             for p in made:
                 if p is not None:
                     self._ranks.setdefault(p.rank, RankCheckpoint()).add(p.record_id, p.created_ns)
@@ -108,7 +113,6 @@ class CheckpointExporter(SpanExporter):
             due = self._dirty and time.monotonic() - self._saved_at >= self.save_every_s
         if due:
             self.save()
-        return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.save()

@@ -31,24 +31,33 @@ def test_a_cycle_made_during_a_pass_is_freed_at_its_end_while_automatic_collecti
 
 
 def test_a_cycle_among_a_pass_survivors_lives_until_the_paced_full_collection():
-    # the clock's readings: the first pass at 0 s, a full collection from 0 s to 1 s, at a 25% share the
-    # next one from 5 s
-    readings = iter([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 6.0])
-    pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: next(readings))
+    # a fake clock on which a full collection takes 1 s: at a 25% share the next one comes 4 s after it
+    now = [0.0]
+
+    def full_takes_a_second(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            now[0] += 1.0
+
+    pacing = GcPacing(full_share=0.25, full_every_s=0.0, clock=lambda: now[0])
+    gc.callbacks.append(full_takes_a_second)
     pacing.start()
     try:
         pacing.after_pass()  # 0 s: the first pass, frozen
         pacing.after_pass()  # 0-1 s: everything collected
         assert pacing.last_full_s == 1.0
         held, ref = _cycle()
+        now[0] = 2.0
         pacing.after_pass()  # 2 s: survives the pass, frozen
         del held
-        pacing.after_pass()  # 3 s
+        now[0] = 3.0
+        pacing.after_pass()
         assert ref() is not None  # the young collection does not walk frozen objects
-        pacing.after_pass()  # 5 s: everything collected again
+        now[0] = 5.0
+        pacing.after_pass()  # everything collected again
         assert ref() is None
     finally:
         pacing.stop()
+        gc.callbacks.remove(full_takes_a_second)
 
 
 def test_a_small_window_is_collected_whole_once_a_minute():
@@ -107,16 +116,16 @@ def test_what_leaves_the_window_is_freed_at_once_while_frozen():
 
 
 def test_young_collections_that_find_nothing_come_less_often_and_one_that_finds_cycles_brings_them_back():
-    # a young collection walks everything a pass allocated (a twentieth of a 16384-rank view's pass) and
-    # in the view's passes finds nothing: each that finds nothing doubles the passes to the next
+    # a young collection walks what a pass allocated and kept (a twentieth of a 16384-rank view's pass) and
+    # in the view's passes finds nothing: each that finds nothing doubles the passes to the next (here each
+    # one counts as costly: `young_share` 0)
     young: list[int] = []
 
     def seen(phase: str, info: dict) -> None:
         if phase == "stop" and info["generation"] == 1:
             young.append(info["collected"])
 
-    now = [0.0]
-    pacing = GcPacing(full_every_s=60.0, clock=lambda: now[0], young_every_max=4)
+    pacing = GcPacing(full_every_s=60.0, clock=lambda: 0.0, young_every_max=4, young_share=0.0)
     gc.callbacks.append(seen)
     pacing.start()
     try:
@@ -131,19 +140,41 @@ def test_young_collections_that_find_nothing_come_less_often_and_one_that_finds_
             return collected
 
         assert passes(12) == [True, False, True, False, False, False, True, False, False, False, True, False]
-        # a cycle made in a skipped pass waits, frozen; one made before a collection is found, and the
+        # a cycle made in a skipped pass is not frozen with it: the next young collection finds it, and the
         # collections come every pass again
         skipped_held, skipped = _cycle()
         del skipped_held
         assert passes(2) == [False, False]
         assert skipped() is not None
-        found_held, found = _cycle()
-        del found_held
-        assert passes(1) == [True] and found() is None and young[0] >= 2
+        assert passes(1) == [True] and skipped() is None and young[0] >= 2
         assert passes(3) == [True, False, True]  # every pass again, then backing off anew
-        now[0] = 60.0  # the full collection frees what the skipped passes froze
-        pacing.after_pass()
-        assert skipped() is None
+    finally:
+        pacing.stop()
+        gc.callbacks.remove(seen)
+
+
+def test_a_young_collection_that_costs_little_runs_every_pass():
+    # the sidecar's: ~2 ms after a 5 s pass, under the 1 % share; backing off would only keep its cycles longer
+    now = [0.0]
+    collected = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 1:
+            collected.append(now[0])
+            now[0] += 0.002  # the collection's cost on the fake clock
+
+    pacing = GcPacing(full_every_s=600.0, clock=lambda: now[0])
+    gc.callbacks.append(seen)
+    pacing.start()
+    try:
+        for _ in range(8):
+            now[0] += 5.0
+            pacing.after_pass()
+        assert len(collected) == 7 and pacing.young_every == 1  # (the first pass is frozen uncollected)
+        for _ in range(3):
+            now[0] += 0.1  # passes of 0.1 s: the same 2 ms is 2 % of them
+            pacing.after_pass()
+        assert pacing.young_every == 4
     finally:
         pacing.stop()
         gc.callbacks.remove(seen)

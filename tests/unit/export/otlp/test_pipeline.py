@@ -1,12 +1,16 @@
 """The OTLP sink: the loop only queues; the queue is bounded and counts drops; stalls go out once."""
 
+import gc
+import socket
 import threading
 import time
+import weakref
 
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
+from frexport.export.otlp.exporter import make_exporter
 from frexport.export.otlp.pipeline import OtlpSink
 from frexport.live.state import LiveState
 from tests.support.fr_events import a_pass, polls, result_of, snapshot
@@ -142,3 +146,39 @@ def test_stop_flushes_what_is_queued():
     sink.stop(5)
     assert len(exp.get_finished_spans()) == 7 and not sink._thread.is_alive()
     assert exp.export([]) == SpanExportResult.FAILURE  # the wrapped exporter was shut down too
+
+
+def test_spans_a_failed_export_kept_in_the_http_clients_cycles_are_freed_at_once(monkeypatch):
+    """The real OTLP/HTTP exporter against a collector that refuses connections: urllib3 keeps its retries'
+    exceptions with their tracebacks, in reference cycles that hold every frame up the call, ours too. The
+    live loop runs with automatic collection off (live/gc_pacing.py), so what those frames hold waits for
+    its next full collection: ~20000 spans a minute in the soak. Emptied, the batch's spans go at once."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    refs: list[weakref.ref] = []
+
+    class Watched(SpanExporter):
+        def __init__(self, inner: SpanExporter) -> None:
+            self.inner = inner
+
+        def export(self, spans):
+            refs.extend(map(weakref.ref, spans))
+            return self.inner.export(spans)
+
+    sink = OtlpSink(Watched(make_exporter({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})), "j")
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sink.start()
+        state = LiveState()
+        sink.consume(a_pass(state.ingest(snapshot(0, 0, 3, T0), "s", T0)))
+        assert sink.flush(10)
+        assert _metrics(sink)["failed"] == 3 and len(refs) == 3
+        assert not any(r() for r in refs)
+    finally:
+        sink.stop(1)
+        if was_enabled:
+            gc.enable()
