@@ -337,11 +337,14 @@ class PeersSource:
         what is held (`_merge`)."""
         out = {}
         for r in ranks:
-            held = self._held.get((peer, r.rank))
-            if held is None or held.epoch != r.epoch or r.full:
-                held = _Held(peer, r.epoch)  # (what _merge starts it from)
-            out[r.rank] = _window(held, r, self.window)
+            out[r.rank] = _window(self._held_for(peer, r) or _Held(peer, r.epoch), r, self.window)
         return out
+
+    def _held_for(self, peer: str, r: PeerRank) -> _Held | None:
+        """What a rank's answer is merged into; None where it starts afresh (nothing held yet, a new epoch,
+        or the whole window sent)."""
+        held = self._held.get((peer, r.rank))
+        return None if held is None or held.epoch != r.epoch or r.full else held
 
     def _parse(self, body: bytes, peer: str) -> tuple[list[PeerRank], Dropped, bool]:
         """A peer's body read in the sandboxed decoders (raises DecodeError): bounded in memory like
@@ -357,8 +360,8 @@ class PeersSource:
         return out
 
     def _merge(self, peer: str, r: PeerRank, window: _Window | None = None) -> Snapshot | None:
-        held = self._held.get((peer, r.rank))
-        if held is None or held.epoch != r.epoch or r.full:
+        held = self._held_for(peer, r)
+        if held is None:
             held = self._held[(peer, r.rank)] = _Held(peer, r.epoch)
         if r.pg_config is not None:  # member tuples shared across ranks and bodies (analysis/membership.py)
             if len(self._interned) > MAX_INTERNED:  # a peer sending ever new groups must not grow it for good
