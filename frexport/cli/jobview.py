@@ -70,8 +70,8 @@ def run_jobview(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"frexport jobview: cannot serve on {cfg.web.listen}: {exc}", file=sys.stderr)
         return 2
-    log.info("job-level view: peers %s; serving /metrics on port %d",
-             ", ".join(cfg.peers.urls + ([cfg.peers.service] if cfg.peers.service else [])), web.port)
+    log.info("job-level view: peers %s; serving /metrics on %s (port %d)",
+             ", ".join(cfg.peers.urls + ([cfg.peers.service] if cfg.peers.service else [])), cfg.web.listen, web.port)
     try:
         sidecar.run()
     finally:

@@ -3,32 +3,45 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.ports import free_port
+_LISTENING = re.compile(r"serving /metrics.* \(port (\d+)\)")  # serve's and jobview's log line
 
 
 class Sidecar:
     def __init__(self, *args: str, env: dict | None = None, log: Path | None = None, command: str = "serve") -> None:
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "frexport", command, "--listen", f"127.0.0.1:{self.port}", *args]
+        # port 0 and the port it says it took: a port picked free here can be taken by another sidecar
+        # started meanwhile, and then /healthz answers from that one while this one has died
+        cmd = [sys.executable, "-m", "frexport", command, "--listen", "127.0.0.1:0", *args]
         self.log = log
-        out = open(log, "wb") if log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out, stderr=subprocess.STDOUT)
+        self._own_log = None if log else tempfile.NamedTemporaryFile(prefix="frexport-serve-", suffix=".log")
+        path = log or Path(self._own_log.name)
+        with open(path, "wb") as out:
+            self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out,
+                                         stderr=subprocess.STDOUT)
+        self.port = self._wait_for_port(path)
+
+    def _wait_for_port(self, path: Path) -> int:
         deadline = time.monotonic() + 60  # slow on a loaded 2-core machine
         while time.monotonic() < deadline:
-            try:
+            said = _LISTENING.search(path.read_text(errors="replace"))
+            if said:
+                self.port = int(said.group(1))
                 self.get("/healthz")
-                return
-            except OSError:
-                time.sleep(0.1)
+                return self.port
+            if self.proc.poll() is not None:
+                raise AssertionError(f"frexport serve exited ({self.proc.returncode}): "
+                                     f"{path.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
         self.proc.kill()  # nobody holds this object to stop it
         self.proc.wait(10)
         raise AssertionError("frexport serve did not start")
@@ -69,3 +82,5 @@ class Sidecar:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        if self._own_log:
+            self._own_log.close()
