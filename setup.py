@@ -14,6 +14,8 @@ setup(ext_modules=[Extension("frexport.decode._scan", ["frexport/decode/_scan.c"
                              depends=["frexport/decode/_scan_fields.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"]),
                    Extension("frexport.model._rows", ["frexport/model/_rows.c"], optional=True,
+                             depends=["frexport/_group_columns.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"]),
                    Extension("frexport.analysis._straggler", ["frexport/analysis/_straggler.c"], optional=True,
+                             depends=["frexport/_group_columns.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"])])

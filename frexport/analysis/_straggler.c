@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_group_columns.h"
+
 #define PAST_64_BITS 1 /* load()'s and the loops' answer when Python's ints would go where int64 cannot */
 
 /* obj's values into a new int64 buffer (*n of them): 0, PAST_64_BITS, or -1 with an exception */
@@ -403,40 +405,17 @@ typedef struct {
     Py_ssize_t len;
 } Columns;
 
-static const char *const COLUMN_NAMES[4] = {"seq", "created_ns", "duration_us", "flags"};
+static PyObject *column_names[4]; /* seq, created_ns, duration_us, flags: interned at import */
 
 static void release_columns(Columns *c, Py_ssize_t m) {
     for (Py_ssize_t i = 0; c != NULL && i < m; i++)
-        for (int k = 0; k < c[i].held; k++)
-            PyBuffer_Release(&c[i].col[k]);
+        release_views(c[i].col, &c[i].held);
 }
 
-/* 0, ODD, or -1 with an exception; c->held says how many views to release either way. Only an exact
- * `group_type` (rank_trace.GroupTrace) is read: a subclass's attributes could run Python code. */
+/* 0, ODD, or -1 with an exception; c->held says how many views to release either way. */
 static int get_columns(PyObject *g, PyObject *group_type, Columns *c) {
-    c->held = 0;
-    if ((PyObject *)Py_TYPE(g) != group_type)
-        return ODD;
-    for (int k = 0; k < 4; k++) {
-        PyObject *obj = PyObject_GetAttrString(g, COLUMN_NAMES[k]);
-        if (obj == NULL)
-            return -1;
-        int rc = PyObject_CheckBuffer(obj) ? PyObject_GetBuffer(obj, &c->col[k], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) : 1;
-        Py_DECREF(obj); /* (a view holds its object) */
-        if (rc < 0)
-            PyErr_Clear();
-        if (rc != 0)
-            return ODD;
-        c->held++;
-        const Py_buffer *v = &c->col[k];
-        int ok = v->format != NULL && (k < 3 ? v->itemsize == 8 && (!strcmp(v->format, "q") || !strcmp(v->format, "l"))
-                                             : v->itemsize == 1 && !strcmp(v->format, "B"));
-        Py_ssize_t len = v->len / (v->itemsize ? v->itemsize : 1);
-        if (!ok || (k && len != c->len))
-            return ODD;
-        c->len = len;
-    }
-    return 0;
+    int rc = group_columns(g, group_type, 4, column_names, "qqqB", c->col, &c->held, &c->len);
+    return rc == COLUMNS_ODD ? ODD : rc;
 }
 
 #define COL(c, k) ((const int64_t *)(c).col[k].buf)
@@ -649,4 +628,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_straggler", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__straggler(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__straggler(void) {
+    const char *names[4] = {"seq", "created_ns", "duration_us", "flags"};
+    for (int k = 0; k < 4; k++)
+        if ((column_names[k] = PyUnicode_InternFromString(names[k])) == NULL)
+            return NULL;
+    return PyModule_Create(&module);
+}

@@ -128,13 +128,13 @@ def _fetch_one(source: WorkerServerSource, t: RankTarget, recorder: str, where: 
                failed: list[str], top: str) -> str | None:
     """One recorder's dump of one rank into `where`: the agent's pickle (it carries stack frames), else
     PyTorch's JSON handler. The file name, or None (said in `failed`)."""
-    last: PeerError | None = None
+    why = "no handler"  # the last failure's words: the exception itself would hold this frame in a cycle
     pickle_handler, json_handler = source.dump_handlers(t, recorder)
     for handler, filename in ((pickle_handler, f"trace_{t.rank}"), (json_handler, f"trace_{t.rank}.json")):
         try:
             body = source.fetch(t, handler)
         except PeerError as exc:
-            last = exc
+            why = exc.detail
             if exc.down:
                 break
             continue
@@ -144,7 +144,7 @@ def _fetch_one(source: WorkerServerSource, t: RankTarget, recorder: str, where: 
             failed.append(f"rank {t.rank} ({recorder} recorder): not written: {exc}")
             return None
         return filename
-    failed.append(f"rank {t.rank} ({recorder} recorder): {last.detail if last else 'no handler'}")
+    failed.append(f"rank {t.rank} ({recorder} recorder): {why}")
     return None
 
 

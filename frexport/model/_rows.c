@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_group_columns.h"
+
 /* Entry's field positions, the types and constants of rank_trace (setup()) */
 enum { F_PG_NAME, F_IS_P2P, F_OP, F_SEQ, F_P2P_SEQ, F_BACKEND, F_SRC, F_DST, F_CREATED, F_DURATION, F_IN_SIZES,
        F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_CALL_SITE, F_STATE, F_RETIRED, F_STARTED, N_FIELDS };
@@ -616,41 +618,16 @@ typedef struct {
     Py_ssize_t n;
 } Tail;
 
-static void tail_release(Tail *t) {
-    for (int k = 0; k < t->held; k++)
-        PyBuffer_Release(&t->v[k]);
-    t->held = 0;
-}
+static void tail_release(Tail *t) { release_views(t->v, &t->held); }
 
 /* 0, 1 where g is not exactly `group_type` or its columns not int64 / bytes of one length (the caller answers
- * NotImplemented), -1 with an exception. Only attributes of an exact GroupTrace are read: no Python code runs. */
+ * NotImplemented), -1 with an exception. */
 static int tail_of(PyObject *g, PyObject *group_type, Tail *t) {
-    PyObject *names[3] = {s_seq, s_created_ns, s_flags};
-    t->held = 0;
-    if ((PyObject *)Py_TYPE(g) != group_type)
-        return 1;
-    for (int k = 0; k < 3; k++) {
-        PyObject *col = PyObject_GetAttr(g, names[k]);
-        if (col == NULL)
-            return -1;
-        int rc = PyObject_CheckBuffer(col) ? PyObject_GetBuffer(col, &t->v[k], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) : 1;
-        Py_DECREF(col); /* (the view holds it) */
-        if (rc < 0)
-            PyErr_Clear();
-        if (rc != 0) {
-            tail_release(t);
-            return 1;
-        }
-        t->held++;
-        const Py_buffer *v = &t->v[k];
-        int ok = v->format != NULL && (k < 2 ? v->itemsize == 8 && (!strcmp(v->format, "q") || !strcmp(v->format, "l"))
-                                             : v->itemsize == 1 && !strcmp(v->format, "B"));
-        Py_ssize_t len = v->len / (v->itemsize ? v->itemsize : 1);
-        if (!ok || (k && len != t->n)) {
-            tail_release(t);
-            return 1;
-        }
-        t->n = len;
+    PyObject *const names[3] = {s_seq, s_created_ns, s_flags};
+    int rc = group_columns(g, group_type, 3, names, "qqB", t->v, &t->held, &t->n);
+    if (rc != 0) {
+        tail_release(t);
+        return rc == COLUMNS_ODD ? 1 : -1;
     }
     t->seq = t->v[0].buf, t->created = t->v[1].buf, t->flags = t->v[2].buf;
     return 0;

@@ -1,0 +1,48 @@
+/* One rank_trace.GroupTrace's columns read in place, for the C loops of model/_rows.c and
+ * analysis/_straggler.c (each reads a different few of them, the same way). */
+#ifndef FREXPORT_GROUP_COLUMNS_H
+#define FREXPORT_GROUP_COLUMNS_H
+
+#include <Python.h>
+#include <string.h>
+
+#define COLUMNS_ODD 1 /* not exactly a GroupTrace, or a column not of its kind or length: left to Python */
+
+/* Views of n attributes of g, `names` (interned str): kinds[k] 'q' for int64 (an array 'q' or 'l' of 8-byte
+ * items), 'B' for bytes; all of one length (*len). 0, COLUMNS_ODD, or -1 with an exception. *held views are
+ * taken either way: the caller releases them (release_views). Only an exact `group_type` is read: a
+ * subclass's attributes could run Python code. */
+static int group_columns(PyObject *g, PyObject *group_type, int n, PyObject *const *names, const char *kinds,
+                         Py_buffer *views, int *held, Py_ssize_t *len) {
+    *held = 0;
+    if ((PyObject *)Py_TYPE(g) != group_type)
+        return COLUMNS_ODD;
+    for (int k = 0; k < n; k++) {
+        PyObject *col = PyObject_GetAttr(g, names[k]);
+        if (col == NULL)
+            return -1;
+        int rc = PyObject_CheckBuffer(col) ? PyObject_GetBuffer(col, &views[k], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) : 1;
+        Py_DECREF(col); /* (the view holds it) */
+        if (rc < 0)
+            PyErr_Clear();
+        if (rc != 0)
+            return COLUMNS_ODD;
+        (*held)++;
+        const Py_buffer *v = &views[k];
+        int ok = v->format != NULL && (kinds[k] == 'q' ? v->itemsize == 8 && (!strcmp(v->format, "q") || !strcmp(v->format, "l"))
+                                                       : v->itemsize == 1 && !strcmp(v->format, "B"));
+        Py_ssize_t items = v->len / (v->itemsize ? v->itemsize : 1);
+        if (!ok || (k && items != *len))
+            return COLUMNS_ODD;
+        *len = items;
+    }
+    return 0;
+}
+
+static void release_views(Py_buffer *views, int *held) {
+    for (int k = 0; k < *held; k++)
+        PyBuffer_Release(&views[k]);
+    *held = 0;
+}
+
+#endif
