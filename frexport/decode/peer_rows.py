@@ -43,7 +43,7 @@ from frexport.decode.fields import (
 from frexport.decode.json_decode import loads, typed_decodable
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
 from frexport.model.peer_rows import COLUMNS, FORMAT
-from frexport.model.untrack import untrack_plain
+from frexport.model.untrack import untrack_plain, untracked_rows
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
 
 _N = len(COLUMNS)
@@ -94,7 +94,7 @@ class PeerRank:
 
 
 def _peer_rank(fields: list) -> PeerRank:
-    entries = fields[_ENTRIES_AT] = tuple(map(_new_tuple, repeat(Entry), zip(*fields[_ENTRIES_AT])))
+    entries = fields[_ENTRIES_AT] = untracked_rows(Entry, fields[_ENTRIES_AT])
     # (the view holds them for the whole window: model/untrack.py; the groups' status, new each pass)
     untrack_plain((entries, fields[_PG_STATUS_AT]))
     return PeerRank(*fields)

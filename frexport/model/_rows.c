@@ -372,6 +372,47 @@ static PyObject *untrack(PyObject *self, PyObject *objects) {
     Py_RETURN_NONE;
 }
 
+/* entries(entry_type, columns): a tuple of entry_type (a plain tuple subclass: plain_tuple's rule) rows, row i
+ * holding item i of each column, each out of the collector's lists where untrack would take it. The rows a
+ * decoder hands the view as columns (decode/peer_rows.py), made in one step instead of a tuple per row for
+ * zip and its copy for the class. NotImplemented where entry_type is no such class, or the columns are not a
+ * list of tuples of one length, one per field (`fields`). */
+static PyObject *entries_of(PyObject *self, PyObject *args) {
+    PyObject *type_obj, *columns;
+    Py_ssize_t fields;
+    if (!PyArg_ParseTuple(args, "OO!n", &type_obj, &PyList_Type, &columns, &fields))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    Py_ssize_t k = PyList_GET_SIZE(columns);
+    if (!PyType_Check(type_obj) || !PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
+        type->tp_dictoffset != 0 || (k != fields && k != 0))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = k ? -1 : 0;
+    for (Py_ssize_t c = 0; c < k; c++) {
+        PyObject *col = PyList_GET_ITEM(columns, c);
+        if (!PyTuple_CheckExact(col) || (n >= 0 && PyTuple_GET_SIZE(col) != n))
+            Py_RETURN_NOTIMPLEMENTED;
+        n = PyTuple_GET_SIZE(col);
+    }
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *e = type->tp_alloc(type, k);
+        if (e == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        for (Py_ssize_t c = 0; c < k; c++) {
+            PyObject *v = PyTuple_GET_ITEM(PyList_GET_ITEM(columns, c), i);
+            Py_INCREF(v);
+            PyTuple_SET_ITEM(e, c, v);
+        }
+        untracked(e, 0);
+        PyTuple_SET_ITEM(out, i, e);
+    }
+    return out;
+}
+
 /* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
  * scheduled): rank_trace.EdgeFacts.of's six lists (the times and timeout as they are, 0 where None; the
  * backend where the state is not `scheduled`, else None). NotImplemented where an entry is not a tuple
@@ -917,6 +958,8 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(entry field positions, OpSignature, P2POp, tuple.__new__, STARTED, "
                                    "FINISHED, ISSUED, P2P, COLUMN, SKIPPED)"},
     {"untrack", untrack, METH_O, "untrack(objects): the plain tuples among them out of the cyclic collector's lists"},
+    {"entries", entries_of, METH_VARARGS, "entries(entry_type, columns, fields) -> a tuple of entry_type rows, "
+                                          "untracked where plain, or NotImplemented"},
     {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six lists, or "
                                              "NotImplemented"},
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import import_module
+from itertools import repeat
 from types import ModuleType
+from typing import TypeVar
+
+T = TypeVar("T", bound=tuple)
 
 
 def untrack_plain(objects: Sequence) -> None:
@@ -22,6 +26,19 @@ def untrack_plain(objects: Sequence) -> None:
     tuples included, out of its lists; anything else as it was."""
     if _rows is not None:
         _rows.untrack(objects if isinstance(objects, (tuple, list)) else list(objects))
+
+
+def untracked_rows(row_type: type[T], columns: list[tuple]) -> tuple[T, ...]:
+    """The rows of `columns` (one tuple per field of `row_type`, a NamedTuple) as `row_type` tuples, each out
+    of the collector's lists where untrack_plain would take it: in one step in model/_rows.c, where zip made
+    a tuple per row and the class a copy of it (a decoder's columns, every rank of a job view each pass)."""
+    if _rows is not None:
+        out = _rows.entries(row_type, columns, len(row_type._fields))  # type: ignore[attr-defined]
+        if out is not NotImplemented:
+            return out
+    rows = tuple(map(tuple.__new__, repeat(row_type), zip(*columns)))
+    untrack_plain(rows)
+    return rows
 
 
 def _load() -> ModuleType | None:

@@ -12,7 +12,8 @@ from frexport.decode.peer_rows import parse_body
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
 from frexport.model import untrack
-from frexport.model.untrack import untrack_plain
+from frexport.model.dump import Entry
+from frexport.model.untrack import untrack_plain, untracked_rows
 from tests.support.synth import dump, entry, healthy_job
 
 
@@ -51,6 +52,21 @@ def test_what_holds_a_tracked_object_stays_tracked_and_its_cycle_is_freed():
     assert gone() is None
 
 
+def test_rows_made_from_columns_are_the_entries_zip_makes_untracked_where_plain(monkeypatch):
+    entries = _entries()
+    columns = list(zip(*entries))
+    rows = untracked_rows(Entry, columns)
+    assert rows == tuple(entries) and all(type(e) is Entry for e in rows)
+    assert not any(gc.is_tracked(e) for e in rows)
+    node = _Node()  # a row holding what the collector tracks stays tracked
+    held = untracked_rows(Entry, list(zip(*[entries[0]._replace(frames=(node,)), entries[1]])))
+    assert gc.is_tracked(held[0]) and not gc.is_tracked(held[1])
+    # columns the C does not take (lists), and no C at all: the same rows the Python way
+    assert untracked_rows(Entry, [list(c) for c in columns]) == rows
+    monkeypatch.setattr(untrack, "_rows", None)
+    assert untracked_rows(Entry, columns) == rows and untracked_rows(Entry, []) == ()
+
+
 def test_the_ranks_the_decoders_hand_the_view_come_untracked():
     state, now = LiveState(), 10**18
     status = {"0": {"last_enqueued_collective": 4, "last_started_collective": 4, "last_completed_collective": 4}}
@@ -60,7 +76,7 @@ def test_the_ranks_the_decoders_hand_the_view_come_untracked():
     _now, ranks, _dropped, _suspected = parse_body(json.dumps(json.loads(PeerApi(state, 256).ranks_body({}, runs=True)))
                                                    .encode(), "peer")
     back = pickle.loads(ForkingPickler.dumps(ranks))
-    assert [len(r.entries) for r in back] == [4, 4]
+    assert back == ranks and [len(r.entries) for r in back] == [4, 4]
     assert not any(gc.is_tracked(e) for r in back for e in r.entries)
     # the groups' status too: new objects every pass, each walked by the young collection after it
     assert all(r.pg_status for r in back)
