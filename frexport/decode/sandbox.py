@@ -183,14 +183,22 @@ class _Worker:
         self.deadline = 0.0
         self.items = 0  # handled so far (where its memory cannot be read, it is recycled after a number)
         self.started_rss: int | None = None
+        self._statm: int | None = None  # its /proc statm, held open: read after every item
 
     def rss_bytes(self) -> int | None:
-        """Its resident memory (Linux's /proc), None where that cannot be read."""
+        """Its resident memory (Linux's /proc), None where that cannot be read. (The file stays open: opening
+        it took ~10 us, after each of a 16384-rank view's 2048 bodies a pass.)"""
         try:
-            with open(f"/proc/{self.proc.pid}/statm", "rb") as f:
-                return int(f.read().split()[1]) * _PAGE
+            if self._statm is None:
+                self._statm = os.open(f"/proc/{self.proc.pid}/statm", os.O_RDONLY)
+            return int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE
         except (OSError, ValueError, IndexError):
             return None
+
+    def _close_statm(self) -> None:
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
 
     def hello(self, limits: Limits) -> str | None:
         """Wait for the worker's report on its memory limit; raise SandboxUnavailable if required and
@@ -214,12 +222,14 @@ class _Worker:
             self.proc.join(5)
         self.conn.close()
         self.lifeline.close()
+        self._close_statm()
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.join(5)
         self.conn.close()
         self.lifeline.close()
+        self._close_statm()
 
 
 def _context() -> mp.context.ForkContext | mp.context.SpawnContext:
