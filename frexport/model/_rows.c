@@ -372,7 +372,7 @@ static PyObject *untrack(PyObject *self, PyObject *objects) {
     Py_RETURN_NONE;
 }
 
-/* entries(entry_type, columns): a tuple of entry_type (a plain tuple subclass: plain_tuple's rule) rows, row i
+/* entries(entry_type, columns, fields): a tuple of entry_type (a plain tuple subclass: plain_tuple's rule) rows, row i
  * holding item i of each column, each out of the collector's lists where untrack would take it. The rows a
  * decoder hands the view as columns (decode/peer_rows.py), made in one step instead of a tuple per row for
  * zip and its copy for the class. NotImplemented where entry_type is no such class, or the columns are not a
