@@ -70,11 +70,16 @@ def test_wheel_carries_the_agent_bootstrap_license_and_entry_points(dists):
     assert "frexport = frexport.cli.main:main" in scripts and "frexport-launch = frexport.agent.launch:main" in scripts
     with tarfile.open(dists[1]) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
+    sources = {"frexport/decode/_scan.c", "frexport/decode/_scan_fields.h", "frexport/model/_rows.c",
+               "frexport/analysis/_straggler.c", "frexport/_group_columns.h"}
     assert {"LICENSE", "CHANGELOG.md", "SECURITY.md", "README.md", "pyproject.toml", "setup.py",
-            "frexport/agent/_bootstrap/sitecustomize.py", "frexport/decode/_scan.c"} <= members
+            "frexport/agent/_bootstrap/sitecustomize.py", *sources} <= members
     assert not any(m.endswith(".so") for m in members)  # sources only
-    assert any(n.startswith("frexport/decode/_scan.") and n.endswith(".so") for n in names)
-    assert "frexport/decode/_scan.c" not in names
+    # the wheel is built from the sdist: every compiled module is in it (they are optional: a build that
+    # fails, a header the sdist lacks, says nothing), and no C source or header is
+    for module in ("decode/_scan", "model/_rows", "analysis/_straggler"):
+        assert any(n.startswith(f"frexport/{module}.") and n.endswith(".so") for n in names), module
+    assert not sources & names
 
 
 def test_installed_wheel_runs_away_from_the_checkout(installed, tmp_path):
