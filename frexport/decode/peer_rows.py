@@ -94,9 +94,9 @@ class PeerRank:
 
 
 def _peer_rank(fields: list) -> PeerRank:
-    entries = fields[_ENTRIES_AT] = untracked_rows(Entry, fields[_ENTRIES_AT])
     # (the view holds them for the whole window: model/untrack.py; the groups' status, new each pass)
-    untrack_plain((entries, fields[_PG_STATUS_AT]))
+    fields[_ENTRIES_AT] = untracked_rows(Entry, fields[_ENTRIES_AT])
+    untrack_plain((fields[_PG_STATUS_AT],))
     return PeerRank(*fields)
 
 

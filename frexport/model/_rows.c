@@ -373,7 +373,8 @@ static PyObject *untrack(PyObject *self, PyObject *objects) {
 }
 
 /* entries(entry_type, columns, fields): a tuple of entry_type (a plain tuple subclass: plain_tuple's rule) rows, row i
- * holding item i of each column, each out of the collector's lists where untrack would take it. The rows a
+ * holding item i of each column, each out of the collector's lists where untrack would take it, and the tuple
+ * too where all its rows are (as untrack takes a tuple of rows). The rows a
  * decoder hands the view as columns (decode/peer_rows.py), made in one step instead of a tuple per row for
  * zip and its copy for the class. NotImplemented where entry_type is no such class, or the columns are not a
  * list of tuples of one length, one per field (`fields`). */
@@ -396,6 +397,7 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
         n = PyTuple_GET_SIZE(col);
     }
     PyObject *out = PyTuple_New(n);
+    int all = 1;
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         PyObject *e = type->tp_alloc(type, k);
         if (e == NULL) {
@@ -407,9 +409,11 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
             Py_INCREF(v);
             PyTuple_SET_ITEM(e, c, v);
         }
-        untracked(e, 0);
+        all &= untracked(e, 0);
         PyTuple_SET_ITEM(out, i, e);
     }
+    if (out != NULL && all)
+        PyObject_GC_UnTrack(out);
     return out;
 }
 

@@ -29,15 +29,16 @@ def untrack_plain(objects: Sequence) -> None:
 
 
 def untracked_rows(row_type: type[T], columns: list[tuple]) -> tuple[T, ...]:
-    """The rows of `columns` (one tuple per field of `row_type`, a NamedTuple) as `row_type` tuples, each out
-    of the collector's lists where untrack_plain would take it: in one step in model/_rows.c, where zip made
-    a tuple per row and the class a copy of it (a decoder's columns, every rank of a job view each pass)."""
+    """The rows of `columns` (one tuple per field of `row_type`, a NamedTuple) as a tuple of `row_type` tuples,
+    out of the collector's lists as untrack_plain((rows,)) would take them: in one step in model/_rows.c,
+    where zip made a tuple per row and the class a copy of it (a decoder's columns, every rank of a job view
+    each pass)."""
     if _rows is not None:
         out = _rows.entries(row_type, columns, len(row_type._fields))  # type: ignore[attr-defined]
         if out is not NotImplemented:
             return out
     rows = tuple(map(tuple.__new__, repeat(row_type), zip(*columns)))
-    untrack_plain(rows)
+    untrack_plain((rows,))
     return rows
 
 

@@ -57,13 +57,14 @@ def test_rows_made_from_columns_are_the_entries_zip_makes_untracked_where_plain(
     columns = list(zip(*entries))
     rows = untracked_rows(Entry, columns)
     assert rows == tuple(entries) and all(type(e) is Entry for e in rows)
-    assert not any(gc.is_tracked(e) for e in rows)
-    node = _Node()  # a row holding what the collector tracks stays tracked
+    assert not any(gc.is_tracked(e) for e in (rows, *rows))  # the tuple of them too: the view holds it
+    node = _Node()  # a row holding what the collector tracks stays tracked, and so does the tuple of rows
     held = untracked_rows(Entry, list(zip(*[entries[0]._replace(frames=(node,)), entries[1]])))
-    assert gc.is_tracked(held[0]) and not gc.is_tracked(held[1])
-    # columns the C does not take (lists), and no C at all: the same rows the Python way
-    assert untracked_rows(Entry, [list(c) for c in columns]) == rows
-    monkeypatch.setattr(untrack, "_rows", None)
+    assert gc.is_tracked(held) and gc.is_tracked(held[0]) and not gc.is_tracked(held[1])
+    # columns the C does not take (lists): the same rows the Python way, untracked as well
+    listed = untracked_rows(Entry, [list(c) for c in columns])
+    assert listed == rows and not any(gc.is_tracked(e) for e in (listed, *listed))
+    monkeypatch.setattr(untrack, "_rows", None)  # no C at all: the same rows (the collector walks them)
     assert untracked_rows(Entry, columns) == rows and untracked_rows(Entry, []) == ()
 
 
@@ -77,7 +78,7 @@ def test_the_ranks_the_decoders_hand_the_view_come_untracked():
                                                    .encode(), "peer")
     back = pickle.loads(ForkingPickler.dumps(ranks))
     assert back == ranks and [len(r.entries) for r in back] == [4, 4]
-    assert not any(gc.is_tracked(e) for r in back for e in r.entries)
+    assert not any(gc.is_tracked(e) for r in back for e in (r.entries, *r.entries))
     # the groups' status too: new objects every pass, each walked by the young collection after it
     assert all(r.pg_status for r in back)
     assert not any(gc.is_tracked(s) for r in back for s in (r.pg_status, *r.pg_status))
