@@ -195,11 +195,6 @@ class _Worker:
         except (OSError, ValueError, IndexError):
             return None
 
-    def _close_statm(self) -> None:
-        if self._statm is not None:
-            os.close(self._statm)
-            self._statm = None
-
     def hello(self, limits: Limits) -> str | None:
         """Wait for the worker's report on its memory limit; raise SandboxUnavailable if required and
         missing. Returns the problem when the limit is not required."""
@@ -220,16 +215,20 @@ class _Worker:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(5)
-        self.conn.close()
-        self.lifeline.close()
-        self._close_statm()
+        self._close()
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.join(5)
+        self._close()
+
+    def _close(self) -> None:
+        """Our ends of its pipe and lifeline, and its memory's file."""
         self.conn.close()
         self.lifeline.close()
-        self._close_statm()
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
 
 
 def _context() -> mp.context.ForkContext | mp.context.SpawnContext:
