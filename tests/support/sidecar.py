@@ -29,15 +29,14 @@ class Sidecar:
             self.proc = subprocess.Popen(cmd, env=dict(os.environ, **(env or {})), stdout=out,
                                          stderr=subprocess.STDOUT)
         self.port = self._wait_for_port(path)
+        self.get("/healthz")
 
     def _wait_for_port(self, path: Path) -> int:
         deadline = time.monotonic() + 60  # slow on a loaded 2-core machine
         while time.monotonic() < deadline:
             said = _LISTENING.search(path.read_text(errors="replace"))
             if said:
-                self.port = int(said.group(1))
-                self.get("/healthz")
-                return self.port
+                return int(said.group(1))
             if self.proc.poll() is not None:
                 raise AssertionError(f"frexport serve exited ({self.proc.returncode}): "
                                      f"{path.read_text(errors='replace')[-2000:]}")
