@@ -68,7 +68,7 @@ def metrics(port: int) -> dict[str, float]:
 class Job:
     """The busy job, paused and resumed through its pause file."""
 
-    def __init__(self, ranks: int, interval_ms: float, work: Path) -> None:
+    def __init__(self, ranks: int, interval_ms: float, work: Path, python: str = sys.executable) -> None:
         self.ranks, self.work = ranks, work
         self.shared, self.pause_file = work / "shared", work / "pause"
         self.generation = 0
@@ -77,9 +77,9 @@ class Job:
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCH_FR_BUFFER_SIZE=str(BUFFER), MARK_DIR=str(work),
                    PAUSE_FILE=str(self.pause_file), INTERVAL_S=str(interval_ms / 1000),
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-        bin_dir = Path(sys.executable).parent
+        bin_dir = Path(python).parent  # (another torch build: its environment's python and torchrun)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "frexport.agent.launch", "--dir", str(self.shared), "--", str(bin_dir / "torchrun"),
+            [python, "-m", "frexport.agent.launch", "--dir", str(self.shared), "--", str(bin_dir / "torchrun"),
              "--standalone", f"--nproc-per-node={ranks}", str(HERE / "busy_job.py")],
             env=env, start_new_session=True, stdout=open(work / "job.log", "wb"), stderr=subprocess.STDOUT)
 
