@@ -19,7 +19,6 @@ a full buffer of new entries, which a reader cannot do safely; the sidecar reads
 from __future__ import annotations
 
 import argparse
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_busy_job import BUFFER, Job  # noqa: E402
 from bench_status_first import thread_cpu_s  # noqa: E402
 
+from frexport.decode.read import decode_bytes  # noqa: E402
 from frexport.sources.http_client import Target, request  # noqa: E402
 
 RATE = 500.0  # the busy job's collectives a second a rank (a 2 ms interval)
@@ -69,9 +69,9 @@ class Cursor:
         key = str(t.unix_path)
         resp = request(t, "POST", f"/handler/frexport_fr_live?format=pickle&after={self.after.get(key, 0)}",
                        max_body=64 << 20)
-        entries = pickle.loads(resp.body).get("entries") or []  # (the agent's answer: our own job's data)
+        entries = decode_bytes(resp.body, key).entries  # (frexport's own decoder: plain data only)
         if entries:
-            self.after[key] = entries[-1]["record_id"] + 1
+            self.after[key] = entries[-1].record_id + 1
 
 
 def one_build(python: str, seconds: float) -> None:
