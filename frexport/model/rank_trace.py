@@ -372,7 +372,6 @@ class RowIndex:
 
     sig_index: dict = field(default_factory=dict)
     site_index: dict = field(default_factory=dict)
-    outcome_flags: dict = field(default_factory=dict)
     heads: dict[str, array] = field(default_factory=dict)  # pg_name -> row number of each position
 
 
@@ -417,6 +416,23 @@ def settle_issued(g: GroupTrace) -> None:
         g.flags[last] &= ~FINISHED & 0xFF
 
 
+# (state, retired, backend) -> outcome_flags, one table per recorder's `events` for every trace of the process:
+# the flags are a function of those alone, and with a table per trace each of a 16384-rank view's traces
+# took the row of an outcome it had not seen yet (a hang's first unfinished op) through Python, once each.
+# Bounded: a peer or dump that varies its states or backends is computed row by row past the cap.
+_KNOWN_OUTCOMES: dict[frozenset[str], dict[tuple[str, bool | None, str], int]] = {}
+MAX_KNOWN_OUTCOMES = 1024
+
+
+def known_outcomes(events: frozenset[str]) -> dict[tuple[str, bool | None, str], int]:
+    known = _KNOWN_OUTCOMES.get(events)
+    if known is None:
+        if len(_KNOWN_OUTCOMES) >= 64:
+            _KNOWN_OUTCOMES.clear()
+        known = _KNOWN_OUTCOMES[events] = {}
+    return known
+
+
 def p2p_flags(flags: int) -> int:
     """A p2p op known only to be issued is FINISHED at once: a rank's p2p numbers count its ops with
     every peer, so no other rank's records show which one it lacks (and gloo records none to compare)."""
@@ -428,7 +444,8 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
     """Add rows at the end of the trace's columns. With `index` and `marks` (numbering rows from
     `first_row`) it can be called again with more rows: the way a trace follows a sliding window."""
     index = index or RowIndex()
-    sig_index, site_index, known_flags, heads = index.sig_index, index.site_index, index.outcome_flags, index.heads
+    sig_index, site_index, heads = index.sig_index, index.site_index, index.heads
+    known_flags = known_outcomes(events)
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
     by_id: dict[int, int] = {}  # id of a signature object in `rows` (alive while they are) -> its index
@@ -445,7 +462,9 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
             g = groups[pg_name] = GroupTrace(pg_name, pg_desc, pg_id)
         flags = known_flags.get((state, retired, backend))
         if flags is None:
-            flags = known_flags[(state, retired, backend)] = outcome_flags(state, retired, backend, events)
+            flags = outcome_flags(state, retired, backend, events)
+            if len(known_flags) < MAX_KNOWN_OUTCOMES:
+                known_flags[(state, retired, backend)] = flags
         if started:
             flags |= STARTED
         site = -1
@@ -503,9 +522,10 @@ def append_entries(trace: RankTrace, entries: tuple[Entry, ...], events: frozens
         append_rows(trace, entry_rows(entries), events, index, marks, first_row)
         return
     sigs: dict = {}  # (op, ids of its shapes) -> signature index: the entries keep the shapes alive meanwhile
+    known = known_outcomes(events)
     i, n = 0, len(entries)
     while i < n:
-        i = _rows.append(entries, i, first_row, trace.groups, index.outcome_flags, index.site_index, trace.call_sites,
+        i = _rows.append(entries, i, first_row, trace.groups, known, index.site_index, trace.call_sites,
                          index.sig_index, trace.signatures, sigs, index.heads, marks.pg_name, marks.kind, marks.site)
         if i < n:
             append_rows(trace, entry_rows(entries[i:i + 1]), events, index, marks, first_row + i)

@@ -36,3 +36,23 @@ def test_one_entry_object_repeated_is_hashed_once_and_its_merge_is_bounded():
     # one op holds twice the bound already (65,536 inputs and outputs): nothing is merged into it, where
     # 255 merges copied and hashed a signature growing to 33 million shapes
     assert len(merged) == 1 and _shapes(merged) == 2 * MAX_COALESCED_SHAPES
+
+
+def test_outcomes_are_shared_by_every_trace_and_bounded_against_a_dump_that_varies_its_backends():
+    """The outcomes' flags are one table for every trace (a 16384-rank view found a hang's new outcome
+    once per trace, in Python); a dump whose every entry names another backend cannot grow it past its
+    bound, and the rows past it still get their flags."""
+    from frexport.model.outcome import event_backends
+    from frexport.model.rank_trace import FINISHED, MAX_KNOWN_OUTCOMES, known_outcomes, outcome_flags
+
+    n = MAX_KNOWN_OUTCOMES + 200
+    d = normalize(dump([entry(i, i + 1, backend=f"b{i}", state="scheduled" if i % 2 else "completed")
+                        for i in range(n)], world=1), "x", "pickle", rank=0)
+    events = event_backends(d.entries)
+    trace = build_rank_trace(d)
+    assert len(known_outcomes(events)) <= MAX_KNOWN_OUTCOMES
+    flags = [f for g in trace.groups.values() for f in g.flags]
+    want = [outcome_flags(e.state, e.retired, e.backend, events) for e in d.entries]
+    assert [f & FINISHED for f in flags] == [f & FINISHED for f in want]
+    again = build_rank_trace(d)  # another trace of the same recorder reads the same table
+    assert [f for g in again.groups.values() for f in g.flags] == flags
