@@ -69,6 +69,11 @@ def test_a_live_analysis_builds_the_groups_again_only_where_what_they_rest_on_ch
     again = memo.build(ts, set(), {})
     assert again is not first and again == build_membership(ts, set(), {}) and "nccl:6" in again.groups
     assert memo.build(ts, {0, 1, 2, 3, 7}, {}).world_size == 4  # (the configs say it)
+    # the first build of a view with ranks behind, where configs size the world: the next pass, the same
+    # configs and other ranks behind, takes it as it is
+    memo = MembershipMemo()
+    first = memo.build(ts, set(), {2: ("nccl:0", 5)})
+    assert memo.build(ts, set(), {3: ("nccl:0", 6)}) is first
 
     # gloo: no config sizes the world; a rank whose records end behind its peers' is not placed in it
     gloo = healthy_job(world=4, steps=3, backend="gloo")
