@@ -24,6 +24,7 @@ enum { F_PG_NAME, F_IS_P2P, F_OP, F_SEQ, F_P2P_SEQ, F_BACKEND, F_SRC, F_DST, F_C
        F_OUT_SIZES, F_IN_DTYPES, F_OUT_DTYPES, F_CALL_SITE, F_STATE, F_RETIRED, F_STARTED, N_FIELDS };
 static Py_ssize_t field[N_FIELDS], max_field;
 static PyObject *op_signature, *p2p_op, *new_tuple, *coalesced;
+static int untracked(PyObject *o, int depth);
 static long STARTED, FINISHED, ISSUED, P2P, COLUMN, SKIPPED;
 static PyObject *s_groups, *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
 static int ready;
@@ -251,6 +252,7 @@ static PyObject *append(PyObject *self, PyObject *args) {
             Py_XDECREF(items);
             if (r->p2p == NULL)
                 break;
+            untracked(r->p2p, 0);  /* (plain values: kept for the window, never walked by the young collection) */
             r->kind = P2P;
             n++;
             continue;

@@ -33,6 +33,7 @@ from frexport.model.outcome import (
 from frexport.model.outcome import SCHEDULED as STATE_SCHEDULED
 from frexport.model.outcome import STARTED as STATE_STARTED
 from frexport.model.signature import OpSignature, Signature
+from frexport.model.untrack import untrack_plain
 
 _new_tuple = tuple.__new__
 
@@ -449,6 +450,7 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
     groups = trace.groups
     signatures, call_sites = trace.signatures, trace.call_sites
     by_id: dict[int, int] = {}  # id of a signature object in `rows` (alive while they are) -> its index
+    new_p2p: list[P2POp] = []  # (plain values, kept for the window: out of the collector's walks, as _rows.c's)
     n = first_row - 1
     for (pg_name, pg_desc, pg_id, is_p2p, seq, p2p_seq, (backend, op, src, dst), created, duration, sig,
          call_site, state, retired, started, _completed) in rows:
@@ -480,7 +482,9 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
                 i = _intern(sig, sig_index, signatures)
             by_id[id(sig)] = i
         if is_p2p:
-            g.p2p.append(_new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site)))
+            p2p_op = _new_tuple(P2POp, (p2p_seq, op, src, dst, i, p2p_flags(flags), created, site))
+            g.p2p.append(p2p_op)
+            new_p2p.append(p2p_op)
             if marks is not None:
                 marks.add(pg_name, P2P, site >= 0)
             continue
@@ -510,6 +514,8 @@ def append_rows(trace: RankTrace, rows: list, events: frozenset[str], index: Row
                 h = heads[pg_name] = array("q")
             h.append(n)
             marks.add(pg_name, COLUMN, site >= 0)
+    if new_p2p:
+        untrack_plain(new_p2p)
 
 
 def append_entries(trace: RankTrace, entries: tuple[Entry, ...], events: frozenset[str], index: RowIndex,

@@ -31,6 +31,7 @@ from bisect import bisect_left
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
@@ -537,6 +538,7 @@ def _unfinished(entries: tuple[Entry, ...], stop: int) -> tuple[Entry, ...]:
 _record_id = attrgetter("record_id")
 
 
+@lru_cache(maxsize=64)  # one tuple per version, not one a rank a pass (each young for the collector to walk)
 def _version(text: str | None) -> tuple[int, int] | None:
     try:
         major, minor = (text or "").split(".")[:2]
