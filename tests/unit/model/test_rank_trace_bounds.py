@@ -5,7 +5,16 @@ sidecar's analysis busy for a minute (179 CPU-s here) while the honest ranks wen
 from dataclasses import replace
 
 from frexport.decode.normalize import normalize
-from frexport.model.rank_trace import MAX_COALESCED_SHAPES, _shapes, build_rank_trace
+from frexport.model.outcome import event_backends
+from frexport.model.rank_trace import (
+    FINISHED,
+    MAX_COALESCED_SHAPES,
+    MAX_KNOWN_OUTCOMES,
+    _shapes,
+    build_rank_trace,
+    known_outcomes,
+    outcome_flags,
+)
 from tests.support.synth import dump, entry
 
 
@@ -42,9 +51,6 @@ def test_outcomes_are_shared_by_every_trace_and_bounded_against_a_dump_that_vari
     """The outcomes' flags are one table for every trace (a 16384-rank view found a hang's new outcome
     once per trace, in Python); a dump whose every entry names another backend cannot grow it past its
     bound, and the rows past it still get their flags."""
-    from frexport.model.outcome import event_backends
-    from frexport.model.rank_trace import FINISHED, MAX_KNOWN_OUTCOMES, known_outcomes, outcome_flags
-
     n = MAX_KNOWN_OUTCOMES + 200
     d = normalize(dump([entry(i, i + 1, backend=f"b{i}", state="scheduled" if i % 2 else "completed")
                         for i in range(n)], world=1), "x", "pickle", rank=0)
@@ -54,5 +60,3 @@ def test_outcomes_are_shared_by_every_trace_and_bounded_against_a_dump_that_vari
     flags = [f for g in trace.groups.values() for f in g.flags]
     want = [outcome_flags(e.state, e.retired, e.backend, events) for e in d.entries]
     assert [f & FINISHED for f in flags] == [f & FINISHED for f in want]
-    again = build_rank_trace(d)  # another trace of the same recorder reads the same table
-    assert [f for g in again.groups.values() for f in g.flags] == flags

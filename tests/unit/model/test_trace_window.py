@@ -10,6 +10,7 @@ live analysis of ranks followed that way, must equal what a from-scratch build g
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from contextlib import AbstractContextManager
@@ -193,7 +194,6 @@ def test_a_window_that_slides_is_followed_not_rebuilt():
 def test_a_followed_traces_p2p_ops_are_left_out_of_the_collectors_walks():
     """Each pass appends a rank's new p2p ops, which the trace keeps for its window: tracked, the young
     collection after a pass walked each (a third of what a 4096-rank view's pass left it)."""
-    import gc
     assert rank_trace._rows is not None, "frexport.model._rows is not built (scripts/setup.sh builds it)"
     stream, follower = Stream(random.Random(3), 0, 2, 40, False), TraceWindow(40)
     ops = []
