@@ -62,16 +62,17 @@ class MembershipMemo:
               behind: dict[int, tuple[str, int]]) -> Membership:
         # the ranks behind count only where no config says how big the world is: where one did last time,
         # the same configs say it again (a busy job's ranks behind move every pass)
-        inferred = self.membership is None or self.membership.world_size_inferred
-        key = (tuple([(r, t.pg_config, {n: g.pg_desc for n, g in t.groups.items()})  # (a dict: in any order)
-                      for r, t in traces.items()]), frozenset(known_ranks), tuple(behind.items()) if inferred else ())
-        if self.membership is None or key != self.key:
-            self.membership = build_membership(traces, known_ranks, behind)
-            # kept as the next call makes it: with no ranks behind where the configs sized the world (a key
-            # holding the first pass's made the job view build the groups again on its second pass: 0.06 s
-            # at 4096 ranks)
-            self.key = key if self.membership.world_size_inferred else key[:2] + ((),)
-        return self.membership
+        groups = (tuple([(r, t.pg_config, {n: g.pg_desc for n, g in t.groups.items()})  # (a dict: in any order)
+                         for r, t in traces.items()]), frozenset(known_ranks))
+        ranks_behind = tuple(behind.items())
+        m = self.membership
+        if m is None or (*groups, ranks_behind if m.world_size_inferred else ()) != self.key:
+            m = self.membership = build_membership(traces, known_ranks, behind)
+            # kept as the next call makes it, by the membership just built (a key made before any membership,
+            # holding the first pass's ranks behind, made the job view build the groups again on its second
+            # pass: 0.06 s at 4096 ranks)
+            self.key = (*groups, ranks_behind if m.world_size_inferred else ())
+        return m
 
 
 def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None = None,

@@ -48,9 +48,9 @@ def test_one_entry_object_repeated_is_hashed_once_and_its_merge_is_bounded():
 
 
 def test_outcomes_are_shared_by_every_trace_and_bounded_against_a_dump_that_varies_its_backends():
-    """The outcomes' flags are one table for every trace (a 16384-rank view found a hang's new outcome
-    once per trace, in Python); a dump whose every entry names another backend cannot grow it past its
-    bound, and the rows past it still get their flags."""
+    """The outcomes' flags are one table for every trace of a recorder kind (rank_trace.known_outcomes):
+    a dump whose every entry names another backend cannot grow it past its bound, and the rows past it
+    still get their flags."""
     n = MAX_KNOWN_OUTCOMES + 200
     d = normalize(dump([entry(i, i + 1, backend=f"b{i}", state="scheduled" if i % 2 else "completed")
                         for i in range(n)], world=1), "x", "pickle", rank=0)
