@@ -560,6 +560,52 @@ static PyObject *leading_same(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(i);
 }
 
+/* window_cut(new, old, rid_at): where a followed window's new entries meet its old ones (trace_window._follow):
+ * (k, same), k the bisect_left of new[0]'s record id among old's (the entries before it left the window), same
+ * leading_same(new, old, k); None where new's record ids from new[same - 1] on do not rise strictly (the kept
+ * ones are old's, in order already). NotImplemented where an entry read is not a tuple holding an int record
+ * id of 64 bits (the caller's Python passes decide). In a big view these entries are cold in the cache: a
+ * Python bisect with a key and a list of the ids read each one through an attribute getter. */
+static int rid_of(PyObject *e, Py_ssize_t at, int64_t *out) {
+    return PyTuple_Check(e) && PyTuple_GET_SIZE(e) > at && fits_int64(PyTuple_GET_ITEM(e, at), out);
+}
+
+static PyObject *window_cut(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    Py_ssize_t at;
+    if (!PyArg_ParseTuple(args, "OOn", &a, &b, &at))
+        return NULL;
+    if ((!PyTuple_CheckExact(a) && !PyList_CheckExact(a)) || (!PyTuple_CheckExact(b) && !PyList_CheckExact(b))
+        || at < 0 || PySequence_Fast_GET_SIZE(a) == 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t na = PySequence_Fast_GET_SIZE(a), nb = PySequence_Fast_GET_SIZE(b);
+    PyObject **x = PySequence_Fast_ITEMS(a), **y = PySequence_Fast_ITEMS(b);
+    int64_t first, v, prev = 0;
+    if (!rid_of(x[0], at, &first))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t lo = 0, hi = nb;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (!rid_of(y[mid], at, &v))
+            Py_RETURN_NOTIMPLEMENTED;
+        if (v < first)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_ssize_t k = lo, same = 0;
+    while (same < na && k + same < nb && x[same] == y[k + same])
+        same++;
+    for (Py_ssize_t i = same > 0 ? same - 1 : 0, from = i; i < na; i++) {
+        if (!rid_of(x[i], at, &v))
+            Py_RETURN_NOTIMPLEMENTED;
+        if (i > from && v <= prev)
+            Py_RETURN_NONE;
+        prev = v;
+    }
+    return Py_BuildValue("(nn)", k, same);
+}
+
 /* edge_header(pg_name, created, started, completed, timeout, events, sample): what a trace's header reads of
  * its window's edge facts (rank_trace.EdgeFacts: six lists, one value per entry), over the first and last
  * `sample` entries (all where there are at most twice as many): (first and last nonzero created or None,
@@ -971,6 +1017,8 @@ static PyMethodDef methods[] = {
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},
     {"leading_same", leading_same, METH_VARARGS, "leading_same(new, old, k) -> how many of new are old[k:]'s "
                                                  "objects, or NotImplemented"},
+    {"window_cut", window_cut, METH_VARARGS, "window_cut(new, old, record_id_at) -> (k, same), None where new's "
+                                             "ids do not rise, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "
                                                "sample) -> (first, last created, newest event, timeouts, events)"},
     {"first_unsettled", first_unsettled, METH_VARARGS, "first_unsettled(entries, start, stop, state_at, "

@@ -15,7 +15,6 @@ site of its window), interning tables grown well past the window.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from itertools import compress
 from operator import attrgetter, itemgetter
 
@@ -32,13 +31,13 @@ from frexport.model.rank_trace import (
     RowMarks,
     append_entries,
     finish_group,
-    leading_same,
     new_trace,
     recent_p2p,
     restamp,
     set_header,
     settle_issued,
     window,
+    window_cut,
 )
 
 _record_id = attrgetter("record_id")
@@ -104,13 +103,10 @@ class TraceWindow:
         old, trace = self._entries, self.trace
         if trace is None or not self._followable or not new:
             return False
-        k = bisect_left(old, new[0].record_id, key=_record_id)  # the entries before it left the window
-        same = leading_same(new, old, k)  # kept as they were
-        # the kept ones are in record order already (the window's are): only from the last of them on is
-        # it checked (reading every entry's id again was a fifth of a follow, cold in a big view's cache)
-        rids = list(map(_record_id, new[max(same - 1, 0):]))
-        if not all(map(int.__lt__, rids, rids[1:])):
-            return False
+        cut = window_cut(new, old)
+        if cut is None:
+            return False  # out of record order
+        k, same = cut  # the first k entries left the window, the next `same` are kept as they were
         if same < len(new) // 2 or len(trace.signatures) > 2 * len(new) + 64:
             return False  # mostly other entries, or tables grown with what left: a rebuild costs as much
         b = k + same  # rows from b on are taken out, and the new ones appended

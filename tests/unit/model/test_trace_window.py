@@ -181,6 +181,25 @@ def test_the_compiled_appender_leaves_what_it_cannot_take_to_append_rows(value):
     assert outcomes[:half] == outcomes[half:]
 
 
+@given(st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), max_size=12), st.integers(0, 12),
+       st.integers(0, 12), st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), min_size=1, max_size=12))
+def test_where_a_window_is_cut_is_the_same_compiled_or_not(old_ids, keep_from, keep, new_ids):
+    """rank_trace.window_cut, the first step of a follow, in C and in Python: how many entries left the
+    window, how many are kept as they were, and a window whose new ids do not rise given up (None). Ids out
+    of order, repeated or past 64 bits (the C leaves those to Python) occur."""
+    def entry(rid):
+        return Entry(rid, 0, "0", "default_pg", 1, 0, None, False, "nccl:all_reduce", "nccl", "all_reduce", None,
+                     None, (), (), (), (), "completed", False, 1, None, None, None, None, None, None, (), None)
+
+    old = tuple(map(entry, sorted(i for i in old_ids if isinstance(i, int))))
+    new = old[keep_from:keep_from + keep] + tuple(map(entry, new_ids))
+    outcomes = []
+    for compiled in (True, False):
+        with compiled_or_pure(rank_trace, "_rows", compiled):
+            outcomes.append(rank_trace.window_cut(new, old))
+    assert outcomes[0] == outcomes[1]
+
+
 def test_a_window_that_slides_is_followed_not_rebuilt():
     updates = rebuilds = 0
     for seed in range(10):
