@@ -560,6 +560,108 @@ static PyObject *leading_same(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(i);
 }
 
+/* slide(seqs, k, b, added): each of `seqs` (lists or bytearrays) in place to seq[k:b] + added[i] (added None:
+ * seq[k:b]), the window's columns moved along with it (trace_window._follow: EdgeFacts.slide, RowMarks.keep). */
+static PyObject *slide(PyObject *self, PyObject *args) {
+    PyObject *seqs, *added;
+    Py_ssize_t k, b;
+    if (!PyArg_ParseTuple(args, "O!nnO", &PyTuple_Type, &seqs, &k, &b, &added))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seqs);
+    if (k < 0 || b < k || (added != Py_None && (!PyTuple_Check(added) || PyTuple_GET_SIZE(added) != n))) {
+        PyErr_SetString(PyExc_ValueError, "slide: bad arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *seq = PyTuple_GET_ITEM(seqs, i);
+        Py_ssize_t len = PySequence_Size(seq);
+        if (len < 0 || (len > b && PySequence_DelSlice(seq, b, len) < 0) || (k > 0 && PySequence_DelSlice(seq, 0, k) < 0))
+            return NULL;
+        if (added != Py_None) {
+            PyObject *more = PyTuple_GET_ITEM(added, i);
+            int rc = PyList_CheckExact(seq) ? PyList_SetSlice(seq, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, more)
+                                            : call_method(seq, s_extend, more);
+            if (rc < 0)
+                return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* drop_rows(names, kinds, lo, hi, front, groups, heads, p2p): rows lo..hi-1 of a followed trace (by their marks:
+ * each row's group name and kind) taken out of its columns, the first ones of each group (front) or the last:
+ * each group's seq, sig, flags, created_ns, duration_us, site and heads[name] lose as many items as it has
+ * COLUMN rows there, p2p[name] as many as it has P2P rows. Returns the set of groups that lost p2p ops
+ * (trace_window._drop; a group or head it lacks raises KeyError there as here). */
+static int drop_from(PyObject *seq, Py_ssize_t n, int front) {
+    Py_ssize_t len = PySequence_Size(seq);
+    if (len < 0)
+        return -1;
+    Py_ssize_t lo = front ? 0 : (len - n > 0 ? len - n : 0), hi = front ? (n < len ? n : len) : len;
+    return PySequence_DelSlice(seq, lo, hi);
+}
+
+static PyObject *drop_rows(PyObject *self, PyObject *args) {
+    PyObject *names, *kinds, *groups, *heads, *p2p;
+    Py_ssize_t lo, hi;
+    int front;
+    if (!PyArg_ParseTuple(args, "O!O!nnpO!O!O!", &PyList_Type, &names, &PyByteArray_Type, &kinds, &lo, &hi, &front,
+                          &PyDict_Type, &groups, &PyDict_Type, &heads, &PyDict_Type, &p2p))
+        return NULL;
+    if (lo < 0 || hi > PyList_GET_SIZE(names) || hi > PyByteArray_GET_SIZE(kinds)) {
+        PyErr_SetString(PyExc_IndexError, "drop_rows: rows out of range");
+        return NULL;
+    }
+    PyObject *columns = PyDict_New(), *ops = PyDict_New(), *touched = NULL;
+    if (columns == NULL || ops == NULL)
+        goto done;
+    const char *kind = PyByteArray_AS_STRING(kinds);
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *counts = kind[i] == COLUMN ? columns : kind[i] == P2P ? ops : NULL;
+        if (counts == NULL)
+            continue;
+        PyObject *name = PyList_GET_ITEM(names, i), *got = PyDict_GetItemWithError(counts, name);
+        if (got == NULL && PyErr_Occurred())
+            goto done;
+        PyObject *more = PyLong_FromSsize_t(got ? PyLong_AsSsize_t(got) + 1 : 1);
+        int rc = more ? PyDict_SetItem(counts, name, more) : -1;
+        Py_XDECREF(more);
+        if (rc < 0)
+            goto done;
+    }
+    PyObject *name, *count, *cols[7] = {s_seq, s_sig, s_flags, s_created_ns, s_duration_us, s_site, NULL};
+    for (Py_ssize_t pos = 0; PyDict_Next(columns, &pos, &name, &count);) {
+        Py_ssize_t n = PyLong_AsSsize_t(count);
+        PyObject *g = PyDict_GetItemWithError(groups, name), *head = g ? PyDict_GetItemWithError(heads, name) : NULL;
+        if (head == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, name);
+            goto done;
+        }
+        for (int c = 0; c < 7; c++) {
+            PyObject *col = cols[c] ? PyObject_GetAttr(g, cols[c]) : Py_NewRef(head);
+            int rc = col ? drop_from(col, n, front) : -1;
+            Py_XDECREF(col);
+            if (rc < 0)
+                goto done;
+        }
+    }
+    for (Py_ssize_t pos = 0; PyDict_Next(ops, &pos, &name, &count);) {
+        PyObject *list = PyDict_GetItemWithError(p2p, name);
+        if (list == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, name);
+            goto done;
+        }
+        if (drop_from(list, PyLong_AsSsize_t(count), front) < 0)
+            goto done;
+    }
+    touched = PySet_New(ops);
+done:
+    Py_XDECREF(columns), Py_XDECREF(ops);
+    return touched;
+}
+
 /* window_cut(new, old, rid_at): where a followed window's new entries meet its old ones (trace_window._follow):
  * (k, same), k the bisect_left of new[0]'s record id among old's (the entries before it left the window), same
  * leading_same(new, old, k); None where new's record ids from new[same - 1] on do not rise strictly (the kept
@@ -1017,6 +1119,9 @@ static PyMethodDef methods[] = {
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},
     {"leading_same", leading_same, METH_VARARGS, "leading_same(new, old, k) -> how many of new are old[k:]'s "
                                                  "objects, or NotImplemented"},
+    {"slide", slide, METH_VARARGS, "slide(seqs, k, b, added) -> None: each seq to seq[k:b] + added[i]"},
+    {"drop_rows", drop_rows, METH_VARARGS, "drop_rows(names, kinds, lo, hi, front, groups, heads, p2p) -> the groups "
+                                           "that lost p2p ops"},
     {"window_cut", window_cut, METH_VARARGS, "window_cut(new, old, record_id_at) -> (k, same), None where new's "
                                              "ids do not rise, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "

@@ -226,9 +226,7 @@ class EdgeFacts:
 
     def slide(self, k: int, b: int, added: EdgeFacts) -> None:
         """In place, to `self[k:b] + added`."""
-        for col, more in zip(self._columns(), added._columns()):
-            del col[b:], col[:k]
-            col.extend(more)
+        slide_columns(self._columns(), k, b, added._columns())
 
     def _columns(self) -> tuple[list, ...]:  # (in the fields' order)
         return self.pg_name, self.created, self.started, self.completed, self.timeout, self.events
@@ -281,6 +279,42 @@ def window_cut(new: Sequence[Entry], old: Sequence[Entry]) -> tuple[int, int] | 
     same = leading_same(new, old, k)
     rids = list(map(_record_id, new[max(same - 1, 0):]))
     return (k, same) if all(map(int.__lt__, rids, rids[1:])) else None
+
+
+def slide_columns(columns: tuple, k: int, b: int, added: tuple | None = None) -> None:
+    """Each column (a list or bytearray) in place to column[k:b] + added[i]: a followed window's columns moved
+    with it (in model/_rows.c where it is built: a followed trace moves nine a pass)."""
+    if _rows is not None:
+        _rows.slide(columns, k, b, added)
+        return
+    for i, col in enumerate(columns):
+        del col[b:], col[:k]
+        if added is not None:
+            col.extend(added[i])
+
+
+def drop_rows(names: list[str], kinds: bytearray, lo: int, hi: int, front: bool, groups: dict[str, GroupTrace],
+              heads: dict[str, array], p2p: dict[str, list[P2POp]]) -> set[str]:
+    """Rows lo..hi-1 of a followed trace, by their marks (`names`, `kinds`), out of its columns: the first
+    ones of each group (`front`) or the last; each group's columns and `heads` lose its COLUMN rows, `p2p`
+    its P2P rows. Returns the groups that lost p2p ops. (In model/_rows.c where it is built.)"""
+    if _rows is not None:
+        return _rows.drop_rows(names, kinds, lo, hi, front, groups, heads, p2p)
+    columns: dict[str, int] = {}
+    ops: dict[str, int] = {}
+    if lo < hi:
+        for name, kind in zip(names[lo:hi], kinds[lo:hi]):
+            if kind == COLUMN:
+                columns[name] = columns.get(name, 0) + 1
+            elif kind == P2P:
+                ops[name] = ops.get(name, 0) + 1
+    for name, n in columns.items():
+        g = groups[name]
+        for col in (g.seq, g.sig, g.flags, g.created_ns, g.duration_us, g.site, heads[name]):
+            del col[slice(0, n) if front else slice(len(col) - n, None)]
+    for name, n in ops.items():
+        del p2p[name][slice(0, n) if front else slice(len(p2p[name]) - n, None)]
+    return set(ops)
 
 
 class EdgeHeader(NamedTuple):
@@ -379,8 +413,7 @@ class RowMarks:
 
     def keep(self, k: int, b: int, base: int) -> None:
         """In place, to rows k..b-1 (`base`: the row number of the first row now)."""
-        for col in (self.pg_name, self.kind, self.site):
-            del col[b:], col[:k]
+        slide_columns((self.pg_name, self.kind, self.site), k, b)
         self.merged = {n: head for n, head in self.merged.items() if base + k <= n < base + b}
 
 

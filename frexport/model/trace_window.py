@@ -20,7 +20,6 @@ from operator import attrgetter, itemgetter
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.rank_trace import (
-    COLUMN,
     P2P,
     SKIPPED,
     EdgeFacts,
@@ -30,6 +29,7 @@ from frexport.model.rank_trace import (
     RowIndex,
     RowMarks,
     append_entries,
+    drop_rows,
     finish_group,
     new_trace,
     recent_p2p,
@@ -157,24 +157,9 @@ class TraceWindow:
     def _drop(self, lo: int, hi: int, front: bool) -> set[str]:
         """Take rows lo..hi-1 (by their marks) out of the columns: the first ones of each group, or the last.
         Returns the groups that lost p2p ops."""
-        columns: dict[str, int] = {}
-        p2p: dict[str, int] = {}
-        if lo < hi:
-            names, kinds = self._marks.pg_name[lo:hi], self._marks.kind[lo:hi]
-            for name in compress(names, kinds.translate(_IS[COLUMN])):
-                columns[name] = columns.get(name, 0) + 1
-            for name in compress(names, kinds.translate(_IS[P2P])):
-                p2p[name] = p2p.get(name, 0) + 1
         assert self.trace is not None  # (for mypy) only _follow drops rows, from a trace
-        groups, heads = self.trace.groups, self._index.heads
-        for name, n in columns.items():
-            g = groups[name]
-            for col in (g.seq, g.sig, g.flags, g.created_ns, g.duration_us, g.site, heads[name]):
-                del col[slice(0, n) if front else slice(len(col) - n, None)]
-        for name, n in p2p.items():
-            ops = self._p2p[name]
-            del ops[slice(0, n) if front else slice(len(ops) - n, None)]
-        return set(p2p)
+        return drop_rows(self._marks.pg_name, self._marks.kind, lo, hi, front, self.trace.groups, self._index.heads,
+                         self._p2p)
 
     def _settle(self, columns_before: dict[str, int]) -> bool:
         """Groups as a rebuild has them: in the order of their first rows, described by those rows,
