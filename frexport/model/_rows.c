@@ -26,7 +26,7 @@ static Py_ssize_t field[N_FIELDS], max_field;
 static PyObject *op_signature, *p2p_op, *new_tuple, *coalesced;
 static int untracked(PyObject *o, int depth);
 static long STARTED, FINISHED, ISSUED, P2P, COLUMN, SKIPPED;
-static PyObject *s_groups, *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
+static PyObject *s_pg_desc, *s_pg_id, *s_groups, *s_seq, *s_sig, *s_flags, *s_created_ns, *s_duration_us, *s_site, *s_p2p, *s_frombytes, *s_extend;
 static int ready;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
@@ -662,6 +662,131 @@ done:
     return touched;
 }
 
+/* settle_groups(groups, names, kinds, entries, before, desc_at, id_at, issued): a followed trace's groups as a
+ * rebuild has them (trace_window._settle, then settle_issued on each): a new dict of those with a row, in the
+ * order of their first rows (a p2p end marker, SKIPPED, opens none), each described (pg_desc, pg_id) by the
+ * entry of that row; None where a group's seqs from its `before` count on (at least 1) do not rise strictly;
+ * then in each group's flags an op known only to be issued (`issued`: a 256-byte table of flags) is FINISHED
+ * but for the group's newest. NotImplemented where a column or entry is not of its kind, before anything
+ * but the descriptions was changed (the caller's Python then does it all, the same way). */
+static PyObject *settle_groups(PyObject *self, PyObject *args) {
+    PyObject *groups, *names, *kinds, *entries, *before;
+    Py_ssize_t desc_at, id_at;
+    Py_buffer issued;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!nny*", &PyDict_Type, &groups, &PyList_Type, &names, &PyByteArray_Type,
+                          &kinds, &PyList_Type, &entries, &PyDict_Type, &before, &desc_at, &id_at, &issued))
+        return NULL;
+    struct { PyObject *name, *g; Py_ssize_t first; } found[MAX_GROUPS];
+    int n_found = 0, rc = 0;
+    PyObject *out = NULL, *name, *g;
+    Py_ssize_t n_rows = PyList_GET_SIZE(names);
+    const char *kind = PyByteArray_AS_STRING(kinds);
+    if (issued.len != 256 || PyByteArray_GET_SIZE(kinds) < n_rows || PyDict_GET_SIZE(groups) > MAX_GROUPS)
+        goto not_mine;
+    for (Py_ssize_t pos = 0; PyDict_Next(groups, &pos, &name, &g);) {
+        Py_ssize_t i = 0;
+        for (; i < n_rows; i++) {
+            PyObject *x = PyList_GET_ITEM(names, i);
+            int eq = x == name ? 1 : PyObject_RichCompareBool(x, name, Py_EQ);
+            if (eq < 0)
+                goto fail;
+            if (eq && kind[i] != SKIPPED)
+                break;
+        }
+        if (i == n_rows)
+            continue;  /* no row: the group is gone */
+        int at = n_found++;
+        while (at > 0 && found[at - 1].first > i) {  /* (insertion: a few groups) */
+            found[at] = found[at - 1];
+            at--;
+        }
+        found[at].name = name, found[at].g = g, found[at].first = i;
+    }
+    for (int f = 0; f < n_found; f++) {
+        if (found[f].first >= PyList_GET_SIZE(entries))
+            goto not_mine;
+        PyObject *e = PyList_GET_ITEM(entries, found[f].first);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) <= desc_at || PyTuple_GET_SIZE(e) <= id_at)
+            goto not_mine;
+        if (PyObject_SetAttr(found[f].g, s_pg_desc, PyTuple_GET_ITEM(e, desc_at)) < 0
+            || PyObject_SetAttr(found[f].g, s_pg_id, PyTuple_GET_ITEM(e, id_at)) < 0)
+            goto fail;
+        PyObject *got = PyDict_GetItemWithError(before, found[f].name);
+        if (got == NULL && PyErr_Occurred())
+            goto fail;
+        Py_ssize_t n = got ? PyLong_AsSsize_t(got) : 0;
+        if (n == -1 && PyErr_Occurred())
+            goto fail;
+        PyObject *seq = PyObject_GetAttr(found[f].g, s_seq);
+        Py_buffer b;
+        if (seq == NULL || PyObject_GetBuffer(seq, &b, PyBUF_FORMAT) < 0) {
+            Py_XDECREF(seq);
+            goto fail;
+        }
+        Py_DECREF(seq);
+        int ordered = 1, mine = b.itemsize == 8 && b.format && (b.format[0] == 'q' || b.format[0] == 'l') && !b.format[1];
+        const int64_t *v = (const int64_t *)b.buf;
+        for (Py_ssize_t j = n > 1 ? n : 1, len = b.len / 8; mine && j < len; j++)
+            if (v[j - 1] >= v[j]) {
+                ordered = 0;
+                break;
+            }
+        PyBuffer_Release(&b);
+        if (!mine)
+            goto not_mine;
+        if (!ordered) {
+            PyBuffer_Release(&issued);
+            Py_RETURN_NONE;
+        }
+    }
+    /* every group's flags are checked before any is changed: NotImplemented leaves them as they were */
+    Py_buffer flags[MAX_GROUPS];
+    int n_flags = 0;
+    for (; n_flags < n_found; n_flags++) {
+        PyObject *col = PyObject_GetAttr(found[n_flags].g, s_flags);
+        rc = col ? PyObject_GetBuffer(col, &flags[n_flags], PyBUF_WRITABLE | PyBUF_FORMAT) : -1;
+        Py_XDECREF(col);
+        if (rc < 0)
+            break;
+        if (flags[n_flags].itemsize != 1 || !flags[n_flags].format || strcmp(flags[n_flags].format, "B") != 0) {
+            PyBuffer_Release(&flags[n_flags]);
+            rc = 1;
+            break;
+        }
+    }
+    const unsigned char *table = issued.buf;
+    for (int f = 0; rc == 0 && f < n_found; f++) {
+        unsigned char *x = flags[f].buf;
+        Py_ssize_t last = flags[f].len - 1;
+        for (Py_ssize_t j = 0; j < last; j++)
+            if (table[x[j]])
+                x[j] |= (unsigned char)FINISHED;
+        if (last >= 0 && table[x[last]])
+            x[last] &= (unsigned char)~FINISHED;
+    }
+    for (int f = 0; f < n_flags; f++)
+        PyBuffer_Release(&flags[f]);
+    if (rc < 0)
+        goto fail;
+    if (rc > 0)
+        goto not_mine;
+    if ((out = PyDict_New()) == NULL)
+        goto fail;
+    for (int f = 0; f < n_found; f++)
+        if (PyDict_SetItem(out, found[f].name, found[f].g) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    PyBuffer_Release(&issued);
+    return out;
+not_mine:
+    PyBuffer_Release(&issued);
+    Py_RETURN_NOTIMPLEMENTED;
+fail:
+    PyBuffer_Release(&issued);
+    return NULL;
+}
+
 /* window_cut(new, old, rid_at): where a followed window's new entries meet its old ones (trace_window._follow):
  * (k, same), k the bisect_left of new[0]'s record id among old's (the entries before it left the window), same
  * leading_same(new, old, k); None where new's record ids from new[same - 1] on do not rise strictly (the kept
@@ -1122,6 +1247,8 @@ static PyMethodDef methods[] = {
     {"slide", slide, METH_VARARGS, "slide(seqs, k, b, added) -> None: each seq to seq[k:b] + added[i]"},
     {"drop_rows", drop_rows, METH_VARARGS, "drop_rows(names, kinds, lo, hi, front, groups, heads, p2p) -> the groups "
                                            "that lost p2p ops"},
+    {"settle_groups", settle_groups, METH_VARARGS, "settle_groups(groups, names, kinds, entries, before, desc_at, "
+                                                   "id_at, issued) -> the groups, None or NotImplemented"},
     {"window_cut", window_cut, METH_VARARGS, "window_cut(new, old, record_id_at) -> (k, same), None where new's "
                                              "ids do not rise, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "
@@ -1146,6 +1273,7 @@ PyMODINIT_FUNC PyInit__rows(void) {
     NAME(s_seq, "seq"); NAME(s_sig, "sig"); NAME(s_flags, "flags"); NAME(s_created_ns, "created_ns");
     NAME(s_duration_us, "duration_us"); NAME(s_site, "site"); NAME(s_p2p, "p2p"); NAME(s_frombytes, "frombytes");
     NAME(s_extend, "extend"); NAME(coalesced, "coalesced"); NAME(s_groups, "groups");
+    NAME(s_pg_desc, "pg_desc"); NAME(s_pg_id, "pg_id");
 #undef NAME
     return PyModule_Create(&module);
 }

@@ -317,6 +317,37 @@ def drop_rows(names: list[str], kinds: bytearray, lo: int, hi: int, front: bool,
     return set(ops)
 
 
+def settle_groups(groups: dict[str, GroupTrace], names: list[str], kinds: bytearray, entries: list[Entry],
+                  before: dict[str, int]) -> dict[str, GroupTrace] | None:
+    """A followed trace's groups as a rebuild has them, given its window's `entries` and their rows' marks
+    (`names`, `kinds`): those with a row, in the order of their first rows, each described by that row's
+    entry, with their ops known only issued settled (settle_issued); None where a group's seqs from its
+    count `before` the new rows on do not rise. In one call of model/_rows.c where it is built."""
+    if _rows is not None:
+        out = _rows.settle_groups(groups, names, kinds, entries, before, _DESC_AT, _PG_ID_AT, ISSUED_BYTE)
+        if out is not NotImplemented:
+            return out
+    first: dict[str, int] = {}
+    for name in groups:  # (few groups: each found by a C-level scan of the names)
+        try:
+            i = names.index(name)
+            while kinds[i] == SKIPPED:  # (a p2p end marker opens no group)
+                i = names.index(name, i + 1)
+        except ValueError:
+            continue
+        first[name] = i
+    settled: dict[str, GroupTrace] = {}
+    for name, i in sorted(first.items(), key=itemgetter(1)):
+        g = settled[name] = groups[name]
+        g.pg_desc, g.pg_id = entries[i].pg_desc, entries[i].pg_id
+        n = max(1, before.get(name, 0))
+        if len(g.seq) > n and not all(map(int.__lt__, g.seq[n - 1:], g.seq[n:])):
+            return None
+    for g in settled.values():
+        settle_issued(g)
+    return settled
+
+
 class EdgeHeader(NamedTuple):
     first_created_ns: int | None
     last_created_ns: int | None
@@ -623,7 +654,7 @@ def _load_rows() -> ModuleType | None:
 # the Entry fields _rows.edge_facts reads, in its order
 _EDGE_FIELDS = tuple(Entry._fields.index(f) for f in ("pg_name", "time_created_ns", "time_started_ns",
                                                        "time_completed_ns", "timeout_ms", "backend", "state"))
-_RECORD_ID_AT = Entry._fields.index("record_id")
+_RECORD_ID_AT, _DESC_AT, _PG_ID_AT = (Entry._fields.index(f) for f in ("record_id", "pg_desc", "pg_id"))
 # the Entry fields _rows.c reads, in its order (its F_* constants)
 _ROWS_FIELDS = ("pg_name", "is_p2p", "op", "collective_seq_id", "p2p_seq_id", "backend", "p2p_src", "p2p_dst",
                 "time_created_ns", "duration_ms", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",

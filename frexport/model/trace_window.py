@@ -16,14 +16,12 @@ site of its window), interning tables grown well past the window.
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from frexport.model.dump import Entry, RankDump
 from frexport.model.rank_trace import (
     P2P,
-    SKIPPED,
     EdgeFacts,
-    GroupTrace,
     P2POp,
     RankTrace,
     RowIndex,
@@ -35,7 +33,7 @@ from frexport.model.rank_trace import (
     recent_p2p,
     restamp,
     set_header,
-    settle_issued,
+    settle_groups,
     window,
     window_cut,
 )
@@ -148,8 +146,6 @@ class TraceWindow:
         old.extend(added)
         if not self._settle(columns_before):
             return False
-        for g in trace.groups.values():
-            settle_issued(g)
         set_header(trace, dump, len(new), header)
         trace.rows_version += 1
         return True
@@ -162,28 +158,14 @@ class TraceWindow:
                          self._p2p)
 
     def _settle(self, columns_before: dict[str, int]) -> bool:
-        """Groups as a rebuild has them: in the order of their first rows, described by those rows,
-        none without rows. False where the appended rows left a group's columns out of seq order."""
-        trace, entries = self.trace, self._entries
+        """Groups as a rebuild has them (rank_trace.settle_groups). False where the appended rows left a group's
+        columns out of seq order."""
+        trace = self.trace
         assert trace is not None  # (for mypy) only _follow settles, a trace
-        first: dict[str, int] = {}
-        names, kinds = self._marks.pg_name, self._marks.kind
-        for name in trace.groups:  # (few groups: each found by a C-level scan of the names)
-            try:
-                i = names.index(name)
-                while kinds[i] == SKIPPED:  # (a p2p end marker opens no group)
-                    i = names.index(name, i + 1)
-            except ValueError:
-                continue
-            first[name] = i
-        groups: dict[str, GroupTrace] = {}
-        for name, i in sorted(first.items(), key=itemgetter(1)):
-            g = groups[name] = trace.groups[name]
-            g.pg_desc, g.pg_id = entries[i].pg_desc, entries[i].pg_id
-            n = max(1, columns_before.get(name, 0))
-            if len(g.seq) > n and not all(map(int.__lt__, g.seq[n - 1:], g.seq[n:])):
-                return False
-        for name in set(trace.groups) - set(groups):
+        groups = settle_groups(trace.groups, self._marks.pg_name, self._marks.kind, self._entries, columns_before)
+        if groups is None:
+            return False
+        for name in trace.groups.keys() - groups.keys():
             self._p2p.pop(name, None)
             self._index.heads.pop(name, None)
         trace.groups = groups

@@ -44,7 +44,7 @@ class Stream:
         self.seq = {name: 0 for name, _, _ in GROUPS}
         self.p2p_seq = 0
         self.now = 10**12
-        self.backend = "nccl"
+        self.backend = rng.choice(["nccl", "nccl", "ucc"])  # (ucc: a hook's recorder, its ops known only issued)
 
     def entry(self, group, seq, op, is_p2p=False, p2p_seq=0, src=None, dst=None, state="scheduled"):
         name, desc, pg_id = group
