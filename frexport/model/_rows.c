@@ -488,6 +488,11 @@ static int plain_peer(PyObject *v) {
     return v == Py_None || PyLong_CheckExact(v);
 }
 
+#define MAX_PEERS 32
+static int same_peer(PyObject *a, PyObject *b) { /* None or exact ints (plain_peer): as their tuples compare */
+    return a == b || (a != Py_None && b != Py_None && PyObject_RichCompareBool(a, b, Py_EQ) == 1);
+}
+
 static PyObject *recent_p2p(PyObject *self, PyObject *args) {
     PyObject *ops;
     long keep, finished;
@@ -501,11 +506,39 @@ static PyObject *recent_p2p(PyObject *self, PyObject *args) {
             || !plain_peer(PyTuple_GET_ITEM(op, 3)))
             Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *seen = PyDict_New(), *out = PyList_New(0);
+    PyObject *seen = NULL, *out = PyList_New(0);
     char *kept = PyMem_Calloc(n ? n : 1, 1);
-    if (seen == NULL || out == NULL || kept == NULL)
+    if (out == NULL || kept == NULL)
         goto fail;
-    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+    /* a group's p2p ops go to a few peers: their counts kept in a small table, each op's peer found by pointer
+     * or equality (building a key tuple and a dict entry per op was most of this); more peers than that: a dict */
+    struct { PyObject *op, *src, *dst; long count; } peer[MAX_PEERS];
+    int n_peers = 0;
+    for (Py_ssize_t i = n - 1; i >= 0 && n_peers >= 0; i--) {
+        PyObject *t = PyList_GET_ITEM(ops, i), *op = PyTuple_GET_ITEM(t, 1), *src = PyTuple_GET_ITEM(t, 2),
+                 *dst = PyTuple_GET_ITEM(t, 3);
+        int j = 0;
+        for (; j < n_peers; j++)
+            if (same_peer(peer[j].src, src) && same_peer(peer[j].dst, dst)
+                && (peer[j].op == op || PyUnicode_Compare(peer[j].op, op) == 0))
+                break;
+        if (j == n_peers) {
+            if (n_peers == MAX_PEERS) {
+                n_peers = -1;  /* (the dict below, from the newest op again) */
+                break;
+            }
+            peer[j].op = op, peer[j].src = src, peer[j].dst = dst, peer[j].count = 0;
+            n_peers++;
+        }
+        long flags = PyLong_AsLong(PyTuple_GET_ITEM(t, 5));
+        if (flags == -1 && PyErr_Occurred())
+            goto fail;
+        kept[i] = peer[j].count < keep || !(flags & finished);
+        peer[j].count++;
+    }
+    if (n_peers < 0 && (seen = PyDict_New()) == NULL)
+        goto fail;
+    for (Py_ssize_t i = n_peers < 0 ? n - 1 : -1; i >= 0; i--) {
         PyObject *op = PyList_GET_ITEM(ops, i);
         PyObject *key = PyTuple_GetSlice(op, 1, 4);
         if (key == NULL)
@@ -533,7 +566,7 @@ static PyObject *recent_p2p(PyObject *self, PyObject *args) {
         if (kept[i] && PyList_Append(out, PyList_GET_ITEM(ops, i)) < 0)
             goto fail;
     PyMem_Free(kept);
-    Py_DECREF(seen);
+    Py_XDECREF(seen);
     return out;
 fail:
     PyMem_Free(kept);
@@ -833,6 +866,50 @@ static PyObject *window_cut(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nn)", k, same);
 }
 
+/* The few distinct keys of a sample (its groups' names, its backends) kept in C while it is read, then put in
+ * their dict or set once each, in the order first seen: the same dict or set as an insertion per entry (last
+ * value winning), without a hash lookup per entry. Keys are exact str, found by pointer, else by equality;
+ * past SEEN of them the rest go to the dict or set one by one. */
+#define SEEN 16
+typedef struct Seen Seen;
+static int flush(Seen *seen, PyObject *into);
+struct Seen {
+    int n, spilled;
+    PyObject *key[SEEN], *value[SEEN]; /* borrowed: the columns hold them */
+};
+
+static int remember(Seen *seen, PyObject *into, PyObject *key, PyObject *value) {
+    if (seen->spilled)
+        return value ? PyDict_SetItem(into, key, value) : PySet_Add(into, key);
+    for (int j = 0; j < seen->n; j++)
+        if (seen->key[j] == key) {
+            seen->value[j] = value;
+            return 0;
+        }
+    for (int j = 0; j < seen->n; j++)
+        if (PyUnicode_Compare(seen->key[j], key) == 0) {
+            seen->value[j] = value;
+            return 0;
+        }
+    if (seen->n < SEEN) {
+        seen->key[seen->n] = key, seen->value[seen->n] = value;
+        seen->n++;
+        return 0;
+    }
+    if (flush(seen, into) < 0)
+        return -1;
+    seen->spilled = 1;
+    return remember(seen, into, key, value);
+}
+
+static int flush(Seen *seen, PyObject *into) {
+    for (int j = 0; j < seen->n; j++)
+        if ((seen->value[j] ? PyDict_SetItem(into, seen->key[j], seen->value[j]) : PySet_Add(into, seen->key[j])) < 0)
+            return -1;
+    seen->n = 0;
+    return 0;
+}
+
 /* edge_header(pg_name, created, started, completed, timeout, events, sample): what a trace's header reads of
  * its window's edge facts (rank_trace.EdgeFacts: six lists, one value per entry), over the first and last
  * `sample` entries (all where there are at most twice as many): (first and last nonzero created or None,
@@ -854,6 +931,7 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
         goto fail;
     int64_t first = 0, last = 0, newest = 0;
     int any = 0;
+    Seen timeouts_seen = {0}, events_seen = {0};
     for (Py_ssize_t k = 0, i; k < n; k++) {
         i = k;
         if (n > 2 * sample && k >= sample) {  /* the last `sample` ones */
@@ -878,11 +956,13 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
         for (int c = 0; c < 3; c++)
             if (v[c] > newest)
                 newest = v[c];
-        if (v[3] && PyDict_SetItem(timeouts, name, PyList_GET_ITEM(cols[4], i)) < 0)
+        if (v[3] && remember(&timeouts_seen, timeouts, name, PyList_GET_ITEM(cols[4], i)) < 0)
             goto fail;
-        if (event != Py_None && PySet_Add(events, event) < 0)
+        if (event != Py_None && remember(&events_seen, events, event, NULL) < 0)
             goto fail;
     }
+    if (flush(&timeouts_seen, timeouts) < 0 || flush(&events_seen, events) < 0)
+        goto fail;
     PyObject *out = Py_BuildValue("(NNNNN)", any ? PyLong_FromLongLong(first) : Py_NewRef(Py_None),
                                   any ? PyLong_FromLongLong(last) : Py_NewRef(Py_None),
                                   newest ? PyLong_FromLongLong(newest) : Py_NewRef(Py_None), timeouts, events);

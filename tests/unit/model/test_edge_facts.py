@@ -3,7 +3,8 @@ the header read from them (the first and last enqueue time, the newest event, ea
 the backends that show events, over the oldest and newest SAMPLE entries). Held to the rules written
 out here, with model/_rows.c's loops and without them, on random entries and facts: short and long
 windows, absent (None, 0) and negative times, a group's several timeouts, and values no decoder makes
-(a bool, an int past 64 bits, a name that is no str), which the compiled loops leave to Python."""
+(a bool, an int past 64 bits, a name that is no str), which the compiled loops leave to Python, and more
+groups than the compiled loop keeps apart."""
 
 import random
 
@@ -37,7 +38,9 @@ def _facts(rng: random.Random) -> EdgeFacts:
     def time() -> object:
         v = rng.choice([0, 0, rng.randint(1, 2 ** 62), -rng.randint(1, 10 ** 9), 2 ** 63 - 1, -2 ** 63])
         return rng.choice([v, True, 2 ** 64, 10 ** 30]) if odd and rng.random() < 0.05 else v
-    names = ["0", "1", "".join(["dp", "_", "3"])] + ([7] if odd else [])
+    names = ["0", "1", "dp_3", "".join(["dp", "_", "3"])] + ([7] if odd else [])  # (one name, two objects)
+    if rng.random() < 0.2:  # more groups than the compiled loop keeps apart before it spills into the dict
+        names += [f"pp_{i}" for i in range(rng.randint(10, 30))]
     return EdgeFacts([rng.choice(names) for _ in range(n)], [time() for _ in range(n)],
                      [time() for _ in range(n)], [time() for _ in range(n)],
                      [rng.choice([0, 0, 600_000, rng.randint(1, 10 ** 6)]) for _ in range(n)],
@@ -52,6 +55,7 @@ def test_the_header_is_what_the_sampled_entries_say(compiled):
             f = _facts(rng)
             got = f.header()
             assert got == _rule(f), f
+            assert list(got.timeouts_ms) == list(_rule(f).timeouts_ms)  # (in the order the groups first show)
             assert got.last_event_ns is None or got.last_event_ns > 0
 
 

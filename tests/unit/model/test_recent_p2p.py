@@ -1,6 +1,7 @@
 """The p2p ops a trace keeps of its window (rank_trace.recent_p2p): every op still pending, and the last
 `keep` of each (op, src, dst), in order: enough to judge the frontier, small to ship. Held to that rule
-with model/_rows.c's loop and without it, on random ops (peer pairs repeated, finished or not)."""
+with model/_rows.c's loop and without it, on random ops (peer pairs repeated, finished or not, a few or
+many of them, peers past 64 bits)."""
 
 import random
 
@@ -28,9 +29,12 @@ def test_pending_ops_and_the_last_few_of_each_peer_pair_are_kept_in_order(compil
     with compiled_or_pure(rank_trace, "_rows", compiled):
         for _ in range(1000):
             odd = rng.random() < 0.1  # (a peer no decoder makes: the Python loop decides)
-            ops = [P2POp(seq, rng.choice(["send", "recv"]), rng.choice([0, 1, None] + ["1", 1.0] * odd),
-                         rng.choice([1, 2]), 0, rng.choice([0, FINISHED, FINISHED | ISSUED, ISSUED]), seq * 10, -1)
-                   for seq in range(rng.randint(0, 40))]
+            # many peers now and then (more than the compiled loop keeps apart); one op name as two objects
+            peers = [1, 2] if rng.random() < 0.8 else list(range(rng.randint(10, 40)))
+            names = ["send", "recv", "".join(["se", "nd"])]
+            ops = [P2POp(seq, rng.choice(names), rng.choice([0, 1, None, 2 ** 70] + ["1", 1.0] * odd),
+                         rng.choice(peers), 0, rng.choice([0, FINISHED, FINISHED | ISSUED, ISSUED]), seq * 10, -1)
+                   for seq in range(rng.randint(0, 80))]
             keep = rng.choice([0, 1, 3, 8])
             got = recent_p2p(ops, keep)
             assert got == _rule(ops, keep), (ops, keep)
