@@ -368,3 +368,27 @@ def test_a_column_out_of_order_is_left_to_python():
     with judged_by(False):
         pure = inherited_waits(groups)
     assert inherited_waits(groups) == pure
+
+
+@pytest.mark.parametrize("case", ["all", "one missing", "one empty", "one not a GroupTrace", "alone"])
+def test_the_members_read_in_c_are_those_python_reads(case):
+    """straggler._present, asked of every group twice a pass: each member's columns and the seqs every member
+    holds, or nothing where a member recorded none (the group is not judged); compiled or not, the same."""
+    cols = {}
+    for r in range(4):
+        kind = _Other if case == "one not a GroupTrace" and r == 2 else GroupTrace
+        g = cols[r] = kind("g", "g", 0)
+        g.seq.extend(range(r, 20 - r))
+    if case == "one missing":
+        del cols[1]
+    if case == "one empty":
+        del cols[3].seq[:]
+    members = (0,) if case == "alone" else (0, 1, 2, 3)
+    got = []
+    for compiled in (True, False):
+        with judged_by(compiled):
+            got.append(straggler._present(members, cols))
+    assert got[0] == got[1]
+    assert (got[0] is None) == (case in ("one missing", "one empty", "alone"))
+    if got[0] is not None:
+        assert got[0][1:] == (3, 16) and [g.pg_name for g in got[0][0]] == ["g"] * 4
