@@ -18,7 +18,8 @@ import sys
 from array import array
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any
+from operator import attrgetter
+from typing import Any, cast
 
 from frexport.analysis import findings as F
 from frexport.analysis.clock import RECORDER, duration
@@ -45,6 +46,7 @@ from frexport.analysis.matching import Disagreement, SigIds, match_group, mismat
 from frexport.analysis.membership import Group, Membership, build_membership
 from frexport.analysis.pass_memo import PassMemo
 from frexport.analysis.placement import behind
+from frexport.analysis.signature_ids import signature_ids, start_analysis
 from frexport.analysis.unseen import blocked_ranks, fold_blocked, unrecorded, unseen_waits
 from frexport.model.call_site import Frame, Threads, site_text
 from frexport.model.dump import InputError, split_group_name
@@ -85,22 +87,17 @@ class _Context:
         self.behind: frozenset[int] = frozenset()
         # ranks whose recorder holds point-to-point ops (NCCL's does, gloo's never): elsewhere a rank that
         # waits for nobody the recorder shows may wait in a send or recv
-        self.records_p2p = frozenset(r for r, t in traces.items() if any(g.p2p for g in t.groups.values()))
-        canon_ids: dict[tuple, int] = {}
+        self.records_p2p = frozenset(r for r, t in traces.items() if any(map(_p2p, t.groups.values())))
+        start_analysis()
         self.canon: dict[int, list[int]] = {}
-        of_sig: dict[Signature, int] = {}  # ranks share most signatures: each canonical form is made once
+        tables: dict[int, bytes | None] = {}
         for rank, t in traces.items():
-            ids = self.canon[rank] = []
-            for sig in t.signatures:
-                i = of_sig.get(sig)
-                if i is None:
-                    i = of_sig[sig] = canon_ids.setdefault(canonical(sig), len(canon_ids))
-                ids.append(i)
+            self.canon[rank], tables[rank] = signature_ids(t)
         # Where every index and id fits in a byte (a job runs a few dozen distinct ops), a rank's column
         # of indices becomes ids through a table, in C (bytes.translate), not entry by entry.
         self.id_tables: dict[int, bytes] | None = None
-        if len(canon_ids) <= 256 and all(len(t.signatures) <= 256 for t in traces.values()):
-            self.id_tables = {r: bytes(ids) + bytes(256 - len(ids)) for r, ids in self.canon.items()}
+        if None not in tables.values():
+            self.id_tables = cast("dict[int, bytes]", tables)
 
     def answered_but(self, ranks) -> bool:
         """The stacks are one look at every rank but `ranks`: a missing stack among those is a rank that
@@ -236,6 +233,7 @@ def analyze(traces: list[RankTrace], input_errors: list[InputError] | None = Non
                      groups=sum(1 for cols in all_cols.values() if cols))
 
 
+_p2p = attrgetter("p2p")
 _PENDING_NOT_ISSUED = bytes(1 if not v & FINISHED and not v & ISSUED else 0 for v in range(256))
 
 

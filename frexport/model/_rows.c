@@ -820,16 +820,79 @@ fail:
     return NULL;
 }
 
+/* an entry's record id (`at`: its position), where it is an int of 64 bits: 1, else 0 */
+static int rid_of(PyObject *e, Py_ssize_t at, int64_t *out) {
+    return PyTuple_Check(e) && PyTuple_GET_SIZE(e) > at && fits_int64(PyTuple_GET_ITEM(e, at), out);
+}
+
+/* merged_window(held, sent, rid_at): a rank's held window with what its peer sent from the cursor on
+ * (sources/peers._window): held[:p] + the held entries from p on updated by the sent ones, p the bisect_left
+ * of the first sent id among the held ones' ids; a held entry sent again equal to itself stays the held
+ * object. Answered here in the usual case only, the sent ids rising and the held ones from p on the first of
+ * them (the ones still unfinished, sent again): (window, first sent id). NotImplemented otherwise, or where an
+ * entry read is not a tuple with an int record id of 64 bits (the caller's Python merges them). */
+static PyObject *merged_window(PyObject *self, PyObject *args) {
+    PyObject *held, *sent;
+    Py_ssize_t at;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyTuple_Type, &held, &PyTuple_Type, &sent, &at))
+        return NULL;
+    Py_ssize_t nh = PyTuple_GET_SIZE(held), ns = PyTuple_GET_SIZE(sent);
+    if (ns == 0 || at < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    int64_t first = 0, v, prev = 0;
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        if (!rid_of(PyTuple_GET_ITEM(sent, i), at, &v) || (i > 0 && v <= prev))
+            Py_RETURN_NOTIMPLEMENTED;
+        prev = v;
+        if (i == 0)
+            first = v;
+    }
+    Py_ssize_t lo = 0, hi = nh;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (!rid_of(PyTuple_GET_ITEM(held, mid), at, &v))
+            Py_RETURN_NOTIMPLEMENTED;
+        if (v < first)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_ssize_t p = lo, again = nh - p;
+    if (again > ns)
+        Py_RETURN_NOTIMPLEMENTED;
+    for (Py_ssize_t i = 0; i < again; i++) {
+        int64_t w;
+        if (!rid_of(PyTuple_GET_ITEM(held, p + i), at, &v) || !rid_of(PyTuple_GET_ITEM(sent, i), at, &w) || v != w)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *out = PyTuple_New(p + ns);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < p; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(held, i)));
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *e = PyTuple_GET_ITEM(sent, i);
+        if (i < again) {
+            PyObject *h = PyTuple_GET_ITEM(held, p + i);
+            int eq = h == e ? 1 : PyObject_RichCompareBool(h, e, Py_EQ);
+            if (eq < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            if (eq)
+                e = h;
+        }
+        PyTuple_SET_ITEM(out, p + i, Py_NewRef(e));
+    }
+    return Py_BuildValue("(NL)", out, (long long)first);
+}
+
 /* window_cut(new, old, rid_at): where a followed window's new entries meet its old ones (trace_window._follow):
  * (k, same), k the bisect_left of new[0]'s record id among old's (the entries before it left the window), same
  * leading_same(new, old, k); None where new's record ids from new[same - 1] on do not rise strictly (the kept
  * ones are old's, in order already). NotImplemented where an entry read is not a tuple holding an int record
  * id of 64 bits (the caller's Python passes decide). In a big view these entries are cold in the cache: a
  * Python bisect with a key and a list of the ids read each one through an attribute getter. */
-static int rid_of(PyObject *e, Py_ssize_t at, int64_t *out) {
-    return PyTuple_Check(e) && PyTuple_GET_SIZE(e) > at && fits_int64(PyTuple_GET_ITEM(e, at), out);
-}
-
 static PyObject *window_cut(PyObject *self, PyObject *args) {
     PyObject *a, *b;
     Py_ssize_t at;
@@ -1329,6 +1392,8 @@ static PyMethodDef methods[] = {
                                            "that lost p2p ops"},
     {"settle_groups", settle_groups, METH_VARARGS, "settle_groups(groups, names, kinds, entries, before, desc_at, "
                                                    "id_at, issued) -> the groups, None or NotImplemented"},
+    {"merged_window", merged_window, METH_VARARGS, "merged_window(held, sent, record_id_at) -> (window, first "
+                                                   "sent id), or NotImplemented"},
     {"window_cut", window_cut, METH_VARARGS, "window_cut(new, old, record_id_at) -> (k, same), None where new's "
                                              "ids do not rise, or NotImplemented"},
     {"edge_header", edge_header, METH_VARARGS, "edge_header(pg_name, created, started, completed, timeout, events, "

@@ -139,6 +139,9 @@ class RankTrace:
     # how often its rows changed in place (model/trace_window.py follows a window): with the trace's
     # identity, what a live analysis judged of it before still holds (analysis/lateness.StragglerMemo)
     rows_version: int = 0
+    # (generation, canonical ids of `signatures`, their byte table or None): analysis/signature_ids.py's, kept
+    # with the trace because its signatures only grow
+    signature_ids: tuple[int, list[int], bytes | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def dump_time_trusted(self) -> bool:
@@ -279,6 +282,32 @@ def window_cut(new: Sequence[Entry], old: Sequence[Entry]) -> tuple[int, int] | 
     same = leading_same(new, old, k)
     rids = list(map(_record_id, new[max(same - 1, 0):]))
     return (k, same) if all(map(int.__lt__, rids, rids[1:])) else None
+
+
+def merged_window(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[tuple[Entry, ...], int]:
+    """A rank's held window (record order) with the entries its peer sent from the cursor on (not empty): the
+    held ones before the first sent id, then the held ones from it on updated by the sent ones, in record
+    order (one sent again equal to itself stays the held object); and that first (lowest) sent id. In one
+    C loop where it is built for the usual case (sources/peers.py asks it of every rank each pass)."""
+    if _rows is not None:
+        out = _rows.merged_window(held, sent, _RECORD_ID_AT)
+        if out is not NotImplemented:
+            return out
+    lo = min(map(_record_id, sent))
+    p = bisect_left(held, lo, key=_record_id)
+    return held[:p] + _updated(held[p:], sent), lo
+
+
+def _updated(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    if not held:
+        rids = list(map(_record_id, sent))
+        if all(map(int.__lt__, rids, rids[1:])):
+            return sent
+    by_record = {e.record_id: e for e in held}
+    for e in sent:  # one sent again as it was (a rank's hung op, from its cursor) stays the held object
+        if by_record.get(e.record_id) != e:
+            by_record[e.record_id] = e
+    return tuple(sorted(by_record.values(), key=_record_id))
 
 
 def slide_columns(columns: tuple, k: int, b: int, added: tuple | None = None) -> None:

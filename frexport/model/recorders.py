@@ -168,4 +168,5 @@ def merge_traces(a: RankTrace, b: RankTrace) -> RankTrace:
         first_created_ns=min(firsts, default=None), last_created_ns=max(lasts, default=None),
         signatures=a.signatures + b.signatures, call_sites=a.call_sites + b.call_sites, groups=groups,
         last_event_ns=max(events, default=None), timeouts_ms={**a.timeouts_ms, **b.timeouts_ms},
-        dumped_at_ns=max(dumped, default=None), dumped_at_is_clock=a.dumped_at_is_clock and b.dumped_at_is_clock)
+        dumped_at_ns=max(dumped, default=None), dumped_at_is_clock=a.dumped_at_is_clock and b.dumped_at_is_clock,
+        signature_ids=None)

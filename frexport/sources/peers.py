@@ -46,7 +46,7 @@ from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.peer_rows import expand_runs
-from frexport.model.rank_trace import leading_same
+from frexport.model.rank_trace import leading_same, merged_window
 from frexport.model.untrack import untrack_plain
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
@@ -376,8 +376,9 @@ class PeersSource:
         entries = held.entries
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
-        # an idle or hung rank's window is the same tuple pass after pass (the same entry objects: _merged):
-        # a new tuple made the view follow every rank's trace again (~150 µs a rank a pass, for nothing new)
+        # an idle or hung rank's window is the same tuple pass after pass (the same entry objects, as
+        # rank_trace.merged_window keeps them): a new tuple made the view follow every rank's trace again (~150 µs
+        # a rank a pass, for nothing new)
         last = held.dump.entries if held.dump is not None else ()
         if len(last) == len(entries) and leading_same(entries, last, 0) == len(entries):
             held.entries = last
@@ -486,9 +487,7 @@ def _window(held: _Held, r: PeerRank, window: int) -> _Window:
     entries, cursor = held.entries, held.cursor
     unchanged_below = cursor
     if r.entries:
-        lo = min(map(_record_id, r.entries))
-        p = bisect_left(entries, lo, key=_record_id)
-        entries = entries[:p] + _merged(entries[p:], r.entries)
+        entries, lo = merged_window(entries, r.entries)
         unchanged_below = min(unchanged_below, lo)
     if r.first is not None:  # out of the peer's window, unless still unfinished
         q = bisect_left(entries, r.first, key=_record_id)
@@ -512,19 +511,6 @@ def _window(held: _Held, r: PeerRank, window: int) -> _Window:
         # after a pass walked each new one, item by item, cold (~4 million items at 16384 ranks)
         untrack_plain((entries,))
     return _Window(held.entries, held.cursor, entries, cursor)
-
-
-def _merged(held: tuple[Entry, ...], sent: tuple[Entry, ...]) -> tuple[Entry, ...]:
-    """The held entries from the first sent one on, updated by what was sent, in record order."""
-    if not held:
-        rids = list(map(_record_id, sent))
-        if all(map(int.__lt__, rids, rids[1:])):
-            return sent
-    by_record = {e.record_id: e for e in held}
-    for e in sent:  # one sent again as it was (a rank's hung op, from its cursor) stays the held object
-        if by_record.get(e.record_id) != e:
-            by_record[e.record_id] = e
-    return tuple(sorted(by_record.values(), key=_record_id))
 
 
 def _unfinished(entries: tuple[Entry, ...], stop: int) -> tuple[Entry, ...]:

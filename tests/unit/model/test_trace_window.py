@@ -181,22 +181,44 @@ def test_the_compiled_appender_leaves_what_it_cannot_take_to_append_rows(value):
     assert outcomes[:half] == outcomes[half:]
 
 
+def _entry(rid: int, state: str = "completed") -> Entry:
+    return Entry(rid, 0, "0", "default_pg", 1, 0, None, False, "nccl:all_reduce", "nccl", "all_reduce", None,
+                 None, (), (), (), (), state, False, 1, None, None, None, None, None, None, (), None)
+
+
 @given(st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), max_size=12), st.integers(0, 12),
        st.integers(0, 12), st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), min_size=1, max_size=12))
 def test_where_a_window_is_cut_is_the_same_compiled_or_not(old_ids, keep_from, keep, new_ids):
     """rank_trace.window_cut, the first step of a follow, in C and in Python: how many entries left the
     window, how many are kept as they were, and a window whose new ids do not rise given up (None). Ids out
     of order, repeated or past 64 bits (the C leaves those to Python) occur."""
-    def entry(rid):
-        return Entry(rid, 0, "0", "default_pg", 1, 0, None, False, "nccl:all_reduce", "nccl", "all_reduce", None,
-                     None, (), (), (), (), "completed", False, 1, None, None, None, None, None, None, (), None)
-
-    old = tuple(map(entry, sorted(i for i in old_ids if isinstance(i, int))))
-    new = old[keep_from:keep_from + keep] + tuple(map(entry, new_ids))
+    old = tuple(map(_entry, sorted(old_ids)))
+    new = old[keep_from:keep_from + keep] + tuple(map(_entry, new_ids))
     outcomes = []
     for compiled in (True, False):
         with compiled_or_pure(rank_trace, "_rows", compiled):
             outcomes.append(rank_trace.window_cut(new, old))
+    assert outcomes[0] == outcomes[1]
+
+
+@given(st.lists(st.integers(0, 30), max_size=20, unique=True), st.lists(st.integers(0, 40), min_size=1, max_size=12),
+       st.sampled_from(["sorted", "as drawn", "past 64 bits"]), st.data())
+def test_a_held_window_merged_with_what_was_sent_is_the_same_compiled_or_not(held_ids, sent_ids, order, data):
+    """rank_trace.merged_window, each rank's held window with what its peer sent from the cursor on, in C
+    (the usual case: the sent ids rising, the held ones from the first of them on sent again) and in Python:
+    the same entries in the same order, a held entry sent again unchanged kept as the held object."""
+    held = tuple(map(_entry, sorted(held_ids)))
+    sent_ids = sorted(set(sent_ids)) if order != "as drawn" else sent_ids
+    if order == "past 64 bits":
+        sent_ids = [*sent_ids, 2**70]
+    by_id = {e.record_id: e for e in held}
+    sent = tuple(by_id[i] if i in by_id and data.draw(st.booleans()) else
+                 _entry(i, data.draw(st.sampled_from(["completed", "scheduled"]))) for i in sent_ids)
+    outcomes = []
+    for compiled in (True, False):
+        with compiled_or_pure(rank_trace, "_rows", compiled):
+            window, lo = rank_trace.merged_window(held, sent)
+        outcomes.append((window, [id(e) for e in window], lo))
     assert outcomes[0] == outcomes[1]
 
 
