@@ -825,6 +825,23 @@ static int rid_of(PyObject *e, Py_ssize_t at, int64_t *out) {
     return PyTuple_Check(e) && PyTuple_GET_SIZE(e) > at && fits_int64(PyTuple_GET_ITEM(e, at), out);
 }
 
+/* where `x` falls among the record ids of items[0..n) (bisect_left): 1 with *k, 0 where an id read is not ours */
+static int bisect_rid(PyObject *const *items, Py_ssize_t n, Py_ssize_t at, int64_t x, Py_ssize_t *k) {
+    Py_ssize_t lo = 0, hi = n;
+    int64_t v;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (!rid_of(items[mid], at, &v))
+            return 0;
+        if (v < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *k = lo;
+    return 1;
+}
+
 /* merged_window(held, sent, rid_at): a rank's held window with what its peer sent from the cursor on
  * (sources/peers._window): held[:p] + the held entries from p on updated by the sent ones, p the bisect_left
  * of the first sent id among the held ones' ids; a held entry sent again equal to itself stays the held
@@ -847,17 +864,10 @@ static PyObject *merged_window(PyObject *self, PyObject *args) {
         if (i == 0)
             first = v;
     }
-    Py_ssize_t lo = 0, hi = nh;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (!rid_of(PyTuple_GET_ITEM(held, mid), at, &v))
-            Py_RETURN_NOTIMPLEMENTED;
-        if (v < first)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    Py_ssize_t p = lo, again = nh - p;
+    Py_ssize_t p;
+    if (!bisect_rid(PySequence_Fast_ITEMS(held), nh, at, first, &p))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t again = nh - p;
     if (again > ns)
         Py_RETURN_NOTIMPLEMENTED;
     for (Py_ssize_t i = 0; i < again; i++) {
@@ -906,17 +916,9 @@ static PyObject *window_cut(PyObject *self, PyObject *args) {
     int64_t first, v, prev = 0;
     if (!rid_of(x[0], at, &first))
         Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t lo = 0, hi = nb;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (!rid_of(y[mid], at, &v))
-            Py_RETURN_NOTIMPLEMENTED;
-        if (v < first)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    Py_ssize_t k = lo, same = 0;
+    Py_ssize_t k, same = 0;
+    if (!bisect_rid(y, nb, at, first, &k))
+        Py_RETURN_NOTIMPLEMENTED;
     while (same < na && k + same < nb && x[same] == y[k + same])
         same++;
     for (Py_ssize_t i = same > 0 ? same - 1 : 0, from = i; i < na; i++) {
