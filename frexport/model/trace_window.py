@@ -27,16 +27,14 @@ from frexport.model.rank_trace import (
     RowIndex,
     RowMarks,
     append_entries,
-    drop_rows,
     finish_group,
     new_trace,
     recent_p2p,
     restamp,
     set_header,
-    settle_groups,
     window,
-    window_cut,
 )
+from frexport.model.window_rows import drop_rows, settle_groups, window_cut
 
 _record_id = attrgetter("record_id")
 _IS = [bytes(1 if v == kind else 0 for v in range(256)) for kind in range(4)]  # a kind column -> 1 where that kind
@@ -158,7 +156,7 @@ class TraceWindow:
                          self._p2p)
 
     def _settle(self, columns_before: dict[str, int]) -> bool:
-        """Groups as a rebuild has them (rank_trace.settle_groups). False where the appended rows left a group's
+        """Groups as a rebuild has them (window_rows.settle_groups). False where the appended rows left a group's
         columns out of seq order."""
         trace = self.trace
         assert trace is not None  # (for mypy) only _follow settles, a trace

@@ -46,8 +46,9 @@ from frexport.decode.sandbox import DecoderPool
 from frexport.model.dump import Entry, ProcessGroupConfig, RankDump
 from frexport.model.outcome import first_unsettled
 from frexport.model.peer_rows import expand_runs
-from frexport.model.rank_trace import leading_same, merged_window
+from frexport.model.rank_trace import leading_same
 from frexport.model.untrack import untrack_plain
+from frexport.model.window_rows import merged_window
 from frexport.model.world import is_world_size
 from frexport.sources.base import Snapshot
 from frexport.sources.handlers import Fetched, fetch_cap
@@ -377,7 +378,7 @@ class PeersSource:
         if held.dump is not None and not r.entries and r.dumped_at_ns == held.dump.dumped_at_ns:
             return None  # the peer has not polled the rank since: nothing new to say
         # an idle or hung rank's window is the same tuple pass after pass (the same entry objects, as
-        # rank_trace.merged_window keeps them): a new tuple made the view follow every rank's trace again (~150 µs
+        # window_rows.merged_window keeps them): a new tuple made the view follow every rank's trace again (~150 µs
         # a rank a pass, for nothing new)
         last = held.dump.entries if held.dump is not None else ()
         if len(last) == len(entries) and leading_same(entries, last, 0) == len(entries):

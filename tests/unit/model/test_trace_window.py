@@ -13,7 +13,8 @@ from __future__ import annotations
 import gc
 import math
 import random
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from frexport.analysis.engine import Options, analyze
 from frexport.config import Analysis
 from frexport.live.diagnosis import LiveAnalysis
-from frexport.model import rank_trace
+from frexport.model import rank_trace, window_rows
 from frexport.model.call_site import Frame
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus, RankDump
 from frexport.model.rank_trace import RankTrace, build_rank_trace
@@ -116,11 +117,13 @@ def resolved(t: RankTrace) -> tuple:
             groups)
 
 
-def appended_by(compiled: bool) -> AbstractContextManager[None]:
-    """A followed trace's entries appended by the compiled helper (model/_rows.c, as built by the dev setup),
-    or by rank_trace.append_rows alone (an install without a compiler). build_rank_trace never uses the
-    helper: the tests below compare the two ways."""
-    return compiled_or_pure(rank_trace, "_rows", compiled)
+@contextmanager
+def appended_by(compiled: bool) -> Iterator[None]:
+    """A followed trace's entries appended and its rows moved by the compiled helpers (model/_rows.c, as
+    built by the dev setup), or by rank_trace's and window_rows' Python alone (an install without a
+    compiler). build_rank_trace never uses the helpers: the tests below compare the two ways."""
+    with compiled_or_pure(rank_trace, "_rows", compiled), compiled_or_pure(window_rows, "_rows", compiled):
+        yield
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -189,22 +192,22 @@ def _entry(rid: int, state: str = "completed") -> Entry:
 @given(st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), max_size=12), st.integers(0, 12),
        st.integers(0, 12), st.lists(st.sampled_from([1, 2, 3, 5, 8, 2**70, -1]), min_size=1, max_size=12))
 def test_where_a_window_is_cut_is_the_same_compiled_or_not(old_ids, keep_from, keep, new_ids):
-    """rank_trace.window_cut, the first step of a follow, in C and in Python: how many entries left the
+    """window_rows.window_cut, the first step of a follow, in C and in Python: how many entries left the
     window, how many are kept as they were, and a window whose new ids do not rise given up (None). Ids out
     of order, repeated or past 64 bits (the C leaves those to Python) occur."""
     old = tuple(map(_entry, sorted(old_ids)))
     new = old[keep_from:keep_from + keep] + tuple(map(_entry, new_ids))
     outcomes = []
     for compiled in (True, False):
-        with compiled_or_pure(rank_trace, "_rows", compiled):
-            outcomes.append(rank_trace.window_cut(new, old))
+        with compiled_or_pure(window_rows, "_rows", compiled):
+            outcomes.append(window_rows.window_cut(new, old))
     assert outcomes[0] == outcomes[1]
 
 
 @given(st.lists(st.integers(0, 30), max_size=20, unique=True), st.lists(st.integers(0, 40), min_size=1, max_size=12),
        st.sampled_from(["sorted", "as drawn", "past 64 bits"]), st.data())
 def test_a_held_window_merged_with_what_was_sent_is_the_same_compiled_or_not(held_ids, sent_ids, order, data):
-    """rank_trace.merged_window, each rank's held window with what its peer sent from the cursor on, in C
+    """window_rows.merged_window, each rank's held window with what its peer sent from the cursor on, in C
     (the usual case: the sent ids rising, the held ones from the first of them on sent again) and in Python:
     the same entries in the same order, a held entry sent again unchanged kept as the held object."""
     held = tuple(map(_entry, sorted(held_ids)))
@@ -216,8 +219,8 @@ def test_a_held_window_merged_with_what_was_sent_is_the_same_compiled_or_not(hel
                  _entry(i, data.draw(st.sampled_from(["completed", "scheduled"]))) for i in sent_ids)
     outcomes = []
     for compiled in (True, False):
-        with compiled_or_pure(rank_trace, "_rows", compiled):
-            window, lo = rank_trace.merged_window(held, sent)
+        with compiled_or_pure(window_rows, "_rows", compiled):
+            window, lo = window_rows.merged_window(held, sent)
         outcomes.append((window, [id(e) for e in window], lo))
     assert outcomes[0] == outcomes[1]
 
