@@ -34,10 +34,11 @@ def start_analysis() -> None:
 def signature_ids(t: RankTrace) -> tuple[list[int], bytes | None]:
     """The canonical id of each of t.signatures, and where every index and id fits in a byte, the 256-byte
     table from a signature's index to its id (bytes.translate turns a column of indices into ids in C)."""
-    memo = t.signature_ids
-    if memo is not None and memo[0] == _generation and len(memo[1]) == len(t.signatures):
-        return memo[1], memo[2]
-    ids = memo[1] if memo is not None and memo[0] == _generation and len(memo[1]) < len(t.signatures) else []
+    memo, ids = t.signature_ids, []
+    if memo is not None and memo[0] == _generation:  # (a new numbering: every id made again)
+        if len(memo[1]) == len(t.signatures):
+            return memo[1], memo[2]
+        ids = memo[1]
     ids = ids + [_id(sig) for sig in t.signatures[len(ids):]]
     table = bytes(ids) + bytes(256 - len(ids)) if len(ids) <= 256 and max(ids, default=0) < 256 else None
     t.signature_ids = (_generation, ids, table)

@@ -574,6 +574,14 @@ fail:
     return NULL;
 }
 
+/* how many leading items of x[0..na) are the very objects y[k], y[k+1], ... of y[0..nb) */
+static Py_ssize_t same_run(PyObject *const *x, Py_ssize_t na, PyObject *const *y, Py_ssize_t nb, Py_ssize_t k) {
+    Py_ssize_t i = 0;
+    while (i < na && k + i < nb && x[i] == y[k + i])
+        i++;
+    return i;
+}
+
 /* leading_same(new, old, k): how many leading items of `new` are the very objects old[k], old[k+1], ...
  * (tuples or lists; NotImplemented otherwise). Pointers only: no item is touched, where a Python pass
  * increfs each one, a cache miss per entry in a big view (a followed trace asks it of its window). */
@@ -585,12 +593,8 @@ static PyObject *leading_same(PyObject *self, PyObject *args) {
     if ((!PyTuple_CheckExact(a) && !PyList_CheckExact(a)) || (!PyTuple_CheckExact(b) && !PyList_CheckExact(b))
         || k < 0)
         Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t na = PySequence_Fast_GET_SIZE(a), nb = PySequence_Fast_GET_SIZE(b) - k;
-    PyObject **x = PySequence_Fast_ITEMS(a), **y = PySequence_Fast_ITEMS(b);
-    Py_ssize_t n = na < nb ? na : (nb > 0 ? nb : 0), i = 0;
-    while (i < n && x[i] == y[k + i])
-        i++;
-    return PyLong_FromSsize_t(i);
+    return PyLong_FromSsize_t(same_run(PySequence_Fast_ITEMS(a), PySequence_Fast_GET_SIZE(a),
+                                       PySequence_Fast_ITEMS(b), PySequence_Fast_GET_SIZE(b), k));
 }
 
 /* slide(seqs, k, b, added): each of `seqs` (lists or bytearrays) in place to seq[k:b] + added[i] (added None:
@@ -700,14 +704,16 @@ done:
  * order of their first rows (a p2p end marker, SKIPPED, opens none), each described (pg_desc, pg_id) by the
  * entry of that row; None where a group's seqs from its `before` count on (at least 1) do not rise strictly;
  * then in each group's flags an op known only to be issued (`issued`: a 256-byte table of flags) is FINISHED
- * but for the group's newest. NotImplemented where a column or entry is not of its kind, before anything
- * but the descriptions was changed (the caller's Python then does it all, the same way). */
+ * but for the group's newest. NotImplemented where a group is not exactly `group_type` or a column or entry
+ * is not of its kind, before anything but the descriptions was changed (the caller's Python then does it
+ * all, the same way). */
 static PyObject *settle_groups(PyObject *self, PyObject *args) {
-    PyObject *groups, *names, *kinds, *entries, *before;
+    PyObject *groups, *names, *kinds, *entries, *before, *group_type;
     Py_ssize_t desc_at, id_at;
     Py_buffer issued;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!nny*", &PyDict_Type, &groups, &PyList_Type, &names, &PyByteArray_Type,
-                          &kinds, &PyList_Type, &entries, &PyDict_Type, &before, &desc_at, &id_at, &issued))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!nny*O", &PyDict_Type, &groups, &PyList_Type, &names, &PyByteArray_Type,
+                          &kinds, &PyList_Type, &entries, &PyDict_Type, &before, &desc_at, &id_at, &issued,
+                          &group_type))
         return NULL;
     struct { PyObject *name, *g; Py_ssize_t first; } found[MAX_GROUPS];
     int n_found = 0, rc = 0;
@@ -750,22 +756,20 @@ static PyObject *settle_groups(PyObject *self, PyObject *args) {
         Py_ssize_t n = got ? PyLong_AsSsize_t(got) : 0;
         if (n == -1 && PyErr_Occurred())
             goto fail;
-        PyObject *seq = PyObject_GetAttr(found[f].g, s_seq);
         Py_buffer b;
-        if (seq == NULL || PyObject_GetBuffer(seq, &b, PyBUF_FORMAT) < 0) {
-            Py_XDECREF(seq);
-            goto fail;
-        }
-        Py_DECREF(seq);
-        int ordered = 1, mine = b.itemsize == 8 && b.format && (b.format[0] == 'q' || b.format[0] == 'l') && !b.format[1];
-        const int64_t *v = (const int64_t *)b.buf;
-        for (Py_ssize_t j = n > 1 ? n : 1, len = b.len / 8; mine && j < len; j++)
+        int held, ordered = 1;
+        Py_ssize_t len = 0;
+        rc = group_columns(found[f].g, group_type, 1, &s_seq, "q", &b, &held, &len);
+        const int64_t *v = rc == 0 ? b.buf : NULL;
+        for (Py_ssize_t j = n > 1 ? n : 1; rc == 0 && j < len; j++)
             if (v[j - 1] >= v[j]) {
                 ordered = 0;
                 break;
             }
-        PyBuffer_Release(&b);
-        if (!mine)
+        release_views(&b, &held);
+        if (rc < 0)
+            goto fail;
+        if (rc == COLUMNS_ODD)
             goto not_mine;
         if (!ordered) {
             PyBuffer_Release(&issued);
@@ -916,11 +920,10 @@ static PyObject *window_cut(PyObject *self, PyObject *args) {
     int64_t first, v, prev = 0;
     if (!rid_of(x[0], at, &first))
         Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t k, same = 0;
+    Py_ssize_t k;
     if (!bisect_rid(y, nb, at, first, &k))
         Py_RETURN_NOTIMPLEMENTED;
-    while (same < na && k + same < nb && x[same] == y[k + same])
-        same++;
+    Py_ssize_t same = same_run(x, na, y, nb, k);
     for (Py_ssize_t i = same > 0 ? same - 1 : 0, from = i; i < na; i++) {
         if (!rid_of(x[i], at, &v))
             Py_RETURN_NOTIMPLEMENTED;
@@ -1393,7 +1396,8 @@ static PyMethodDef methods[] = {
     {"drop_rows", drop_rows, METH_VARARGS, "drop_rows(names, kinds, lo, hi, front, groups, heads, p2p) -> the groups "
                                            "that lost p2p ops"},
     {"settle_groups", settle_groups, METH_VARARGS, "settle_groups(groups, names, kinds, entries, before, desc_at, "
-                                                   "id_at, issued) -> the groups, None or NotImplemented"},
+                                                   "id_at, issued, GroupTrace) -> the groups, None or "
+                                                   "NotImplemented"},
     {"merged_window", merged_window, METH_VARARGS, "merged_window(held, sent, record_id_at) -> (window, first "
                                                    "sent id), or NotImplemented"},
     {"window_cut", window_cut, METH_VARARGS, "window_cut(new, old, record_id_at) -> (k, same), None where new's "

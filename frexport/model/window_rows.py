@@ -96,7 +96,8 @@ def settle_groups(groups: dict[str, GroupTrace], names: list[str], kinds: bytear
     entry, with their ops known only issued settled (settle_issued); None where a group's seqs from its
     count `before` the new rows on do not rise. In one call of model/_rows.c where it is built."""
     if _rows is not None:
-        out = _rows.settle_groups(groups, names, kinds, entries, before, _DESC_AT, _PG_ID_AT, ISSUED_BYTE)
+        out = _rows.settle_groups(groups, names, kinds, entries, before, _DESC_AT, _PG_ID_AT, ISSUED_BYTE,
+                                  GroupTrace)
         if out is not NotImplemented:
             return out
     first: dict[str, int] = {}
