@@ -2,7 +2,8 @@
  * job-level view runs for every group each pass (optional: without a compiler straggler.py does them).
  *
  * waits_in_step(issued, durations) -> each member's waits, seq by seq (straggler._waits_at on each seq)
- * timeline(chunks, keys) -> group key -> rank -> seq -> the wait of the rank's collective just before
+ * timeline(chunks, shapes) -> per group, what each member owes at each seq of its window (straggler.Owed's
+ *     waits): the wait of the member's collective just before
  * last_counts(issued, durations, usable, owed, first, members) -> (by duration, how often each member
  *     arrived last), as find_stragglers counts them
  * counts_of(groups, first, n, owed, members, finished, GroupTrace) -> the same, with the samples, read from the members'
@@ -151,7 +152,8 @@ static PyObject *waits_in_step(PyObject *self, PyObject *args) {
 
 typedef struct {
     int64_t issued, seq, waited;
-    Py_ssize_t key; /* the group key's place among the keys, sorted: compares as the key itself does */
+    Py_ssize_t key;    /* the group key's place among the keys, sorted: compares as the key itself does */
+    Py_ssize_t member; /* the rank's place among the group's members (the same for every event of a key) */
 } Event;
 
 /* as Python compares the tuples (issued, key, seq, waited) */
@@ -166,8 +168,16 @@ static int by_issue(const void *a, const void *b) {
     return x->waited < y->waited ? -1 : x->waited > y->waited;
 }
 
-/* one rank's events from its chunks [(key index, seqs, issued, waited)]: 0, PAST_64_BITS or -1 */
-static int rank_events(PyObject *chunks, Py_ssize_t n_keys, Event **events, Py_ssize_t *n_events, Py_ssize_t *cap) {
+/* One group's window of owed waits: member i's at seq s is waits[i * width + s - base]. */
+typedef struct {
+    int64_t base;
+    Py_ssize_t width, members;
+    int64_t *waits;
+} Owed;
+
+/* one rank's events from its chunks [(key index, member index, seqs, issued, waited)]: 0, PAST_64_BITS or -1 */
+static int rank_events(PyObject *chunks, const Owed *shapes, Py_ssize_t n_keys, Event **events, Py_ssize_t *n_events,
+                       Py_ssize_t *cap) {
     *n_events = 0;
     if (!PyList_Check(chunks)) {
         PyErr_SetString(PyExc_TypeError, "timeline: a rank's chunks are not a list");
@@ -175,22 +185,22 @@ static int rank_events(PyObject *chunks, Py_ssize_t n_keys, Event **events, Py_s
     }
     for (Py_ssize_t c = 0; c < PyList_GET_SIZE(chunks); c++) {
         PyObject *chunk = PyList_GET_ITEM(chunks, c);
-        if (!PyTuple_Check(chunk) || PyTuple_GET_SIZE(chunk) != 4) {
-            PyErr_SetString(PyExc_TypeError, "timeline: a chunk is not (key index, seqs, issued, waited)");
+        if (!PyTuple_Check(chunk) || PyTuple_GET_SIZE(chunk) != 5) {
+            PyErr_SetString(PyExc_TypeError, "timeline: a chunk is not (key index, member index, seqs, issued, waited)");
             return -1;
         }
-        Py_ssize_t key = PyLong_AsSsize_t(PyTuple_GET_ITEM(chunk, 0));
-        if (key == -1 && PyErr_Occurred())
+        Py_ssize_t key = PyLong_AsSsize_t(PyTuple_GET_ITEM(chunk, 0)), member = PyLong_AsSsize_t(PyTuple_GET_ITEM(chunk, 1));
+        if ((key == -1 || member == -1) && PyErr_Occurred())
             return -1;
-        if (key < 0 || key >= n_keys) {
-            PyErr_SetString(PyExc_IndexError, "timeline: a key index out of range");
+        if (key < 0 || key >= n_keys || member < 0 || member >= shapes[key].members) {
+            PyErr_SetString(PyExc_IndexError, "timeline: a key or member index out of range");
             return -1;
         }
         int64_t *col[3] = {NULL, NULL, NULL};
         Py_ssize_t len[3] = {0, 0, 0};
         int rc = 0;
         for (int k = 0; rc == 0 && k < 3; k++)
-            rc = load(PyTuple_GET_ITEM(chunk, k + 1), &col[k], &len[k]);
+            rc = load(PyTuple_GET_ITEM(chunk, k + 2), &col[k], &len[k]);
         if (rc == 0 && (len[1] != len[0] || len[2] != len[0])) {
             PyErr_SetString(PyExc_ValueError, "timeline: a chunk's columns of different lengths");
             rc = -1;
@@ -204,7 +214,7 @@ static int rank_events(PyObject *chunks, Py_ssize_t n_keys, Event **events, Py_s
                 *events = more, *cap = want;
         }
         for (Py_ssize_t i = 0; rc == 0 && i < len[0]; i++)
-            (*events)[(*n_events)++] = (Event){col[1][i], col[0][i], col[2][i], key};
+            (*events)[(*n_events)++] = (Event){col[1][i], col[0][i], col[2][i], key, member};
         for (int k = 0; k < 3; k++)
             PyMem_Free(col[k]);
         if (rc != 0)
@@ -213,54 +223,70 @@ static int rank_events(PyObject *chunks, Py_ssize_t n_keys, Event **events, Py_s
     return 0;
 }
 
-/* out[keys[key]][rank][seq] = waited, the dicts made as Python's setdefaults make them */
-static int put(PyObject *out, PyObject *keys, PyObject **rank_dicts, PyObject *rank, const Event *e, int64_t waited) {
-    PyObject *mine = rank_dicts[e->key];
-    if (mine == NULL) {
-        PyObject *key = PyList_GET_ITEM(keys, e->key), *by_rank = PyDict_GetItemWithError(out, key);
-        if (by_rank == NULL) {
-            if (PyErr_Occurred() || (by_rank = PyDict_New()) == NULL)
-                return -1;
-            int rc = PyDict_SetItem(out, key, by_rank);
-            Py_DECREF(by_rank); /* (out holds it) */
-            if (rc < 0)
-                return -1;
+/* shapes: [(base, width, members)] per key index: 0, PAST_64_BITS (a base past 64 bits) or -1 */
+static int load_shapes(PyObject *list, Owed *shapes, Py_ssize_t n_keys) {
+    for (Py_ssize_t k = 0; k < n_keys; k++) {
+        PyObject *t = PyList_GET_ITEM(list, k);
+        long long base;
+        int overflow = 0;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+            PyErr_SetString(PyExc_TypeError, "timeline: a shape is not (base, width, members)");
+            return -1;
         }
-        if ((mine = PyDict_New()) == NULL)
+        base = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(t, 0), &overflow);
+        if (overflow)
+            return PAST_64_BITS;
+        shapes[k].base = base;
+        shapes[k].width = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        shapes[k].members = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        if (PyErr_Occurred())
             return -1;
-        int rc = PyDict_SetItem(by_rank, rank, mine);
-        Py_DECREF(mine);
-        if (rc < 0)
+        if (shapes[k].width < 0 || shapes[k].members < 0) {
+            PyErr_SetString(PyExc_ValueError, "timeline: a negative width or count of members");
             return -1;
-        rank_dicts[e->key] = mine; /* borrowed: out holds it for as long as this call */
+        }
+        if ((shapes[k].waits = PyMem_Calloc((size_t)(shapes[k].width * shapes[k].members) + 1, 8)) == NULL)
+            return (PyErr_NoMemory(), -1);
     }
-    PyObject *seq = PyLong_FromLongLong(e->seq), *w = PyLong_FromLongLong(waited);
-    int rc = seq == NULL || w == NULL ? -1 : PyDict_SetItem(mine, seq, w);
-    Py_XDECREF(seq), Py_XDECREF(w);
-    return rc;
+    return 0;
 }
 
+/* timeline(chunks, shapes): per key index, its members' owed waits as one array (Owed's layout) */
 static PyObject *timeline(PyObject *self, PyObject *args) {
-    PyObject *by_rank, *keys;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &by_rank, &PyList_Type, &keys))
+    PyObject *by_rank, *shape_list;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &by_rank, &PyList_Type, &shape_list))
         return NULL;
-    Py_ssize_t n_keys = PyList_GET_SIZE(keys), cap = 0, n_events, pos = 0;
-    PyObject *out = PyDict_New(), *rank, *chunks;
-    PyObject **rank_dicts = PyMem_Calloc((size_t)n_keys + 1, sizeof *rank_dicts);
+    Py_ssize_t n_keys = PyList_GET_SIZE(shape_list), cap = 0, n_events, pos = 0;
+    PyObject *rank, *chunks, *out = NULL;
+    Owed *shapes = PyMem_Calloc((size_t)n_keys + 1, sizeof *shapes);
     Event *events = NULL;
-    int rc = out == NULL || rank_dicts == NULL ? -1 : 0;
+    int rc = shapes == NULL ? -1 : load_shapes(shape_list, shapes, n_keys);
     while (rc == 0 && PyDict_Next(by_rank, &pos, &rank, &chunks)) {
-        if ((rc = rank_events(chunks, n_keys, &events, &n_events, &cap)) != 0)
+        if ((rc = rank_events(chunks, shapes, n_keys, &events, &n_events, &cap)) != 0)
             break;
         qsort(events, (size_t)n_events, sizeof(Event), by_issue);
-        memset(rank_dicts, 0, (size_t)n_keys * sizeof *rank_dicts);
-        for (Py_ssize_t i = 1; rc == 0 && i < n_events; i++)
-            if (events[i - 1].waited)
-                rc = put(out, keys, rank_dicts, rank, &events[i], events[i - 1].waited);
+        for (Py_ssize_t i = 1; i < n_events; i++) {
+            const Event *e = &events[i];
+            const Owed *o = &shapes[e->key];
+            int64_t at;
+            if (events[i - 1].waited && !__builtin_sub_overflow(e->seq, o->base, &at) && at >= 0 && at < o->width)
+                o->waits[e->member * o->width + at] = events[i - 1].waited;
+        }
+    }
+    if (rc == 0 && (out = PyList_New(n_keys)) == NULL)
+        rc = -1;
+    for (Py_ssize_t k = 0; rc == 0 && k < n_keys; k++) {
+        PyObject *waits = array_q(shapes[k].waits, shapes[k].width * shapes[k].members);
+        if (waits == NULL)
+            rc = -1;
+        else
+            PyList_SET_ITEM(out, k, waits);
     }
     if (rc == -1 && !PyErr_Occurred())
         PyErr_NoMemory();
-    PyMem_Free(events), PyMem_Free(rank_dicts);
+    for (Py_ssize_t k = 0; shapes != NULL && k < n_keys; k++)
+        PyMem_Free(shapes[k].waits);
+    PyMem_Free(events), PyMem_Free(shapes);
     if (rc != 0)
         Py_CLEAR(out);
     if (rc == PAST_64_BITS)
@@ -268,62 +294,68 @@ static PyObject *timeline(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* the wait a member owes at a seq, 0 if none: 0, PAST_64_BITS or -1 */
-static int owed_at(PyObject *owed, PyObject *seq, int64_t *value) {
-    PyObject *v = PyDict_GetItemWithError(owed, seq);
-    *value = 0;
-    if (v == NULL)
-        return PyErr_Occurred() ? -1 : 0;
+/* owed: None or (base, width, waits) of one group (straggler.Owed) for m members, loaded: 0, PAST_64_BITS or -1 */
+static int load_owed(PyObject *owed, Py_ssize_t m, const char *who, Owed *o) {
+    o->waits = NULL;
+    if (owed == Py_None)
+        return 0;
+    Py_ssize_t n = 0;
     int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!PyTuple_Check(owed) || PyTuple_GET_SIZE(owed) != 3) {
+        PyErr_Format(PyExc_TypeError, "%s: what the members owe is not (base, width, waits)", who);
+        return -1;
+    }
+    o->base = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(owed, 0), &overflow);
     if (overflow)
         return PAST_64_BITS;
-    if (x == -1 && PyErr_Occurred())
+    o->width = PyLong_AsSsize_t(PyTuple_GET_ITEM(owed, 1)), o->members = m;
+    if (PyErr_Occurred())
         return -1;
-    *value = x;
-    return 0;
+    int rc = load(PyTuple_GET_ITEM(owed, 2), &o->waits, &n);
+    if (rc == 0 && (o->width < 0 || n != o->width * m)) {
+        PyErr_Format(PyExc_ValueError, "%s: not one owed wait per member and seq of the window", who);
+        rc = -1;
+    }
+    if (rc != 0)
+        PyMem_Free(o->waits), o->waits = NULL;
+    return rc;
+}
+
+/* what member i owes at seq first + j, 0 outside the window (or without an Owed) */
+static int64_t owed_at(const Owed *o, Py_ssize_t i, int64_t first, Py_ssize_t j) {
+    int64_t at;
+    if (o->waits == NULL || __builtin_sub_overflow(first, o->base, &at) || __builtin_add_overflow(at, (int64_t)j, &at) ||
+        at < 0 || at >= o->width)
+        return 0;
+    return o->waits[i * o->width + at];
 }
 
 /* how often each member arrived last over the usable seqs (by duration where every usable one has one; among
  * equal arrivals the lowest rank), less what it owes at each: 0, PAST_64_BITS or -1 */
 static int count_last(const int64_t *const *issued, const int64_t *const *durations, const char *usable,
-                      Py_ssize_t n, Py_ssize_t m, PyObject *owed, int64_t first, const int64_t *ranks,
+                      Py_ssize_t n, Py_ssize_t m, const Owed *owed, int64_t first, const int64_t *ranks,
                       Py_ssize_t *counts, int *by_duration, int64_t *arrival) {
-    int rc = 0;
     *by_duration = 1;
     for (Py_ssize_t j = 0; j < n; j++)
         for (Py_ssize_t i = 0; usable[j] && i < m; i++)
             *by_duration &= durations[i][j] >= 0;
-    for (Py_ssize_t j = 0; rc == 0 && j < n; j++) {
+    for (Py_ssize_t j = 0; j < n; j++) {
         if (!usable[j])
             continue;
-        int64_t at;
-        PyObject *seq = NULL;
-        if (owed != Py_None) {
-            if (__builtin_add_overflow(first, (int64_t)j, &at))
-                rc = PAST_64_BITS;
-            else if ((seq = PyLong_FromLongLong(at)) == NULL)
-                rc = -1;
-        }
-        for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
-            int64_t a = issued[i][j], o = 0;
-            if (*by_duration && __builtin_mul_overflow(durations[i][j], (int64_t)-1000, &a))
-                rc = PAST_64_BITS;
-            if (rc == 0 && seq != NULL && (rc = owed_at(PyList_GET_ITEM(owed, i), seq, &o)) == 0 &&
-                __builtin_sub_overflow(a, o, &a))
-                rc = PAST_64_BITS;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            int64_t a = issued[i][j];
+            if ((*by_duration && __builtin_mul_overflow(durations[i][j], (int64_t)-1000, &a)) ||
+                __builtin_sub_overflow(a, owed_at(owed, i, first, j), &a))
+                return PAST_64_BITS;
             arrival[i] = a;
         }
-        Py_XDECREF(seq);
-        if (rc != 0)
-            break;
         Py_ssize_t last = 0; /* the latest arrival; among equals, the lowest rank */
         for (Py_ssize_t i = 1; i < m; i++)
             if (arrival[i] > arrival[last] || (arrival[i] == arrival[last] && ranks[i] < ranks[last]))
                 last = i;
         counts[last]++;
     }
-    return rc;
+    return 0;
 }
 
 static PyObject *counts_list(const Py_ssize_t *counts, Py_ssize_t m) {
@@ -338,20 +370,6 @@ static PyObject *counts_list(const Py_ssize_t *counts, Py_ssize_t m) {
     return list;
 }
 
-/* owed: None or one dict per member */
-static int check_owed(PyObject *owed, Py_ssize_t m, const char *who) {
-    if (owed != Py_None && (!PyList_Check(owed) || PyList_GET_SIZE(owed) != m)) {
-        PyErr_Format(PyExc_ValueError, "%s: not one owed dict per member", who);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; owed != Py_None && i < m; i++)
-        if (!PyDict_Check(PyList_GET_ITEM(owed, i))) {
-            PyErr_Format(PyExc_TypeError, "%s: what a member owes is not a dict", who);
-            return -1;
-        }
-    return 0;
-}
-
 static PyObject *last_counts(PyObject *self, PyObject *args) {
     PyObject *issued_list, *duration_list, *owed, *members_list;
     const char *usable;
@@ -362,17 +380,19 @@ static PyObject *last_counts(PyObject *self, PyObject *args) {
         return NULL;
     Py_ssize_t m = PyList_GET_SIZE(members_list), n = 0, n2 = 0;
     if (m == 0 || PyList_GET_SIZE(issued_list) != m || PyList_GET_SIZE(duration_list) != m) {
-        PyErr_SetString(PyExc_ValueError, "last_counts: not one column, owed dict and rank per member");
+        PyErr_SetString(PyExc_ValueError, "last_counts: not one column and rank per member");
         return NULL;
     }
-    if (check_owed(owed, m, "last_counts") < 0)
-        return NULL;
+    Owed o;
+    int rc = load_owed(owed, m, "last_counts", &o);
+    if (rc != 0)
+        return rc == PAST_64_BITS ? Py_NewRef(Py_None) : NULL;
     int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
     int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
     Py_ssize_t *counts = PyMem_Calloc((size_t)m, sizeof *counts);
     int by_duration = 1;
-    int rc = issued == NULL || durations == NULL || arrival == NULL || counts == NULL ? (PyErr_NoMemory(), -1)
-                                                                                     : load_all(issued_list, issued, m, &n);
+    rc = issued == NULL || durations == NULL || arrival == NULL || counts == NULL ? (PyErr_NoMemory(), -1)
+                                                                                 : load_all(issued_list, issued, m, &n);
     if (rc == 0)
         rc = load_all(duration_list, durations, m, &n2);
     if (rc == 0)
@@ -382,7 +402,7 @@ static PyObject *last_counts(PyObject *self, PyObject *args) {
         rc = -1;
     }
     if (rc == 0)
-        rc = count_last((const int64_t *const *)issued, (const int64_t *const *)durations, usable, n, m, owed,
+        rc = count_last((const int64_t *const *)issued, (const int64_t *const *)durations, usable, n, m, &o,
                         (int64_t)first, ranks, counts, &by_duration, arrival);
     PyObject *out = NULL;
     if (rc == 0) {
@@ -390,7 +410,7 @@ static PyObject *last_counts(PyObject *self, PyObject *args) {
         out = list == NULL ? NULL : Py_BuildValue("(NN)", PyBool_FromLong(by_duration), list);
     }
     free_all(issued, m), free_all(durations, m);
-    PyMem_Free(ranks), PyMem_Free(arrival), PyMem_Free(counts);
+    PyMem_Free(ranks), PyMem_Free(arrival), PyMem_Free(counts), PyMem_Free(o.waits);
     if (rc == PAST_64_BITS)
         Py_RETURN_NONE;
     return out;
@@ -453,9 +473,10 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "counts_of: not one group's columns and rank per member");
         return NULL;
     }
-    if (check_owed(owed, m, "counts_of") < 0)
-        return NULL;
-    int rc;
+    Owed o;
+    int rc = load_owed(owed, m, "counts_of", &o);
+    if (rc != 0)
+        return rc == PAST_64_BITS ? Py_NewRef(Py_None) : NULL;
     Columns *c = all_columns(groups, group_type, m, &rc);
     const int64_t **issued = PyMem_Calloc((size_t)m, sizeof *issued), **durations = PyMem_Calloc((size_t)m, sizeof *durations);
     int64_t *ranks = NULL, *arrival = PyMem_Malloc((size_t)m * 8);
@@ -485,7 +506,7 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
         samples += usable[j] != 0;
     int by_duration = 1;
     if (rc == 0)
-        rc = count_last(issued, durations, usable, n, m, owed, first, ranks, counts, &by_duration, arrival);
+        rc = count_last(issued, durations, usable, n, m, &o, first, ranks, counts, &by_duration, arrival);
     PyObject *out = NULL;
     if (rc == 0) {
         PyObject *list = counts_list(counts, m);
@@ -493,7 +514,7 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
     }
     release_columns(c, m);
     PyMem_Free(c), PyMem_Free(issued), PyMem_Free(durations), PyMem_Free(ranks), PyMem_Free(arrival);
-    PyMem_Free(counts), PyMem_Free(usable);
+    PyMem_Free(counts), PyMem_Free(usable), PyMem_Free(o.waits);
     if (rc == ODD || rc == PAST_64_BITS)
         Py_RETURN_NONE;
     return out;
@@ -664,12 +685,13 @@ static PyMethodDef methods[] = {
     {"waits_in_step", waits_in_step, METH_VARARGS,
      "waits_in_step(issued columns, duration columns) -> each member's waits, or None past 64 bits"},
     {"timeline", timeline, METH_VARARGS,
-     "timeline({rank: [(key index, seqs, issued, waited)]}, sorted keys) -> {key: {rank: {seq: wait}}}, or None"},
+     "timeline({rank: [(key index, member index, seqs, issued, waited)]}, [(base, width, members)] per key) -> "
+     "per key, array('q') of the owed waits (straggler.Owed), or None"},
     {"last_counts", last_counts, METH_VARARGS,
-     "last_counts(issued columns, duration columns, usable, owed dicts or None, first seq, ranks) -> "
+     "last_counts(issued columns, duration columns, usable, Owed or None, first seq, ranks) -> "
      "(by duration, times each member arrived last), or None"},
     {"counts_of", counts_of, METH_VARARGS,
-     "counts_of(members' group columns, first seq, n, owed dicts or None, ranks, finished flag, GroupTrace) -> "
+     "counts_of(members' group columns, first seq, n, Owed or None, ranks, finished flag, GroupTrace) -> "
      "(samples, by duration, times each member arrived last), or None"},
     {"present", present, METH_VARARGS,
      "present(ranks, {rank: GroupTrace}, GroupTrace) -> (each member's GroupTrace, highest first seq, lowest last "

@@ -15,10 +15,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
-from itertools import islice, repeat
+from itertools import islice, pairwise, repeat
 from operator import lt
 from statistics import median
 from types import ModuleType
+from typing import NamedTuple
 
 from frexport.analysis.membership import Group
 from frexport.model.rank_trace import FINISHED, GroupTrace
@@ -38,9 +39,33 @@ class Straggler:
     by_duration: bool
 
 
-def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[str, dict[int, dict[int, int]]]:
-    """group key -> rank -> seq -> how long the rank waited, in the collective it issued just before
-    that one (in any group), for its last member to arrive. A rank that waits for a late peer reaches
+class Owed(NamedTuple):
+    """What each member of one group inherited (inherited_waits), seq by seq over the group's recent window:
+    member i's at seq s is waits[i * width + s - base], 0 outside the window. Flat, as the C loops read it (a
+    dict per group and member was ~1.4 million entries a pass in a 16384-rank job view)."""
+
+    base: int
+    width: int
+    waits: Sequence[int]
+
+    def at(self, i: int, seq: int) -> int:
+        j = seq - self.base
+        return self.waits[i * self.width + j] if 0 <= j < self.width else 0
+
+    def by_rank(self, members: Sequence[int]) -> dict[int, dict[int, int]]:
+        """rank -> seq -> what it owes there, where not 0 (as a reader would write it out)."""
+        out: dict[int, dict[int, int]] = {}
+        for i, r in enumerate(members):
+            row = self.waits[i * self.width:(i + 1) * self.width]
+            mine = {self.base + j: w for j, w in enumerate(row) if w}
+            if mine:
+                out[r] = mine
+        return out
+
+
+def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[str, Owed]:
+    """group key -> what each member waited, in the collective it issued just before each of the group's
+    recent ones (in any group), for its last member to arrive. A rank that waits for a late peer reaches
     its next collective late by as much: lateness it inherits, not its own (a tp peer of a
     data-starved rank is late to its own dp collectives). The wait is read from durations where every
     member has one (NCCL timing: its duration beyond the shortest member's, the last to arrive), else
@@ -48,6 +73,7 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
     group whose members all recorded them, in each rank's order of issue."""
     keys = sorted({group.key for group, _ in groups})
     order = {k: i for i, k in enumerate(keys)}  # (the events sort by it as by the key itself)
+    shapes: list[tuple[int, int, int]] = [(0, 0, 0)] * len(keys)  # per key: (base, width, members)
     chunks: dict[int, list[_Chunk]] = {}  # rank -> its recent collectives, group by group
     for group, cols in groups:
         present = _present(group.members, cols)
@@ -57,41 +83,44 @@ def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[s
         # one more than the window judged: the collective before the first one judged counts too
         recent = max(2 * 5, min(RECENT, CELLS // len(members)))
         key = order[group.key]
+        shapes[key] = (hi - recent, recent + 1, len(members))
         chunked = None if _compiled is None else _compiled.chunks_of(columns, recent, FINISHED, GroupTrace)
         if chunked is not None:  # (None: seqs that repeat or go back, or a value past 64 bits: below)
-            for r, (seqs, created, waited) in zip(members, chunked):
-                chunks.setdefault(r, []).append((key, seqs, created, waited))
+            for i, (r, (seqs, created, waited)) in enumerate(zip(members, chunked)):
+                chunks.setdefault(r, []).append((key, i, seqs, created, waited))
             continue
         lo = hi - recent
         windows = [_window(cols[r], lo, hi) for r in members]
         in_step = _waits_in_step(windows)
         if in_step is not None:  # every collective of the window counts
-            for r, (seqs, created, _, _), waited in zip(members, windows, in_step):
-                chunks.setdefault(r, []).append((key, seqs, created, waited))
+            for i, (r, (seqs, created, _, _), waited) in enumerate(zip(members, windows, in_step)):
+                chunks.setdefault(r, []).append((key, i, seqs, created, waited))
             continue
-        for r, (seqs, created, finished, _), by_seq in zip(members, windows, _waits(windows)):
+        for i, (r, (seqs, created, finished, _), by_seq) in enumerate(zip(members, windows, _waits(windows))):
             kept = [(s, c, by_seq.get(s, 0)) for s, c, f in zip(seqs, created, finished) if c and f]
-            chunks.setdefault(r, []).append((key, [s for s, _, _ in kept], [c for _, c, _ in kept],
+            chunks.setdefault(r, []).append((key, i, [s for s, _, _ in kept], [c for _, c, _ in kept],
                                              [w for _, _, w in kept]))
-    if _compiled is not None:
-        out = _compiled.timeline(chunks, keys)
-        if out is not None:  # (None: a value past 64 bits, which Python's ints take)
-            return out
-    return _timeline(chunks, keys)
+    waits = None if _compiled is None else _compiled.timeline(chunks, shapes)
+    if waits is None:  # (None: a value past 64 bits, which Python's ints take)
+        waits = _timeline(chunks, shapes)
+    return {k: Owed(base, width, w) for k, (base, width, m), w in zip(keys, shapes, waits) if m}
 
 
-_Chunk = tuple[int, Sequence[int], Sequence[int], Sequence[int]]  # key's index, seqs, issued, waited there
+_Chunk = tuple[int, int, Sequence[int], Sequence[int], Sequence[int]]  # key's and member's index, seqs, issued, waited
 
 
-def _timeline(chunks: dict[int, list[_Chunk]], keys: list[str]) -> dict[str, dict[int, dict[int, int]]]:
-    """Each rank's collectives sorted by issue (then key, seq): a wait is inherited by the next one."""
-    out: dict[str, dict[int, dict[int, int]]] = {}
-    for r, rank_chunks in chunks.items():
-        events = [e for key, seqs, created, waited in rank_chunks for e in zip(created, repeat(key), seqs, waited)]
+def _timeline(chunks: dict[int, list[_Chunk]], shapes: list[tuple[int, int, int]]) -> list[list[int]]:
+    """Each rank's collectives sorted by issue (then key, seq): a wait is inherited by the next one. Per key,
+    its members' owed waits as Owed lays them out (a seq outside the window is never asked for)."""
+    out = [[0] * (width * m) for _, width, m in shapes]
+    for rank_chunks in chunks.values():
+        events = [e for key, i, seqs, created, waited in rank_chunks
+                  for e in zip(created, repeat(key), seqs, waited, repeat(i))]
         events.sort()
-        for (_, _, _, w), (_, k1, s1, _) in zip(events, islice(events, 1, None)):
-            if w:
-                out.setdefault(keys[k1], {}).setdefault(r, {})[s1] = w
+        for (_, _, _, w, _), (_, k1, s1, _, i1) in pairwise(events):
+            base, width, _ = shapes[k1]
+            if w and 0 <= s1 - base < width:
+                out[k1][i1 * width + s1 - base] = w
     return out
 
 
@@ -164,8 +193,8 @@ def _waits_at(issued: Sequence[int], durations: Sequence[int]) -> list[int]:
 
 def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: int,
                     min_samples: int = 5, min_late_fraction: float = 0.6,
-                    inherited: dict[int, dict[int, int]] | None = None) -> list[Straggler]:
-    """`inherited`: rank -> seq -> lateness it inherited (`inherited_waits`), taken off its arrival."""
+                    inherited: Owed | None = None) -> list[Straggler]:
+    """`inherited`: what each member inherited at each seq (`inherited_waits`), taken off its arrival."""
     present = _present(group.members, cols)
     if present is None:
         return []
@@ -176,15 +205,13 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     recent = max(2 * min_samples, min(RECENT, CELLS // len(members)))
     first = max(lo, hi - recent + 1)
     n = hi - first + 1
-    # an arrival as early as it would have been, had the rank not waited for a peer just before
-    owed = [inherited.get(r, {}) for r in members] if inherited else None
     # a seq is a sample where every member finished it and has its enqueue time
     counted = None if _compiled is None else \
-        _compiled.counts_of(columns, first, n, owed, members, FINISHED, GroupTrace)
+        _compiled.counts_of(columns, first, n, inherited, members, FINISHED, GroupTrace)
     sampled = None
     if counted is None:  # (seqs not contiguous, or a value past 64 bits: the members' columns as slices)
         sampled = _sampled(cols, members, first, n)
-        counted = _counted(*sampled, first, members, owed)
+        counted = _counted(*sampled, first, members, inherited)
     n_samples, by_duration, counts = counted
     if n_samples < min_samples:
         return []
@@ -199,7 +226,7 @@ def find_stragglers(group: Group, cols: dict[int, GroupTrace], min_lateness_ns: 
     if not late:
         return []
     created, durations, samples = sampled or _sampled(cols, members, first, n)
-    arrivals = _arrivals(created, durations, samples, first, by_duration, owed)
+    arrivals = _arrivals(created, durations, samples, first, by_duration, inherited)
     rows: list[list[float]] = []  # per sample, each late member's lateness
     for arrival in arrivals:
         # the median of the others: the sorted arrivals without one `a`, which is above o[i] exactly
@@ -238,7 +265,7 @@ def _sampled(cols: dict[int, GroupTrace], members: list[int], first: int,
 
 
 def _counted(created: list[Sequence[int]], durations: list[Sequence[int]], samples: list[int], first: int,
-             members: list[int], owed: list[dict[int, int]] | None) -> tuple[int, bool, list[int]]:
+             members: list[int], owed: Owed | None) -> tuple[int, bool, list[int]]:
     """(samples, by duration, how often each member arrived last)."""
     if _compiled is not None and samples:
         usable = bytearray(len(created[0]))
@@ -256,13 +283,13 @@ def _counted(created: list[Sequence[int]], durations: list[Sequence[int]], sampl
 
 
 def _arrivals(created: list[Sequence[int]], durations: list[Sequence[int]], samples: list[int], first: int,
-              by_duration: bool, owed: list[dict[int, int]] | None) -> list[list[int]]:
+              by_duration: bool, owed: Owed | None) -> list[list[int]]:
     """Per sample, each member's arrival on a common axis (later is larger), less what it owes."""
     arrivals = []
     for j in samples:
         arrival = [-d[j] * 1000 for d in durations] if by_duration else [c[j] for c in created]
         if owed:
-            arrival = [a - o.get(first + j, 0) for a, o in zip(arrival, owed)]
+            arrival = [a - owed.at(i, first + j) for i, a in enumerate(arrival)]
         arrivals.append(arrival)
     return arrivals
 
