@@ -419,10 +419,25 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
     return out;
 }
 
+static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
+    static PyObject *array_type;
+    if (array_type == NULL) {
+        PyObject *mod = PyImport_ImportModule("array");
+        if (mod == NULL)
+            return NULL;
+        array_type = PyObject_GetAttrString(mod, "array");
+        Py_DECREF(mod);
+        if (array_type == NULL)
+            return NULL;
+    }
+    return PyObject_CallFunction(array_type, "sy#", "q", (const char *)values, n * 8);
+}
+
 /* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
- * scheduled): rank_trace.EdgeFacts.of's six lists (the times and timeout as they are, 0 where None; the
- * backend where the state is not `scheduled`, else None). NotImplemented where an entry is not a tuple
- * holding those fields, a time is neither None nor an int, or a state is no str. */
+ * scheduled): rank_trace.EdgeFacts.of's six columns: pg_name, the times and timeout as array('q') (0 where
+ * None: read where they lie, the header's sample is contiguous), the backend where the state is not
+ * `scheduled`, else None. NotImplemented where an entry is not a tuple holding those fields, a time is
+ * neither None nor an int of 64 bits, or a state is no str. */
 static PyObject *edge_facts(PyObject *self, PyObject *args) {
     PyObject *entries, *scheduled;
     Py_ssize_t at[7];
@@ -443,41 +458,41 @@ static PyObject *edge_facts(PyObject *self, PyObject *args) {
         PyObject *e = items[i];
         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < need || !PyUnicode_CheckExact(PyTuple_GET_ITEM(e, at[6])))
             Py_RETURN_NOTIMPLEMENTED;
-        for (int c = 1; c <= 4; c++) {
-            PyObject *v = PyTuple_GET_ITEM(e, at[c]);
-            if (v != Py_None && !PyLong_CheckExact(v))
-                Py_RETURN_NOTIMPLEMENTED;
-        }
     }
-    PyObject *zero = PyLong_FromLong(0), *out = PyTuple_New(6);
-    if (zero == NULL || out == NULL)
+    int64_t *numbers = PyMem_Malloc((size_t)(4 * n + 1) * 8);
+    PyObject *out = PyTuple_New(6);
+    if (numbers == NULL || out == NULL)
         goto fail;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int c = 1; c <= 4; c++) {
+            PyObject *v = PyTuple_GET_ITEM(items[i], at[c]);
+            numbers[(c - 1) * n + i] = 0; /* (`v or 0`) */
+            if (v != Py_None && !fits_int64(v, &numbers[(c - 1) * n + i])) {
+                PyMem_Free(numbers), Py_DECREF(out);
+                Py_RETURN_NOTIMPLEMENTED; /* (an int past 64 bits: the Python way keeps it) */
+            }
+        }
     for (int c = 0; c < 6; c++) {
-        PyObject *col = PyList_New(n);
+        PyObject *col = c >= 1 && c <= 4 ? array_q(numbers + (c - 1) * n, n) : PyList_New(n);
         if (col == NULL)
             goto fail;
         PyTuple_SET_ITEM(out, c, col);
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; (c == 0 || c == 5) && i < n; i++) {
             PyObject *v;
             if (c == 0) {
                 v = PyTuple_GET_ITEM(items[i], at[0]);
-            } else if (c < 5) {
-                v = PyTuple_GET_ITEM(items[i], at[c]);
-                if (v == Py_None)  /* (`v or 0`: an int is itself, 0 included) */
-                    v = zero;
             } else {
                 PyObject *state = PyTuple_GET_ITEM(items[i], at[6]);
                 v = (state == scheduled || PyUnicode_Compare(state, scheduled) == 0) ? Py_None
                                                                                       : PyTuple_GET_ITEM(items[i], at[5]);
             }
-            Py_INCREF(v);
-            PyList_SET_ITEM(col, i, v);
+            PyList_SET_ITEM(col, i, Py_NewRef(v));
         }
     }
-    Py_DECREF(zero);
+    PyMem_Free(numbers);
     return out;
 fail:
-    Py_XDECREF(zero), Py_XDECREF(out);
+    PyMem_Free(numbers), Py_XDECREF(out);
     return NULL;
 }
 
@@ -935,20 +950,36 @@ static PyObject *window_cut(PyObject *self, PyObject *args) {
 }
 
 /* The few distinct keys of a sample (its groups' names, its backends) kept in C while it is read, then put in
- * their dict or set once each, in the order first seen: the same dict or set as an insertion per entry (last
- * value winning), without a hash lookup per entry. Keys are exact str, found by pointer, else by equality;
- * past SEEN of them the rest go to the dict or set one by one. */
+ * their dict (with their last number) or set once each, in the order first seen: the same dict or set as an
+ * insertion per entry (last value winning), without a hash lookup per entry. Keys are exact str, found by
+ * pointer, else by equality; past SEEN of them the rest go to the dict or set one by one. */
 #define SEEN 16
-typedef struct Seen Seen;
-static int flush(Seen *seen, PyObject *into);
-struct Seen {
-    int n, spilled;
-    PyObject *key[SEEN], *value[SEEN]; /* borrowed: the columns hold them */
-};
+typedef struct {
+    int n, spilled, is_set;
+    PyObject *key[SEEN]; /* borrowed: the columns hold them */
+    int64_t value[SEEN];
+} Seen;
 
-static int remember(Seen *seen, PyObject *into, PyObject *key, PyObject *value) {
+static int put_seen(const Seen *seen, PyObject *into, PyObject *key, int64_t value) {
+    if (seen->is_set)
+        return PySet_Add(into, key);
+    PyObject *v = PyLong_FromLongLong(value);
+    int rc = v == NULL ? -1 : PyDict_SetItem(into, key, v);
+    Py_XDECREF(v);
+    return rc;
+}
+
+static int flush(Seen *seen, PyObject *into) {
+    for (int j = 0; j < seen->n; j++)
+        if (put_seen(seen, into, seen->key[j], seen->value[j]) < 0)
+            return -1;
+    seen->n = 0;
+    return 0;
+}
+
+static int remember(Seen *seen, PyObject *into, PyObject *key, int64_t value) {
     if (seen->spilled)
-        return value ? PyDict_SetItem(into, key, value) : PySet_Add(into, key);
+        return put_seen(seen, into, key, value);
     for (int j = 0; j < seen->n; j++)
         if (seen->key[j] == key) {
             seen->value[j] = value;
@@ -970,36 +1001,63 @@ static int remember(Seen *seen, PyObject *into, PyObject *key, PyObject *value) 
     return remember(seen, into, key, value);
 }
 
-static int flush(Seen *seen, PyObject *into) {
-    for (int j = 0; j < seen->n; j++)
-        if ((seen->value[j] ? PyDict_SetItem(into, seen->key[j], seen->value[j]) : PySet_Add(into, seen->key[j])) < 0)
-            return -1;
-    seen->n = 0;
-    return 0;
+/* One of EdgeFacts' number columns: an array('q') read in place, or a list of ints. */
+typedef struct {
+    PyObject *list; /* borrowed; NULL where read through `view` */
+    Py_buffer view;
+    int held;
+    Py_ssize_t len;
+} Numbers;
+
+/* 0, or 1 where col is neither (the caller answers NotImplemented) */
+static int numbers_of(PyObject *col, Numbers *c) {
+    c->held = 0, c->list = NULL;
+    if (PyList_CheckExact(col)) {
+        c->list = col, c->len = PyList_GET_SIZE(col);
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(col) || PyObject_GetBuffer(col, &c->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    c->held = 1, c->len = c->view.len / 8;
+    return !(c->view.itemsize == 8 && c->view.format != NULL && (!strcmp(c->view.format, "q") || !strcmp(c->view.format, "l")));
+}
+
+static int number_at(const Numbers *c, Py_ssize_t i, int64_t *v) {
+    if (c->list == NULL) {
+        *v = ((const int64_t *)c->view.buf)[i];
+        return 1;
+    }
+    return fits_int64(PyList_GET_ITEM(c->list, i), v);
 }
 
 /* edge_header(pg_name, created, started, completed, timeout, events, sample): what a trace's header reads of
- * its window's edge facts (rank_trace.EdgeFacts: six lists, one value per entry), over the first and last
- * `sample` entries (all where there are at most twice as many): (first and last nonzero created or None,
- * the newest of created/started/completed or None, {pg_name: nonzero timeout, the last one winning}, the
- * set of non-None events). NotImplemented where a value is not of its kind (an int past 64 bits, a name
- * that is no str): EdgeFacts.header's Python passes then decide. No Python code runs meanwhile. */
+ * its window's edge facts (rank_trace.EdgeFacts: six columns, one value per entry; the four numbers' arrays
+ * or lists), over the first and last `sample` entries (all where there are at most twice as many): (first
+ * and last nonzero created or None, the newest of created/started/completed or None, {pg_name: nonzero
+ * timeout, the last one winning}, the set of non-None events). NotImplemented where a value is not of its
+ * kind (an int past 64 bits, a name that is no str): EdgeFacts.header's Python passes then decide. No Python
+ * code runs meanwhile. */
 static PyObject *edge_header(PyObject *self, PyObject *args) {
-    PyObject *cols[6];
+    PyObject *names, *number_cols[4], *event_col, *out = NULL;
     Py_ssize_t sample;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!n", &PyList_Type, &cols[0], &PyList_Type, &cols[1], &PyList_Type,
-                          &cols[2], &PyList_Type, &cols[3], &PyList_Type, &cols[4], &PyList_Type, &cols[5], &sample))
+    if (!PyArg_ParseTuple(args, "O!OOOOO!n", &PyList_Type, &names, &number_cols[0], &number_cols[1],
+                          &number_cols[2], &number_cols[3], &PyList_Type, &event_col, &sample))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(cols[1]);
-    for (int c = 0; c < 6; c++)
-        if (PyList_GET_SIZE(cols[c]) != n)
-            Py_RETURN_NOTIMPLEMENTED;
-    PyObject *timeouts = PyDict_New(), *events = PyFrozenSet_New(NULL);
-    if (timeouts == NULL || events == NULL)
-        goto fail;
+    Numbers cols[4];
+    int odd = 0, held = 0;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    for (; held < 4 && !odd; held++)
+        odd = numbers_of(number_cols[held], &cols[held]) || cols[held].len != n;
+    PyObject *timeouts = NULL, *events = NULL;
+    if (odd || PyList_GET_SIZE(event_col) != n)
+        goto not_mine;
+    if ((timeouts = PyDict_New()) == NULL || (events = PyFrozenSet_New(NULL)) == NULL)
+        goto done;
     int64_t first = 0, last = 0, newest = 0;
     int any = 0;
-    Seen timeouts_seen = {0}, events_seen = {0};
+    Seen timeouts_seen = {0}, events_seen = {.is_set = 1};
     for (Py_ssize_t k = 0, i; k < n; k++) {
         i = k;
         if (n > 2 * sample && k >= sample) {  /* the last `sample` ones */
@@ -1008,10 +1066,10 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
             i = n - 2 * sample + k;
         }
         int64_t v[4];
-        for (int c = 1; c <= 4; c++)
-            if (!fits_int64(PyList_GET_ITEM(cols[c], i), &v[c - 1]))
+        for (int c = 0; c < 4; c++)
+            if (!number_at(&cols[c], i, &v[c]))
                 goto not_mine;
-        PyObject *name = PyList_GET_ITEM(cols[0], i), *event = PyList_GET_ITEM(cols[5], i);
+        PyObject *name = PyList_GET_ITEM(names, i), *event = PyList_GET_ITEM(event_col, i);
         if (!PyUnicode_CheckExact(name) || (event != Py_None && !PyUnicode_CheckExact(event)))
             goto not_mine;
         if (v[0]) {
@@ -1024,23 +1082,25 @@ static PyObject *edge_header(PyObject *self, PyObject *args) {
         for (int c = 0; c < 3; c++)
             if (v[c] > newest)
                 newest = v[c];
-        if (v[3] && remember(&timeouts_seen, timeouts, name, PyList_GET_ITEM(cols[4], i)) < 0)
-            goto fail;
-        if (event != Py_None && remember(&events_seen, events, event, NULL) < 0)
-            goto fail;
+        if (v[3] && remember(&timeouts_seen, timeouts, name, v[3]) < 0)
+            goto done;
+        if (event != Py_None && remember(&events_seen, events, event, 0) < 0)
+            goto done;
     }
     if (flush(&timeouts_seen, timeouts) < 0 || flush(&events_seen, events) < 0)
-        goto fail;
-    PyObject *out = Py_BuildValue("(NNNNN)", any ? PyLong_FromLongLong(first) : Py_NewRef(Py_None),
-                                  any ? PyLong_FromLongLong(last) : Py_NewRef(Py_None),
-                                  newest ? PyLong_FromLongLong(newest) : Py_NewRef(Py_None), timeouts, events);
-    return out;
+        goto done;
+    out = Py_BuildValue("(NNNOO)", any ? PyLong_FromLongLong(first) : Py_NewRef(Py_None),
+                        any ? PyLong_FromLongLong(last) : Py_NewRef(Py_None),
+                        newest ? PyLong_FromLongLong(newest) : Py_NewRef(Py_None), timeouts, events);
+    goto done;
 not_mine:
-    Py_DECREF(timeouts), Py_DECREF(events);
-    Py_RETURN_NOTIMPLEMENTED;
-fail:
+    out = Py_NewRef(Py_NotImplemented);
+done:
+    for (int c = 0; c < held; c++)
+        if (cols[c].held)
+            PyBuffer_Release(&cols[c].view);
     Py_XDECREF(timeouts), Py_XDECREF(events);
-    return NULL;
+    return out;
 }
 
 /* first_unsettled(entries, start, stop, state_at, retired_at, completed): the index of the first entry of
@@ -1387,7 +1447,7 @@ static PyMethodDef methods[] = {
     {"untrack", untrack, METH_O, "untrack(objects): the plain tuples among them out of the cyclic collector's lists"},
     {"entries", entries_of, METH_VARARGS, "entries(entry_type, columns, fields) -> a tuple of entry_type rows, "
                                           "untracked where plain, or NotImplemented"},
-    {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six lists, or "
+    {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six columns, or "
                                              "NotImplemented"},
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},
     {"leading_same", leading_same, METH_VARARGS, "leading_same(new, old, k) -> how many of new are old[k:]'s "

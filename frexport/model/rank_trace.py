@@ -198,6 +198,10 @@ def new_trace(dump: RankDump, rank: int, entries: tuple[Entry, ...], header: Edg
     return trace
 
 
+def _numbers() -> array:
+    return array("q")
+
+
 @dataclass
 class EdgeFacts:
     """What a trace's header reads of entries, as columns (times and timeouts 0 where absent; `events`:
@@ -206,13 +210,15 @@ class EdgeFacts:
     sample (outcome.edges) of these, never the sampled entries themselves (in a 16384-rank view,
     touching 128 entries of every rank a pass was a third of following its trace)."""
 
-    # lists, not arrays: they hold the entries' own int objects, where reading an array boxes a new one
-    # for each value (the header reads 128 of each column a pass)
+    # The numbers as array('q') where they fit 64 bits (_rows.edge_facts makes them so), read in place by
+    # _rows.edge_header: as lists of the entries' own int objects, the header's 128 entries a pass were
+    # ~500 objects scattered in memory, a fifth of following a trace in a 16384-rank view. Lists where one
+    # does not fit (then for as long as the window holds it).
     pg_name: list[str] = field(default_factory=list)
-    created: list[int] = field(default_factory=list)
-    started: list[int] = field(default_factory=list)
-    completed: list[int] = field(default_factory=list)
-    timeout: list[int] = field(default_factory=list)
+    created: list[int] | array = field(default_factory=_numbers)
+    started: list[int] | array = field(default_factory=_numbers)
+    completed: list[int] | array = field(default_factory=_numbers)
+    timeout: list[int] | array = field(default_factory=_numbers)
     events: list[str | None] = field(default_factory=list)
 
     @classmethod
@@ -228,9 +234,12 @@ class EdgeFacts:
 
     def slide(self, k: int, b: int, added: EdgeFacts) -> None:
         """In place, to `self[k:b] + added`."""
+        if type(added.created) is list and type(self.created) is not list:  # (a number past 64 bits came)
+            self.created, self.started, self.completed, self.timeout = \
+                list(self.created), list(self.started), list(self.completed), list(self.timeout)
         slide_columns(self._columns(), k, b, added._columns())
 
-    def _columns(self) -> tuple[list, ...]:  # (in the fields' order)
+    def _columns(self) -> tuple[Any, ...]:  # (in the fields' order; lists and arrays)
         return self.pg_name, self.created, self.started, self.completed, self.timeout, self.events
 
     def sample(self) -> EdgeFacts:

@@ -89,7 +89,9 @@ class Stream:
         for e in self.entries[first:]:
             if not e.finished and rng.random() < 0.9:  # most ops finish within a pass
                 e = e._replace(state="completed" if rng.random() < 0.9 else "started",
-                               time_started_ns=self.now if self.odd and rng.random() < 0.5 else None)
+                               time_started_ns=self.now if self.odd and rng.random() < 0.5 else None,
+                               # (once in a while a time past 64 bits, which the header's arrays cannot hold)
+                               time_completed_ns=2**64 + self.now if self.odd and rng.random() < 0.02 else None)
             elif rng.random() < 0.1:
                 e = e._replace(retired=True)
             moved.append(e._replace())  # a new object, as a new body's row is
