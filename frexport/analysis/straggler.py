@@ -52,16 +52,6 @@ class Owed(NamedTuple):
         j = seq - self.base
         return self.waits[i * self.width + j] if 0 <= j < self.width else 0
 
-    def by_rank(self, members: Sequence[int]) -> dict[int, dict[int, int]]:
-        """rank -> seq -> what it owes there, where not 0 (as a reader would write it out)."""
-        out: dict[int, dict[int, int]] = {}
-        for i, r in enumerate(members):
-            row = self.waits[i * self.width:(i + 1) * self.width]
-            mine = {self.base + j: w for j, w in enumerate(row) if w}
-            if mine:
-                out[r] = mine
-        return out
-
 
 def inherited_waits(groups: list[tuple[Group, dict[int, GroupTrace]]]) -> dict[str, Owed]:
     """group key -> what each member waited, in the collective it issued just before each of the group's

@@ -189,8 +189,14 @@ def _owed(members, by_rank: dict[int, dict[int, int]], width: int, base: int = 0
 
 def _written(inherited: dict[str, Owed], groups) -> dict:
     """inherited_waits' answer as the references write it: key -> rank -> seq -> wait, where not 0."""
-    out = {group.key: inherited[group.key].by_rank(group.members) for group, _ in groups if group.key in inherited}
-    return {k: v for k, v in out.items() if v}
+    out: dict = {}
+    for group, _ in groups:
+        o = inherited.get(group.key)
+        for i, r in enumerate(group.members if o else ()):
+            row = {o.base + j: w for j, w in enumerate(o.waits[i * o.width:(i + 1) * o.width]) if w}
+            if row:
+                out.setdefault(group.key, {})[r] = row
+    return out
 
 
 # The straightforward version of inherited_waits: cell by cell, what each rank waited at each seq, then
