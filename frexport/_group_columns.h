@@ -1,9 +1,10 @@
 /* One rank_trace.GroupTrace's columns read in place, for the C loops of model/_rows.c and
- * analysis/_straggler.c (each reads a different few of them, the same way). */
+ * analysis/_straggler.c (each reads a different few of them, the same way); and the int64 arrays both make. */
 #ifndef FREXPORT_GROUP_COLUMNS_H
 #define FREXPORT_GROUP_COLUMNS_H
 
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define COLUMNS_ODD 1 /* not exactly a GroupTrace, or a column not of its kind or length: left to Python */
@@ -43,6 +44,21 @@ static void release_views(Py_buffer *views, int *held) {
     for (int k = 0; k < *held; k++)
         PyBuffer_Release(&views[k]);
     *held = 0;
+}
+
+/* A new array('q') of n values (the column kind both modules hand back to Python). */
+static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
+    static PyObject *array_type;
+    if (array_type == NULL) {
+        PyObject *mod = PyImport_ImportModule("array");
+        if (mod == NULL)
+            return NULL;
+        array_type = PyObject_GetAttrString(mod, "array");
+        Py_DECREF(mod);
+        if (array_type == NULL)
+            return NULL;
+    }
+    return PyObject_CallFunction(array_type, "sy#", "q", (const char *)values, n * 8);
 }
 
 #endif

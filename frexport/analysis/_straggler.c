@@ -86,20 +86,6 @@ static void free_all(int64_t **cols, Py_ssize_t m) {
     PyMem_Free(cols);
 }
 
-static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
-    static PyObject *array_type;
-    if (array_type == NULL) {
-        PyObject *mod = PyImport_ImportModule("array");
-        if (mod == NULL)
-            return NULL;
-        array_type = PyObject_GetAttrString(mod, "array");
-        Py_DECREF(mod);
-        if (array_type == NULL)
-            return NULL;
-    }
-    return PyObject_CallFunction(array_type, "sy#", "q", (const char *)values, n * 8);
-}
-
 /* member by member, seq by seq: (d - shortest) * 1000 where every member has a duration, else last - issued */
 static PyObject *waits_in_step(PyObject *self, PyObject *args) {
     PyObject *issued_list, *duration_list, *out = NULL;

@@ -419,20 +419,6 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
     return out;
 }
 
-static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
-    static PyObject *array_type;
-    if (array_type == NULL) {
-        PyObject *mod = PyImport_ImportModule("array");
-        if (mod == NULL)
-            return NULL;
-        array_type = PyObject_GetAttrString(mod, "array");
-        Py_DECREF(mod);
-        if (array_type == NULL)
-            return NULL;
-    }
-    return PyObject_CallFunction(array_type, "sy#", "q", (const char *)values, n * 8);
-}
-
 /* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
  * scheduled): rank_trace.EdgeFacts.of's six columns: pg_name, the times and timeout as array('q') (0 where
  * None: read where they lie, the header's sample is contiguous), the backend where the state is not
