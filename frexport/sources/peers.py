@@ -158,7 +158,7 @@ class PeersSource:
             return self._harvest()
         self._next_poll = now + self.cfg.poll_interval
         peers = self.peers()
-        # (a set: 2048 peers' 16384 held ranks tested against a list were quadratic, a tenth of the view's pass)
+        # (a set: 16384 held ranks tested against a list of 2048 peers were quadratic, ~0.15 s of the view's pass)
         current = self._current = frozenset(peers)
         for gone in [p for p in self._peers if p not in current]:
             del self._peers[gone]
