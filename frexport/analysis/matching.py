@@ -49,8 +49,8 @@ def match_group(cols: dict[int, tuple[GroupTrace, SigIds]]) -> GroupMatch:
     for r, (g, c) in present.items():
         if r == pivot:
             continue
-        g_first = g.seq[0]
-        lo, hi = max(p_first, g_first), min(p_last, g.seq[-1])
+        g_first, g_last = g.seq[0], g.seq[-1]
+        lo, hi = max(p_first, g_first), min(p_last, g_last)
         if lo <= hi:
             covered.append((lo, hi))
             if p_contiguous and g.contiguous():
@@ -64,7 +64,8 @@ def match_group(cols: dict[int, tuple[GroupTrace, SigIds]]) -> GroupMatch:
                         j = pg.position(s)
                         if j is None or pc[j] != c[i]:
                             suspicious.add(s)
-        outside.update(_outside(g.seq, p_first, p_last))
+        if g_first < p_first or g_last > p_last:  # (a column is sorted: else none is outside, the usual case)
+            outside.update(_outside(g.seq, p_first, p_last))
     for s, n in outside.items():
         if n >= 2:
             suspicious.add(s)
