@@ -824,8 +824,113 @@ done:
     return out;
 }
 
+/* entries_of(template_of, kind_of, ints, durations, start, stop, slots) -> (list, skipped)
+ *
+ * The entries [start, stop) as the trace's Entry tuples, from scan's columns (kind_of, ints and
+ * durations as scan returns them, or arrays of the same bytes). Everything of an entry but its numbers
+ * is its kind's and its thread's: template_of(kind, thread) gives it once per pair, as an Entry whose
+ * number fields are placeholders (the field rules run on it in Python, decode/pickle_tail.py), or None
+ * where the rules refuse the kind (its entries are skipped, and counted). Each entry is then that
+ * template with its own numbers written into the positions `slots` names: record_id, collective_seq_id,
+ * p2p_seq_id, op_id, time_created_ns, time_discovered_started_ns, time_discovered_completed_ns,
+ * duration_ms. A time of 0 (PyTorch's None) and a NaN duration are None, as fields.discovered_ns and
+ * fields.duration_ms read them. Nothing here reads the pickle: only columns scan has already checked. */
+static PyObject *entries_of(PyObject *self, PyObject *args) {
+    PyObject *template_of, *slots, *out = NULL, *cache = NULL;
+    Py_buffer kb = {0}, ib = {0}, db = {0};
+    Py_ssize_t start, stop, skipped = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*nnO!", &template_of, &kb, &ib, &db, &start, &stop, &PyTuple_Type,
+                          &slots))
+        return NULL;
+    Py_ssize_t n = kb.len / 4, pos[8];
+    if (kb.len % 4 || ib.len != n * N_INTS * 8 || db.len != n * 8 || start < 0 || start > stop || stop > n
+        || PyTuple_GET_SIZE(slots) != 8) {
+        PyErr_SetString(PyExc_ValueError, "entries_of: columns of different lengths, or a bad start or slots");
+        goto done;
+    }
+    for (int j = 0; j < 8; j++)
+        if ((pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, j))) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "entries_of: a negative slot");
+            goto done;
+        }
+    const int32_t *kinds = kb.buf;
+    const int64_t *ints = ib.buf;
+    const double *durs = db.buf;
+    if (!(out = PyList_New(0)) || !(cache = PyDict_New())) goto done;
+    PyObject *tmpl = NULL; /* borrowed from cache: the template of the run of entries going on */
+    int64_t run = -1;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        const int64_t *v = ints + N_INTS * i;
+        int64_t key = ((int64_t)kinds[i] << 32) | (uint32_t)v[7];
+        if (key != run || !tmpl) { /* (entries come in runs of one kind: a lookup per run, not per entry) */
+            PyObject *k = PyLong_FromLongLong(key);
+            if (!k) goto fail;
+            tmpl = PyDict_GetItemWithError(cache, k);
+            if (!tmpl && !PyErr_Occurred()) {
+                PyObject *t = PyObject_CallFunction(template_of, "iL", kinds[i], (long long)v[7]);
+                if (t && t != Py_None && !(PyTuple_Check(t) && PyTuple_GET_SIZE(t) > 0)) {
+                    PyErr_SetString(PyExc_TypeError, "entries_of: a template is a tuple or None");
+                    Py_CLEAR(t);
+                }
+                if (t) {
+                    for (int j = 0; j < 8; j++)
+                        if (t != Py_None && pos[j] >= PyTuple_GET_SIZE(t)) {
+                            PyErr_SetString(PyExc_ValueError, "entries_of: a slot past the template's end");
+                            Py_CLEAR(t);
+                            break;
+                        }
+                }
+                if (t && PyDict_SetItem(cache, k, t) == 0) tmpl = t; /* the cache holds it */
+                Py_XDECREF(t);
+            }
+            Py_DECREF(k);
+            if (!tmpl) goto fail;
+            run = key;
+        }
+        if (tmpl == Py_None) {
+            skipped++;
+            continue;
+        }
+        PyTypeObject *type = Py_TYPE(tmpl);
+        Py_ssize_t size = PyTuple_GET_SIZE(tmpl);
+        PyObject *e = type->tp_alloc(type, size); /* as tuple.__new__(Entry, ...) makes one */
+        if (!e) goto fail;
+        PyObject *nums[8] = {
+            PyLong_FromLongLong(v[5]), PyLong_FromLongLong(v[0]), PyLong_FromLongLong(v[1]),
+            PyLong_FromLongLong(v[6]), PyLong_FromLongLong(v[2]),
+            v[3] > 0 ? PyLong_FromLongLong(v[3]) : Py_NewRef(Py_None),
+            v[4] > 0 ? PyLong_FromLongLong(v[4]) : Py_NewRef(Py_None),
+            durs[i] == durs[i] && durs[i] >= 0 && durs[i] < MAX_DURATION_MS ? PyFloat_FromDouble(durs[i])
+                                                                          : Py_NewRef(Py_None)};
+        int bad = 0;
+        for (int j = 0; j < 8; j++) bad |= nums[j] == NULL;
+        for (Py_ssize_t f = 0; f < size; f++) PyTuple_SET_ITEM(e, f, Py_NewRef(PyTuple_GET_ITEM(tmpl, f)));
+        for (int j = 0; j < 8; j++) {
+            Py_DECREF(PyTuple_GET_ITEM(e, pos[j]));
+            PyTuple_SET_ITEM(e, pos[j], nums[j] ? nums[j] : Py_NewRef(Py_None));
+        }
+        if (bad || PyList_Append(out, e)) {
+            Py_DECREF(e);
+            goto fail;
+        }
+        Py_DECREF(e);
+    }
+    Py_SETREF(out, Py_BuildValue("(On)", out, skipped));
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(cache);
+    if (kb.obj) PyBuffer_Release(&kb);
+    if (ib.obj) PyBuffer_Release(&ib);
+    if (db.obj) PyBuffer_Release(&db);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(data) -> columns of a Flight Recorder pickle, or None (use the pure path)"},
+    {"entries_of", entries_of, METH_VARARGS,
+     "entries_of(template_of, kind_of, ints, durations, start, stop, slots) -> (list of Entry, skipped)"},
     {NULL, NULL, 0, NULL},
 };
 

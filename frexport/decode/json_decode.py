@@ -41,7 +41,7 @@ import msgspec
 
 from frexport.decode.errors import DecodeError
 from frexport.decode.fields import INT64_MAX, INT64_MIN, MAX_DURATION_MS, MAX_ENTRIES
-from frexport.decode.normalize import KindedEntries
+from frexport.decode.normalize import ColumnEntries, KindedEntries
 from frexport.decode.sandbox import address_space_now
 from frexport.decode.scanned import trace_from_columns
 from frexport.model.rank_trace import RankTrace
@@ -295,7 +295,7 @@ class Tail:
     first_record: int | None  # record id of the oldest entry still in the buffer
     # the entries from `since` on, in order (at least the one at `since`): by kind where each is in the
     # common shape, else as plain data (normalize reads either)
-    entries: KindedEntries | list[dict]
+    entries: KindedEntries | ColumnEntries | list[dict]
     first_created: Any  # time_created_ns of the first (the one at `since`), as written
 
 

@@ -12,7 +12,10 @@ caches and the inlined type checks.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -81,6 +84,25 @@ class KindedEntries:
         return KindedEntries(self.firsts, self.kind_of[cut], self.numbers[cut])
 
 
+class ColumnEntries(ABC):
+    """Entries as columns that can build their Entry objects without a Python step per entry (the
+    compiled scanner's, decode/pickle_tail.py): `build` takes the template of each kind (an Entry the
+    field rules made from the kind's plain first entry, or None where they refuse it) and gives every
+    entry, with `kinded` the same entries as KindedEntries (where the last snapshot's are reused)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self, cut: slice) -> ColumnEntries: ...
+
+    @abstractmethod
+    def kinded(self) -> KindedEntries: ...
+
+    @abstractmethod
+    def build(self, template: Callable[[dict], Entry | None]) -> tuple[list[Entry], int]: ...
+
+
 def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_at_ns: int | None = None,
               size_bytes: int = 0, keep_frames: bool = True, previous: dict[int, Entry] | None = None,
               carry: tuple[Entry, ...] = (), max_entries: int = MAX_ENTRIES, recorder: str | None = None) -> RankDump:
@@ -121,7 +143,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     entries_raw = top.get("entries", [])
     if entries_raw is None:
         entries_raw = []
-    if not isinstance(entries_raw, (list, tuple, KindedEntries)):
+    if not isinstance(entries_raw, (list, tuple, KindedEntries, ColumnEntries)):
         raise DecodeError(source, "not_a_dump", f"'entries' is a {type(entries_raw).__name__}, not a list")
     if len(entries_raw) > max_entries:
         notes.append(f"{len(entries_raw)} entries: kept the newest {max_entries}")
@@ -203,11 +225,14 @@ def _pg_status(raw: Any) -> tuple[ProcessGroupStatus, ...]:
     return tuple(sorted(out))
 
 
-def _entries(raw_entries: list | tuple | KindedEntries, keep_frames: bool,
+def _entries(raw_entries: list | tuple | KindedEntries | ColumnEntries, keep_frames: bool,
              previous: dict[int, Entry] | None = None) -> tuple[tuple[Entry, ...], int]:
     caches = Caches()
-    if isinstance(raw_entries, KindedEntries):
-        out, skipped = _kinded(raw_entries, keep_frames, caches, previous)
+    if isinstance(raw_entries, ColumnEntries) and not previous:
+        out, skipped = raw_entries.build(partial(_template, caches=caches, keep_frames=keep_frames))
+    elif isinstance(raw_entries, (KindedEntries, ColumnEntries)):
+        kinded = raw_entries.kinded() if isinstance(raw_entries, ColumnEntries) else raw_entries
+        out, skipped = _kinded(kinded, keep_frames, caches, previous)
     else:
         out, skipped = _each(raw_entries, keep_frames, caches, previous)
     # Entries reused from `previous` were not parsed here, so their names are not in the cache.
@@ -250,12 +275,8 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
     # each kind's Entry fields cut once (group; op to sizes; timeout to the end), not once per entry
     built: list[tuple[tuple, tuple, tuple] | None] = []
     for raw in kinded.firsts:
-        try:
-            e: tuple = _entry(raw, 0, caches, keep_frames)  # (as a plain tuple: sliced by position)
-        except _REFUSED:
-            built.append(None)
-        else:
-            built.append((e[_GROUP], e[_OP], e[_REST]))
+        e: tuple | None = _template(raw, caches, keep_frames)  # (as a plain tuple: sliced by position)
+        built.append(None if e is None else (e[_GROUP], e[_OP], e[_REST]))
     out: list[Entry] = []
     append = out.append
     skipped = 0
@@ -277,6 +298,15 @@ def _kinded(kinded: KindedEntries, keep_frames: bool, caches: Caches,
                                   None if completed is None else discovered_ns(completed),
                                   None if duration is None else duration_ms(duration), *rest)))
     return out, skipped
+
+
+def _template(raw: dict, caches: Caches, keep_frames: bool) -> Entry | None:
+    """A kind's plain first entry through the field rules (None: refused), for its numbers to be
+    replaced by each entry's own."""
+    try:
+        return _entry(raw, 0, caches, keep_frames)
+    except _REFUSED:
+        return None
 
 
 # The fields of an Entry its kind gives (the others are its numbers), as `_kinded` builds it

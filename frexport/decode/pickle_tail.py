@@ -18,18 +18,19 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections.abc import Callable
 from itertools import islice
 from math import isnan
 from operator import itemgetter, lt
 
 from frexport.decode import scanned
 from frexport.decode.json_decode import TOP_KEYS, FirstSeen, Tail
-from frexport.decode.normalize import KindedEntries
+from frexport.decode.normalize import ColumnEntries, KindedEntries
+from frexport.model.dump import Entry
 
 # the scanner's numbers per entry (scanned.N_INTS): where each of KindedEntries.NUMBERS sits
 _SEQ, _P2P, _CREATED, _STARTED, _COMPLETED, _RECORD, _OP_ID, _THREAD = range(scanned.N_INTS)
 _ZERO_IS_NONE = {0: None}  # the scanner's 0 for a time not yet discovered (None in the pickle)
-_CREATED_AT = KindedEntries.NUMBERS.index("time_created_ns")
 
 
 def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
@@ -46,20 +47,60 @@ def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
     at = _cursor_at(rids, since)
     if at is None:
         return None
-    n = len(rids) - at
-    live_kind = FirstSeen()  # the scanner's kind and the entry's thread: what a JSON entry's kind holds
-    kind_of = list(map(live_kind.__getitem__, zip(which[at:], nums[at * k + _THREAD::k])))
-    firsts = [_first(kinds[kind], threads[thread]) for kind, thread in live_kind]
-    pg_ids = list(map(itemgetter(2), kinds))
-    duration = durations[at:]
-    durs = [None] * n if all(map(isnan, duration)) else [None if d != d else d for d in duration]
-    started, completed = nums[at * k + _STARTED::k], nums[at * k + _COMPLETED::k]
-    numbers = list(zip(rids[at:], map(pg_ids.__getitem__, which[at:]), nums[at * k + _SEQ::k],
-                       nums[at * k + _P2P::k], nums[at * k + _OP_ID::k], nums[at * k + _CREATED::k],
-                       map(_ZERO_IS_NONE.get, started, started), map(_ZERO_IS_NONE.get, completed, completed),
-                       durs))
     meta = {key: top[key] for key in TOP_KEYS if key in top}
-    return Tail(meta, rids[0], KindedEntries(firsts, kind_of, numbers), numbers[0][_CREATED_AT])
+    return Tail(meta, rids[0], ScannedEntries(kinds, threads, which, nums, durations, at, len(rids)),
+                nums[at * k + _CREATED])
+
+
+class ScannedEntries(ColumnEntries):
+    """The scanner's columns of entries [start, stop): each entry built by the compiled scanner's
+    `entries` from its kind's template, or given by kind (`kinded`) where normalize reuses older ones."""
+
+    def __init__(self, kinds: list, threads: list, which: array, nums: array, durations: array, start: int,
+                 stop: int) -> None:
+        self.kinds, self.threads, self.which, self.nums, self.durations = kinds, threads, which, nums, durations
+        self.start, self.stop = start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, cut: slice) -> ScannedEntries:
+        kept = range(self.start, self.stop)[cut]
+        if kept.step != 1:
+            raise ValueError("entries are cut into one run")
+        return ScannedEntries(self.kinds, self.threads, self.which, self.nums, self.durations, kept.start,
+                              max(kept.start, kept.stop))
+
+    def build(self, template: Callable[[dict], Entry | None]) -> tuple[list[Entry], int]:
+        def template_of(kind: int, thread: int) -> Entry | None:
+            e = template(_first(self.kinds[kind], self.threads[thread]))
+            # the entry's pg_id is the kind's as written, where the rules would give -1 for a bad one
+            return None if e is None else e._replace(pg_id=self.kinds[kind][2])
+
+        return scanned.entries(template_of, self.which, self.nums, self.durations, self.start, self.stop, _SLOTS)
+
+    def kinded(self) -> KindedEntries:
+        at, stop, k, nums = self.start, self.stop, scanned.N_INTS, self.nums
+        which = self.which[at:stop]
+        live_kind = FirstSeen()  # the scanner's kind and the entry's thread: what a JSON entry's kind holds
+        kind_of = list(map(live_kind.__getitem__, zip(which, nums[at * k + _THREAD:stop * k:k])))
+        firsts = [_first(self.kinds[kind], self.threads[thread]) for kind, thread in live_kind]
+        pg_ids = list(map(itemgetter(2), self.kinds))
+        duration = self.durations[at:stop]
+        durs = [None] * len(which) if all(map(isnan, duration)) else [None if d != d else d for d in duration]
+        started, completed = nums[at * k + _STARTED:stop * k:k], nums[at * k + _COMPLETED:stop * k:k]
+        numbers = list(zip(nums[at * k + _RECORD:stop * k:k], map(pg_ids.__getitem__, which),
+                           nums[at * k + _SEQ:stop * k:k], nums[at * k + _P2P:stop * k:k],
+                           nums[at * k + _OP_ID:stop * k:k], nums[at * k + _CREATED:stop * k:k],
+                           map(_ZERO_IS_NONE.get, started, started), map(_ZERO_IS_NONE.get, completed, completed),
+                           durs))
+        return KindedEntries(firsts, kind_of, numbers)
+
+
+# where scanned.entries writes an entry's own numbers: record_id, collective_seq_id, p2p_seq_id, op_id,
+# time_created_ns, time_started_ns, time_completed_ns, duration_ms (the Entry's fields, by position)
+_SLOTS = tuple(map(Entry._fields.index, ("record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
+                                         "time_started_ns", "time_completed_ns", "duration_ms")))
 
 
 def _cursor_at(rids: array, since: int) -> int | None:

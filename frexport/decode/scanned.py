@@ -25,6 +25,7 @@ from array import array
 from collections.abc import Callable
 from importlib import import_module
 from itertools import compress
+from typing import Any
 
 from frexport.decode import fields
 from frexport.decode.fields import (
@@ -65,6 +66,8 @@ def _load() -> tuple[Callable[[bytes], tuple | None] | None, str]:
 
 
 _scan, _why_not = _load()
+# its builder of Entry objects from those columns (decode/pickle_tail.py), where the scanner is in use
+_entries: Callable[..., tuple[list, int]] | None = import_module("frexport.decode._scan").entries_of if _scan else None
 # The scanner keeps its work buffers in C statics and holds the GIL throughout, but an object it makes
 # can start a collection whose finalizer lets another thread in: the live sidecar's poll threads
 # scan at once (decode/pickle_tail.py), so one scan at a time.
@@ -87,6 +90,15 @@ def pure_path_warning() -> str | None:
     return (f"the compiled pickle scanner is not in use: {_why_not or 'turned off'}. Pickle dumps are decoded on "
             "the pure-Python path (the same results, about 2.5x the CPU); install a manylinux wheel of frexport, "
             "or build it with a C compiler and Python's headers (`frexport --version` says which is in use)")
+
+
+def entries(template_of: Callable[[int, int], Any], which: array, nums: array, durations: array, start: int,
+            stop: int, slots: tuple[int, ...]) -> tuple[list, int]:
+    """Entries [start, stop) of `columns` as Entry objects, each its kind's template (`template_of(kind,
+    thread)`, None: refused) with its own numbers at `slots` (_scan.c `entries_of` says which); and how
+    many were refused. Only where `available()`."""
+    assert _entries is not None, "the compiled scanner is not in use"
+    return _entries(template_of, which, nums, durations, start, stop, slots)
 
 
 class _Unusual(Exception):

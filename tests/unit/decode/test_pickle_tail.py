@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frexport.decode import scanned
-from frexport.decode.normalize import KindedEntries, normalize
-from frexport.decode.pickle_tail import parse_pickle_tail
+from frexport.decode.normalize import normalize
+from frexport.decode.pickle_tail import ScannedEntries, parse_pickle_tail
 from tests.support.examples import examples
 from tests.support.synth import dump
 from tests.unit.decode.test_fast_trace import _ops
@@ -39,11 +39,31 @@ def _pickle_of(entries) -> bytes:  # (a pickle's tuples and None where JSON has 
 def test_the_entries_from_a_record_on():
     body = _pickle_of([_entry(i, 1000 + i, done=i < 8) for i in range(10)])
     tail = parse_pickle_tail(body, 7)
-    assert isinstance(tail.entries, KindedEntries) and tail.first_record == 0 and tail.first_created == 1007
-    assert [n[0] for n in tail.entries.numbers] == [7, 8, 9] and "entries" not in tail.meta
+    assert isinstance(tail.entries, ScannedEntries) and tail.first_record == 0 and tail.first_created == 1007
+    assert [n[0] for n in tail.entries.kinded().numbers] == [7, 8, 9] and "entries" not in tail.meta
     got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=0, keep_frames=False)
     assert [(e.record_id, e.state, e.time_started_ns, e.time_completed_ns) for e in got.entries] == \
            [(7, "completed", 1008, 1012), (8, "started", 1009, None), (9, "started", 1010, None)]
+
+
+def test_each_entry_keeps_its_own_numbers_read_by_the_rules():
+    """Built from its kind's template in C, an entry has its own numbers, each read as the field rules
+    read it: a time not discovered (None, 0, negative) is None; a duration out of bounds or NaN is None,
+    0.0 and -0.0 are kept; an int duration is a float; entries of two threads alternate."""
+    durations = [0.0, -0.0, 1.5, -1.0, float("nan"), float("inf"), 1e300, 5, None, 2.5e-7]
+    starts = [None, -5, 0, 7, 2**63 - 1, 3, None, 1, 2, 4]
+    es = [dict(_entry(i, 1000 + i), duration_ms=d, time_discovered_started_ns=t, thread_id=str(i % 2))
+          for i, (d, t) in enumerate(zip(durations, starts))]
+    body = _pickle_of(es)
+    for since in (0, 3, 9):
+        tail = parse_pickle_tail(body, since)
+        got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=0, keep_frames=False)
+        want = normalize({**tail.meta, "entries": pickle.loads(body)["entries"][since:]}, "x", "pickle", rank=0,
+                         keep_frames=False)
+        assert [e.record_id for e in got.entries] == list(range(since, 10))
+        assert got == want and _types(got) == _types(want)
+        assert [str(e.duration_ms) for e in got.entries] == \
+               ["0.0", "-0.0", "1.5", "None", "None", "None", "None", "5.0", "None", "2.5e-07"][since:]
 
 
 def test_what_a_right_cut_does_not_leave_is_refused():
@@ -77,4 +97,14 @@ def test_a_tail_normalizes_as_its_entries_read_whole(seed, hostile):
     got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=1, dumped_at_ns=5, keep_frames=False)
     want = normalize({**{k: raw[k] for k in tail.meta}, "entries": raw["entries"][at:]}, "x", "pickle", rank=1,
                      dumped_at_ns=5, keep_frames=False)
-    assert got == want
+    assert got == want and _types(got) == _types(want)
+    # where older entries are reused (none of these), the same entries come by kind, not built in C
+    unrelated = {-1: want.entries[0]} if want.entries else {}
+    by_kind = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=1, dumped_at_ns=5,
+                        keep_frames=False, previous=unrelated)
+    assert by_kind == want and _types(by_kind) == _types(want)
+
+
+def _types(d) -> list:
+    """Each field's type: == takes True for 1 and 1.0 for 1."""
+    return [tuple(map(type, e)) for e in d.entries]
