@@ -1,5 +1,6 @@
 """The optional compiled parts: the pickle scanner (frexport/decode/_scan.c), the trace rows' appender
-(frexport/model/_rows.c) and the stragglers' loops (frexport/analysis/_straggler.c). Everything else is in
+(frexport/model/_rows.c), the passes over a snapshot's entries in runs (frexport/model/_runs.c)
+and the stragglers' loops (frexport/analysis/_straggler.c). Everything else is in
 pyproject.toml.
 
 `optional=True`: without a C compiler (or Python headers) the build warns and goes on, and frexport
@@ -14,6 +15,9 @@ setup(ext_modules=[Extension("frexport.decode._scan", ["frexport/decode/_scan.c"
                              depends=["frexport/decode/_scan_fields.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"]),
                    Extension("frexport.model._rows", ["frexport/model/_rows.c"], optional=True,
+                             depends=["frexport/_group_columns.h"],
+                             extra_compile_args=["-O2", "-std=c99", "-Wall"]),
+                   Extension("frexport.model._runs", ["frexport/model/_runs.c"], optional=True,
                              depends=["frexport/_group_columns.h"],
                              extra_compile_args=["-O2", "-std=c99", "-Wall"]),
                    Extension("frexport.analysis._straggler", ["frexport/analysis/_straggler.c"], optional=True,

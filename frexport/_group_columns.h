@@ -13,7 +13,7 @@
  * items), 'B' for bytes; all of one length (*len). 0, COLUMNS_ODD, or -1 with an exception. *held views are
  * taken either way: the caller releases them (release_views). Only an exact `group_type` is read: a
  * subclass's attributes could run Python code. */
-static int group_columns(PyObject *g, PyObject *group_type, int n, PyObject *const *names, const char *kinds,
+static inline int group_columns(PyObject *g, PyObject *group_type, int n, PyObject *const *names, const char *kinds,
                          Py_buffer *views, int *held, Py_ssize_t *len) {
     *held = 0;
     if ((PyObject *)Py_TYPE(g) != group_type)
@@ -40,14 +40,14 @@ static int group_columns(PyObject *g, PyObject *group_type, int n, PyObject *con
     return 0;
 }
 
-static void release_views(Py_buffer *views, int *held) {
+static inline void release_views(Py_buffer *views, int *held) {
     for (int k = 0; k < *held; k++)
         PyBuffer_Release(&views[k]);
     *held = 0;
 }
 
 /* A new array('q') of n values (the column kind both modules hand back to Python). */
-static PyObject *array_q(const int64_t *values, Py_ssize_t n) {
+static inline PyObject *array_q(const int64_t *values, Py_ssize_t n) {
     static PyObject *array_type;
     if (array_type == NULL) {
         PyObject *mod = PyImport_ImportModule("array");

@@ -45,6 +45,7 @@ fi
 if ! "$PYTHON" -c 'import re, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 sys.exit(not all(any(re.fullmatch(p, n) for n in names) for p in (r"frexport/decode/_scan\..*\.so", r"frexport/model/_rows\..*\.so",
+                                                                   r"frexport/model/_runs\..*\.so",
                                                                    r"frexport/analysis/_straggler\..*\.so")))' \
     "${wheels[0]}"; then
   grep -i -A3 "warning\|error" "$WORK/build.log" | tail -20 >&2

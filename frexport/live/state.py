@@ -17,11 +17,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import repeat
-from operator import attrgetter, is_not
+from itertools import chain, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
+from frexport.model.entry_runs import distinct, fields_at, runs
 from frexport.model.outcome import Outcome, event_backends, outcome_of
 from frexport.model.record_index import NO_RECORDS, RecordIndex
 
@@ -273,9 +274,9 @@ class LiveState:
     def _advance(self, rs: RankState, dump: RankDump, now_ns: int,
                  index: RecordIndex) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome]]:
         """Events for entries first seen finished; also every entry that is new or changed, and its outcome.
-        In C-level passes over the entries rather than Python steps per entry (a busy rank brings
-        hundreds a second): an outcome depends only on the entry's state, retired and backend
-        (outcome_of), so it is worked out once per such triple; the counts are added once per label set."""
+        By runs of one kind rather than entry by entry (a busy rank brings hundreds a second, nearly all
+        in long runs of one op): an outcome depends only on the entry's state, retired and backend
+        (outcome_of), so it is worked out once per such triple; the counts are added once per run."""
         if dump.entries and rs.max_record >= 0:
             oldest = dump.entries[0].record_id
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
@@ -283,43 +284,54 @@ class LiveState:
         changed = _unseen(index, rs.max_record, rs.pending)
         if not changed:
             return [], changed, []
-        keys = list(map(_outcome_key, changed))
         recorders = event_backends(dump.entries)
-        by_key = {key: outcome_of(e, recorders) for key, e in dict(zip(keys, changed)).items()}
-        outcomes = list(map(by_key.__getitem__, keys))
-        rids = list(map(_record_id, changed))
-        rs.max_record = max(rs.max_record, max(rids))
+        by_key: dict[tuple, Outcome] = {}  # (state, retired, backend) -> outcome
+        kinds = runs(changed, _COUNTED)
+        run_outcomes: list[Outcome] = []
+        at = 0
+        for key, n in kinds:
+            outcome = by_key.get(key[2:])
+            if outcome is None:
+                outcome = by_key[key[2:]] = outcome_of(changed[at], recorders)
+            run_outcomes.append(outcome)
+            at += n
+        outcomes = list(chain.from_iterable(map(repeat, run_outcomes, map(itemgetter(1), kinds))))
+        rs.max_record = max(rs.max_record, index.newest())  # (the newest entry is among the changed ones)
         if PENDING in by_key.values():
+            rids = list(map(_record_id, changed))
             settled = [i for i, o in enumerate(outcomes) if o is not PENDING]
             rs.pending.difference_update([rids[i] for i in settled])
             rs.pending.update(r for r, o in zip(rids, outcomes) if o is PENDING)
             done: Sequence[Entry] = [changed[i] for i in settled]
             done_outcomes = [outcomes[i] for i in settled]
         else:
-            rs.pending.difference_update(rids)
+            if rs.pending:
+                rs.pending.difference_update(map(_record_id, changed))
             done, done_outcomes = changed, outcomes
         if Outcome.TIMED_OUT in by_key.values():
-            rs.timed_out.update(r for r, o in zip(rids, outcomes) if o is Outcome.TIMED_OUT)
-        self._count(done, done_outcomes, now_ns)
+            rs.timed_out.update(e.record_id for e, o in zip(changed, outcomes) if o is Outcome.TIMED_OUT)
+        counted = [(key[:2], o, n) for (key, n), o in zip(kinds, run_outcomes) if o is not PENDING]
+        self._count(counted, done, done_outcomes, now_ns)
         events = list(map(_event, zip(repeat(rs.rank), repeat(rs.epoch), done, done_outcomes, repeat(now_ns),
                                       repeat(dump.world_size)))) if self.events else []
         return events, changed, outcomes
 
-    def _count(self, done: Sequence[Entry], outcomes: list[Outcome], now_ns: int) -> None:
-        """Count the entries seen settled by (pg_desc, op, outcome), and time those proven over."""
-        pairs = list(map(_pair, done))
-        kept = {pair: self._admit(pair, now_ns) for pair in dict.fromkeys(pairs)}  # in first-seen order
+    def _count(self, counted: list[tuple[tuple[str, str], Outcome, int]], done: Sequence[Entry],
+               outcomes: list[Outcome], now_ns: int) -> None:
+        """Count the entries seen settled by (pg_desc, op, outcome), from their runs ((pg_desc, op), outcome,
+        how many), and time those proven over (`done`, each with its outcome)."""
+        kept = {pair: self._admit(pair, now_ns) for pair, _o, _n in counted}  # in first-seen order
         collectives = self.collectives
-        for (pair, outcome), n in Counter(zip(pairs, outcomes)).items():
+        for pair, outcome, n in counted:
             if kept[pair]:
                 collectives[pair + (outcome,)] += n
             else:
                 for family in COLLECTIVE_FAMILIES:
                     self._refused[family] += n
         if any(map(is_not, map(_duration_ms, done), repeat(None))) or any(map(_time_started, done)):
-            for e, pair, outcome in zip(done, pairs, outcomes):
-                if (outcome is COMPLETED or outcome is RETIRED) and kept[pair]:  # outcome.done
-                    self._observe(pair, e)
+            for e, outcome in zip(done, outcomes):
+                if (outcome is COMPLETED or outcome is RETIRED) and kept[_pair(e)]:  # outcome.done
+                    self._observe(_pair(e), e)
 
     def _admit(self, pair: tuple[str, str], now_ns: int) -> bool:
         """Whether a (pg_desc, op) pair is counted: the state holds at most `max_label_sets`."""
@@ -341,7 +353,7 @@ class LiveState:
         seen = self.pair_seen_ns
         if not seen:
             return
-        for pair in set(map(_pair, dump.entries)):
+        for pair in distinct(dump.entries, _PAIR):
             if pair in seen:
                 seen[pair] = now_ns
 
@@ -379,7 +391,7 @@ class LiveState:
         if not first_sight:
             for name in advanced:
                 rs.groups[name].last_progress_ns = now_ns
-        for name in set(map(_pg_name, rs.dump.entries)) if rs.dump is not None else ():
+        for name in distinct(rs.dump.entries, _PG_NAME) if rs.dump is not None else ():
             if name in rs.groups:
                 rs.groups[name].seen_ns = now_ns
 
@@ -443,8 +455,9 @@ PENDING, COMPLETED, RETIRED = Outcome.PENDING, Outcome.COMPLETED, Outcome.RETIRE
 # C-level field access: ingest runs on every rank's every snapshot (4096 x 256 entries in a job's view)
 _record_id = attrgetter("record_id")
 _pair = attrgetter("pg_desc", "op")
-_pg_name = attrgetter("pg_name")
-_outcome_key = attrgetter("state", "retired", "backend")
+# an entry's labels and what its outcome depends on: it is counted by these (`runs` of them)
+_COUNTED = fields_at("pg_desc", "op", "state", "retired", "backend")
+_PAIR, _PG_NAME = fields_at("pg_desc", "op"), fields_at("pg_name")
 _duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
 _event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from operator import attrgetter
 
 from frexport.model.dump import Entry
-
-_record_id = attrgetter("record_id")
+from frexport.model.entry_runs import record_ids
 
 
 class RecordIndex:
     def __init__(self, entries: Sequence[Entry]) -> None:
         self.entries = entries
-        self.ids = list(map(_record_id, entries))
+        self.ids, ascending = record_ids(entries)
         # out of order only: each id's last listing, in the order the ids first appear
-        self.by_id = None if all(map(int.__lt__, self.ids, self.ids[1:])) else dict(zip(self.ids, entries))
+        self.by_id = None if ascending else dict(zip(self.ids, entries))
 
     @property
     def ordered(self) -> bool:

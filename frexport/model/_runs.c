@@ -1,0 +1,157 @@
+/* The compiled passes of model/entry_runs.py over a snapshot's entries (optional: without a compiler
+ * entry_runs does the same in Python). A busy rank's live read brings a thousand entries, nearly all of
+ * a few kinds in long runs; the live state's ingest looks at each kind once per run instead of making
+ * a tuple per entry.
+ *
+ * runs(entries, positions) -> [(key, count), ...] | NotImplemented
+ *     consecutive entries whose fields at `positions` are equal, as one run: its key (those fields as a
+ *     tuple, or the field itself for one position) and its length, in order.
+ * distinct(entries, positions) -> set | NotImplemented
+ *     the keys of those runs, as a set (a key made once per run, not once per entry)
+ * record_ids(entries, position) -> (array('q') of the ids, whether they ascend) | NotImplemented
+ *
+ * NotImplemented where an entry is not a tuple long enough, or an id is not an int of 64 bits: the
+ * Python passes decide then. Fields are compared as == does (the identical object first). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "../_group_columns.h"
+
+#define MAX_POSITIONS 8
+
+static int entries_view(PyObject *entries, PyObject ***items, Py_ssize_t *n) {
+    if (!PyTuple_CheckExact(entries) && !PyList_CheckExact(entries))
+        return 0;
+    *items = PySequence_Fast_ITEMS(entries);
+    *n = PySequence_Fast_GET_SIZE(entries);
+    return 1;
+}
+
+static PyObject *run_key(PyObject *e, const Py_ssize_t *pos, int np) {
+    if (np == 1)
+        return Py_NewRef(PyTuple_GET_ITEM(e, pos[0]));
+    PyObject *key = PyTuple_New(np);
+    if (key)
+        for (int j = 0; j < np; j++)
+            PyTuple_SET_ITEM(key, j, Py_NewRef(PyTuple_GET_ITEM(e, pos[j])));
+    return key;
+}
+
+/* Each run of `entries` once: its key added to the set `into`, or (key, count) appended to the list. */
+static int add_run(PyObject *into, PyObject *e, const Py_ssize_t *pos, int np, Py_ssize_t count) {
+    PyObject *key = run_key(e, pos, np);
+    if (!key)
+        return -1;
+    if (PySet_Check(into)) {
+        int rc = PySet_Add(into, key);
+        Py_DECREF(key);
+        return rc;
+    }
+    PyObject *run = Py_BuildValue("(Nn)", key, count);
+    int rc = run ? PyList_Append(into, run) : -1;
+    Py_XDECREF(run);
+    return rc;
+}
+
+/* The runs of `entries` by the fields at `positions` into a new set or list; NotImplemented where an
+ * entry is not a tuple long enough. */
+static PyObject *each_run(PyObject *args, int as_set) {
+    PyObject *entries, *positions, **items;
+    Py_ssize_t n, pos[MAX_POSITIONS], need = 0;
+    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
+        return NULL;
+    int np = (int)PyTuple_GET_SIZE(positions);
+    if (np < 1 || np > MAX_POSITIONS) {
+        PyErr_SetString(PyExc_ValueError, "runs: 1 to 8 positions");
+        return NULL;
+    }
+    for (int j = 0; j < np; j++) {
+        if ((pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, j))) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "runs: a negative position");
+            return NULL;
+        }
+        need = pos[j] >= need ? pos[j] + 1 : need;
+    }
+    if (!entries_view(entries, &items, &n))
+        Py_RETURN_NOTIMPLEMENTED;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyTuple_Check(items[i]) || PyTuple_GET_SIZE(items[i]) < need)
+            Py_RETURN_NOTIMPLEMENTED;
+    PyObject *out = as_set ? PySet_New(NULL) : PyList_New(0);
+    if (!out || n == 0)
+        return out;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        int same = i < n;
+        for (int j = 0; same && j < np; j++) {
+            PyObject *a = PyTuple_GET_ITEM(items[i], pos[j]), *b = PyTuple_GET_ITEM(items[start], pos[j]);
+            if (a != b && (same = PyObject_RichCompareBool(a, b, Py_EQ)) < 0)
+                goto fail;
+        }
+        if (same)
+            continue;
+        if (add_run(out, items[start], pos, np, i - start) < 0)
+            goto fail;
+        start = i;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *runs(PyObject *self, PyObject *args) { return each_run(args, 0); }
+
+static PyObject *distinct(PyObject *self, PyObject *args) { return each_run(args, 1); }
+
+static PyObject *record_ids(PyObject *self, PyObject *args) {
+    PyObject *entries, **items;
+    Py_ssize_t n, at;
+    if (!PyArg_ParseTuple(args, "On", &entries, &at))
+        return NULL;
+    if (at < 0 || !entries_view(entries, &items, &n))
+        Py_RETURN_NOTIMPLEMENTED;
+    int64_t *ids = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    if (!ids)
+        return PyErr_NoMemory();
+    int ascending = 1, odd = 0;
+    for (Py_ssize_t i = 0; i < n && !odd; i++) {
+        PyObject *e = items[i], *v;
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) <= at || !PyLong_CheckExact(v = PyTuple_GET_ITEM(e, at))) {
+            odd = 1;
+            break;
+        }
+        int overflow;
+        long long id = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (id == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            odd = 1;
+            break;
+        }
+        ids[i] = id;
+        ascending &= i == 0 || ids[i - 1] < id;
+    }
+    PyObject *out = NULL;
+    if (odd) {
+        out = Py_NewRef(Py_NotImplemented);
+    } else {
+        PyObject *arr = array_q(ids, n);
+        out = arr ? Py_BuildValue("(NO)", arr, ascending ? Py_True : Py_False) : NULL;
+    }
+    PyMem_Free(ids);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"runs", runs, METH_VARARGS, "runs(entries, positions) -> [(key, count), ...] or NotImplemented"},
+    {"distinct", distinct, METH_VARARGS, "distinct(entries, positions) -> the set of the runs' keys, or NotImplemented"},
+    {"record_ids", record_ids, METH_VARARGS, "record_ids(entries, position) -> (array('q'), ascending) or "
+                                             "NotImplemented"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runs", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__runs(void) { return PyModule_Create(&module); }

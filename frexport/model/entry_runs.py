@@ -1,0 +1,65 @@
+"""A snapshot's entries in runs of one kind, and their record ids: one pass each, in C where it is built.
+
+A busy rank's live read brings about a thousand entries, nearly all of a few kinds in long runs (one
+all_reduce after another). The live state's ingest counts, settles and refreshes what it holds per
+kind: looked at once per run, that is a few steps a read instead of a tuple made and hashed per entry.
+`_runs.c` does both passes (optional: without a compiler, the same here in Python; the tests compare
+both ways).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import import_module
+from itertools import groupby
+from operator import itemgetter
+from types import ModuleType
+from typing import Any
+
+from frexport.model.dump import Entry
+
+
+def _load() -> ModuleType | None:
+    try:
+        return import_module("frexport.model._runs")
+    except ImportError:  # installed without a compiler: the passes in Python
+        return None
+
+
+_compiled = _load()
+_RECORD_AT = Entry._fields.index("record_id")
+
+
+def fields_at(*names: str) -> tuple[int, ...]:
+    """The positions of Entry fields, for `runs`."""
+    return tuple(map(Entry._fields.index, names))
+
+
+def runs(entries: Sequence[Entry], positions: tuple[int, ...]) -> list[tuple[Any, int]]:
+    """Consecutive entries equal in the fields at `positions`, as (those fields, how many) in order:
+    a tuple of the fields, or the field itself for one position."""
+    if _compiled is not None:
+        out = _compiled.runs(entries, positions)
+        if out is not NotImplemented:
+            return out
+    key = itemgetter(*positions)
+    return [(k, sum(1 for _ in g)) for k, g in groupby(entries, key)]
+
+
+def distinct(entries: Sequence[Entry], positions: tuple[int, ...]) -> set:
+    """The keys `runs` would give, as a set."""
+    if _compiled is not None:
+        out = _compiled.distinct(entries, positions)
+        if out is not NotImplemented:
+            return out
+    return set(map(itemgetter(*positions), entries))
+
+
+def record_ids(entries: Sequence[Entry]) -> tuple[Sequence[int], bool]:
+    """The entries' record ids, and whether they ascend (each once): every dump PyTorch writes."""
+    if _compiled is not None:
+        out = _compiled.record_ids(entries, _RECORD_AT)
+        if out is not NotImplemented:
+            return out
+    ids = [e.record_id for e in entries]
+    return ids, all(map(int.__lt__, ids, ids[1:]))
