@@ -9,8 +9,10 @@
  * distinct(entries, positions) -> set | NotImplemented
  *     the keys of those runs, as a set (a key made once per run, not once per entry)
  * record_ids(entries, position) -> (array('q') of the ids, whether they ascend) | NotImplemented
+ * newest(entries, positions) -> int | NotImplemented
+ *     the greatest of the int fields at `positions` over every entry, None skipped, and 0 at least
  *
- * NotImplemented where an entry is not a tuple long enough, or an id is not an int of 64 bits: the
+ * NotImplemented where an entry is not a tuple long enough, or an id or time is not an int of 64 bits: the
  * Python passes decide then. Fields are compared as == does (the identical object first). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -144,9 +146,49 @@ static PyObject *record_ids(PyObject *self, PyObject *args) {
     return out;
 }
 
+static PyObject *newest(PyObject *self, PyObject *args) {
+    PyObject *entries, *positions, **items;
+    Py_ssize_t n, pos[MAX_POSITIONS];
+    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
+        return NULL;
+    int np = (int)PyTuple_GET_SIZE(positions);
+    if (np < 1 || np > MAX_POSITIONS || !entries_view(entries, &items, &n))
+        Py_RETURN_NOTIMPLEMENTED;
+    for (int j = 0; j < np; j++)
+        if ((pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, j))) < 0) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    long long best = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e))
+            Py_RETURN_NOTIMPLEMENTED;
+        for (int j = 0; j < np; j++) {
+            if (pos[j] >= PyTuple_GET_SIZE(e))
+                Py_RETURN_NOTIMPLEMENTED;
+            PyObject *v = PyTuple_GET_ITEM(e, pos[j]);
+            if (v == Py_None)
+                continue;
+            if (!PyLong_CheckExact(v))
+                Py_RETURN_NOTIMPLEMENTED;
+            int overflow;
+            long long t = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || (t == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            best = t > best ? t : best;
+        }
+    }
+    return PyLong_FromLongLong(best);
+}
+
 static PyMethodDef methods[] = {
     {"runs", runs, METH_VARARGS, "runs(entries, positions) -> [(key, count), ...] or NotImplemented"},
     {"distinct", distinct, METH_VARARGS, "distinct(entries, positions) -> the set of the runs' keys, or NotImplemented"},
+    {"newest", newest, METH_VARARGS, "newest(entries, positions) -> the greatest int there (at least 0), or "
+                                     "NotImplemented"},
     {"record_ids", record_ids, METH_VARARGS, "record_ids(entries, position) -> (array('q'), ascending) or "
                                              "NotImplemented"},
     {NULL, NULL, 0, NULL},

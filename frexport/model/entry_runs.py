@@ -55,6 +55,16 @@ def distinct(entries: Sequence[Entry], positions: tuple[int, ...]) -> set:
     return set(map(itemgetter(*positions), entries))
 
 
+def newest(entries: Sequence[Entry], positions: tuple[int, ...]) -> int:
+    """The greatest value of the fields at `positions` (ints or None) over the entries, 0 at least."""
+    if _compiled is not None:
+        out = _compiled.newest(entries, positions)
+        if out is not NotImplemented:
+            return out
+    values: list[int] = [e[p] for e in entries for p in positions if e[p] is not None]  # type: ignore[misc]
+    return max([0, *values])
+
+
 def record_ids(entries: Sequence[Entry]) -> tuple[Sequence[int], bool]:
     """The entries' record ids, and whether they ascend (each once): every dump PyTorch writes."""
     if _compiled is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import zlib
 from array import array
 from dataclasses import replace
-from operator import attrgetter
 
 from frexport.model.dump import (
     DEFAULT_RECORDER,
@@ -26,6 +25,7 @@ from frexport.model.dump import (
     RankDump,
     split_group_name,
 )
+from frexport.model.entry_runs import fields_at, runs
 from frexport.model.rank_trace import RankTrace
 
 # A recorder's records are numbered from 0 by one counter per process: 2**40 of them would take a
@@ -102,15 +102,14 @@ def merge_recorders(dumps: dict[str, RankDump], shifters: dict[str, Shifter] | N
         recorders=tuple(order))
 
 
-_PG_ID, _PG_NAME = attrgetter("pg_id"), attrgetter("pg_name")
+_ID_NAME = fields_at("pg_id", "pg_name")
 
 
 def pg_names(dump: RankDump) -> dict[int, str]:
     """A recorder's pg_id -> the name its group's ops are filed under, from its entries (pg_status is
     keyed by the process-local pg_id). (C-level passes: the sidecar asks at every entries read, over
-    the whole buffer; the last entry of a pg_id names it, as a loop would.)"""
-    es = dump.entries
-    return dict(zip(map(_PG_ID, es), map(_PG_NAME, es)))
+    the whole buffer; the last entry of a pg_id names it, as a loop would: by runs of one group.)"""
+    return dict(key for key, _n in runs(dump.entries, _ID_NAME))
 
 
 def group_statuses(statuses: dict[str, tuple[ProcessGroupStatus, ...]],

@@ -18,6 +18,7 @@ from itertools import compress, count
 from operator import attrgetter, is_not
 
 from frexport.model.dump import Entry
+from frexport.model.entry_runs import record_ids
 from frexport.model.outcome import first_unsettled
 
 _record_id = attrgetter("record_id")
@@ -27,8 +28,7 @@ def cursor(entries: Sequence[Entry], settled: int = 0) -> tuple[int, bool]:
     """(index of the entry to read from, whether record ids ascend): the first entry not settled,
     else the newest, which anchors the next answer to this snapshot. `settled`: how many entries
     lead that are known settled and in record order (only what follows them is read)."""
-    rids = list(map(_record_id, entries[max(settled - 1, 0):]))
-    ordered = all(map(int.__lt__, rids, rids[1:]))  # record order, ids unique: the usual case
+    _rids, ordered = record_ids(entries[max(settled - 1, 0):])  # record order, ids unique: the usual case
     at = first_unsettled(entries, settled)
     return (at if at is not None else len(entries) - 1), ordered
 

@@ -1,4 +1,4 @@
-"""A snapshot's entries in runs of one kind, and their record ids (model/entry_runs.py): the same with
+"""A snapshot's entries in runs of one kind, their record ids and newest time (model/entry_runs.py): the same with
 model/_runs.c's passes and without them, on random entries (runs long and short, one field's value as
 two objects, ids out of order or past 64 bits, which the compiled passes leave to Python); and the live
 state counts the same either way."""
@@ -12,10 +12,11 @@ from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.model import entry_runs
 from frexport.model.dump import Entry
-from frexport.model.entry_runs import distinct, fields_at, record_ids, runs
+from frexport.model.entry_runs import distinct, fields_at, newest, record_ids, runs
 from tests.support.compiled import compiled_or_pure
 from tests.support.synth import T0, dump, entry
 
+_TIMES = fields_at("time_created_ns", "time_started_ns", "time_completed_ns")
 _FIELDS = [fields_at("pg_desc", "op", "state", "retired", "backend"), fields_at("pg_name"), fields_at("op", "state")]
 
 
@@ -30,8 +31,13 @@ def _entries(rng: random.Random) -> list:
                           state=rng.choice(["completed", "scheduled"]) if rng.random() < 0.2 else "completed",
                           pg_desc="".join(["default", "_pg"]),  # (equal, another object each entry)
                           retired=rng.choice([True, None, 1]), pg_name=rng.choice(["0", "0", "5"]))
+        times = [rng.choice([None, 0, rng.randint(1, 2 ** 63 - 1), -rng.randint(1, 10 ** 9)]) for _ in range(2)]
+        e = e._replace(time_created_ns=rng.choice([0, rng.randint(-10 ** 9, 2 ** 62)]), time_started_ns=times[0],
+                       time_completed_ns=times[1])
         if rng.random() < 0.02:
             e = e._replace(record_id=rng.choice([2 ** 64, -2 ** 70, True]))  # (ints no decoder makes)
+        if rng.random() < 0.02:
+            e = e._replace(time_completed_ns=rng.choice([2 ** 64, True]))
         out.append(e)
     return rng.choice([out, tuple(out)])
 
@@ -51,6 +57,9 @@ def test_the_compiled_passes_give_what_the_python_ones_give():
             assert sum(n for _, n in got) == len(es)
             assert all(a != b for (a, _), (b, _) in zip(got, got[1:]))  # a run ends where its key changes
             assert distinct(es, positions) == _pure(distinct, es, positions) == {k for k, _ in got}
+        for positions in (_TIMES, _TIMES[1:]):
+            want = max([0, *(e[p] for e in es for p in positions if e[p] is not None)])
+            assert newest(es, positions) == _pure(newest, es, positions) == want
         if all(isinstance(e, Entry) for e in es):
             ids, ascending = record_ids(es)
             want_ids, want_ascending = _pure(record_ids, es)
@@ -64,6 +73,7 @@ def test_what_is_not_an_entry_is_left_to_python():
     assert compiled.runs([("short",)], _FIELDS[0]) is NotImplemented
     assert compiled.distinct(iter([]), _FIELDS[0]) is NotImplemented
     assert compiled.record_ids([(2 ** 64,)], 0) is NotImplemented
+    assert compiled.newest([(1, 2.5)], (0, 1)) is NotImplemented
 
 
 @pytest.mark.parametrize("seed", range(40))
