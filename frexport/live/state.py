@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import NamedTuple
 
@@ -178,9 +178,9 @@ class LiveState:
             if rs.dump is not None and self._restarted(rs, dump, index):
                 rs.epoch += 1
                 rs.max_record, rs.pending, rs.timed_out, rs.groups = -1, set(), set(), {}
-            events, changed, outcomes = self._advance(rs, dump, now_ns, index)
+            events, changed, outcomes, kinds = self._advance(rs, dump, now_ns, index)
             rs.dump, rs.source, rs.last_seen_ns, rs.by_record = dump, source, now_ns, index
-            self._progress(rs, changed, outcomes, now_ns)
+            self._progress(rs, changed, outcomes, kinds, now_ns)
             self._held(dump, now_ns)
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
@@ -271,9 +271,10 @@ class LiveState:
                 return True
         return False
 
-    def _advance(self, rs: RankState, dump: RankDump, now_ns: int,
-                 index: RecordIndex) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome]]:
-        """Events for entries first seen finished; also every entry that is new or changed, and its outcome.
+    def _advance(self, rs: RankState, dump: RankDump, now_ns: int, index: RecordIndex
+                 ) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome], list[tuple[tuple, int, Outcome]]]:
+        """Events for entries first seen finished; also every entry that is new or changed, and its outcome,
+        and their runs of one kind (the `_KIND` fields, how many, their outcome).
         By runs of one kind rather than entry by entry (a busy rank brings hundreds a second, nearly all
         in long runs of one op): an outcome depends only on the entry's state, retired and backend
         (outcome_of), so it is worked out once per such triple; the counts are added once per run."""
@@ -283,10 +284,10 @@ class LiveState:
                 rs.dropped += oldest - rs.max_record - 1
         changed = _unseen(index, rs.max_record, rs.pending)
         if not changed:
-            return [], changed, []
+            return [], changed, [], []
         recorders = event_backends(dump.entries)
         by_key: dict[tuple, Outcome] = {}  # (state, retired, backend) -> outcome
-        kinds = runs(changed, _COUNTED)
+        kinds = runs(changed, _KIND)
         run_outcomes: list[Outcome] = []
         at = 0
         for key, n in kinds:
@@ -314,7 +315,7 @@ class LiveState:
         self._count(counted, done, done_outcomes, now_ns)
         events = list(map(_event, zip(repeat(rs.rank), repeat(rs.epoch), done, done_outcomes, repeat(now_ns),
                                       repeat(dump.world_size)))) if self.events else []
-        return events, changed, outcomes
+        return events, changed, outcomes, [(key, n, o) for (key, n), o in zip(kinds, run_outcomes)]
 
     def _count(self, counted: list[tuple[tuple[str, str], Outcome, int]], done: Sequence[Entry],
                outcomes: list[Outcome], now_ns: int) -> None:
@@ -357,13 +358,51 @@ class LiveState:
             if pair in seen:
                 seen[pair] = now_ns
 
-    def _progress(self, rs: RankState, changed: Sequence[Entry], outcomes: list[Outcome], now_ns: int) -> None:
+    def _progress(self, rs: RankState, changed: Sequence[Entry], outcomes: list[Outcome],
+                  kinds: list[tuple[tuple, int, Outcome]], now_ns: int) -> None:
         """Update each group's progress from the entries that are new or changed since the last
-        snapshot (values only grow within an epoch; `outcomes`: theirs): only an entry that proves its
-        op over moves `last_completed`. Pending is recounted by the caller, once the status read with
-        them is in too."""
-        first_sight = not rs.groups
-        advanced: set[str] = set()
+        snapshot (values only grow within an epoch; `outcomes`: theirs, `kinds`: their runs): only an
+        entry that proves its op over moves `last_completed`. Pending is recounted by the caller, once
+        the status read with them is in too."""
+        if not rs.groups:
+            self._first_progress(rs, changed, outcomes)
+        else:
+            self._progress_by_run(rs, changed, kinds, now_ns)
+        for name in distinct(rs.dump.entries, _PG_NAME) if rs.dump is not None else ():
+            if name in rs.groups:
+                rs.groups[name].seen_ns = now_ns
+
+    def _progress_by_run(self, rs: RankState, changed: Sequence[Entry], kinds: list[tuple[tuple, int, Outcome]],
+                         now_ns: int) -> None:
+        """Each run of one kind at once: its numbers only grow, so a run moves a group to its greatest
+        seq; the group's timeout is its last entry's. A group whose ops completed progressed now."""
+        groups = rs.groups
+        at = 0
+        for (desc, _op, state, _retired, _backend, name, is_p2p, timeout), n, outcome in kinds:
+            run, at = changed[at:at + n], at + n
+            if is_p2p:
+                continue
+            g = groups.get(name)
+            if g is None:
+                if len(groups) >= self.max_label_sets:
+                    self._refused[GROUP_FAMILY] += n
+                    continue
+                g = groups[name] = GroupProgress(name, desc)
+            seqs = list(map(_seq, run))
+            top = max(seqs)
+            g.timeout_ms = timeout
+            if g.last_enqueued is None or top > g.last_enqueued:
+                g.last_enqueued = top
+            started = top if state != "scheduled" else max(compress(seqs, map(_time_started, run)), default=None)
+            if started is not None and (g.last_started is None or started > g.last_started):
+                g.last_started = started
+            if (outcome is COMPLETED or outcome is RETIRED) and (g.last_completed is None or top > g.last_completed):
+                g.last_completed = top
+                g.last_progress_ns = now_ns
+
+    def _first_progress(self, rs: RankState, changed: Sequence[Entry], outcomes: list[Outcome]) -> None:
+        """A rank's first snapshot (of an epoch), entry by entry: its groups progressed when their ops
+        that completed were enqueued, as well as the dump tells."""
         groups = rs.groups
         g: GroupProgress | None = None
         for e, outcome in zip(changed, outcomes):
@@ -384,16 +423,7 @@ class LiveState:
                 g.last_started = seq
             if (outcome is COMPLETED or outcome is RETIRED) and (g.last_completed is None or seq > g.last_completed):
                 g.last_completed = seq
-                advanced.add(e.pg_name)
-                if first_sight or g.last_progress_ns is None:
-                    # first sight: when it happened, as well as the dump tells (its enqueue time)
-                    g.last_progress_ns = max(g.last_progress_ns or 0, e.time_created_ns) or None
-        if not first_sight:
-            for name in advanced:
-                rs.groups[name].last_progress_ns = now_ns
-        for name in distinct(rs.dump.entries, _PG_NAME) if rs.dump is not None else ():
-            if name in rs.groups:
-                rs.groups[name].seen_ns = now_ns
+                g.last_progress_ns = max(g.last_progress_ns or 0, e.time_created_ns) or None
 
     def _status(self, rs: RankState, groups: Mapping[str, ProcessGroupStatus] | None, now_ns: int,
                 with_entries: bool) -> None:
@@ -455,10 +485,11 @@ PENDING, COMPLETED, RETIRED = Outcome.PENDING, Outcome.COMPLETED, Outcome.RETIRE
 # C-level field access: ingest runs on every rank's every snapshot (4096 x 256 entries in a job's view)
 _record_id = attrgetter("record_id")
 _pair = attrgetter("pg_desc", "op")
-# an entry's labels and what its outcome depends on: it is counted by these (`runs` of them)
-_COUNTED = fields_at("pg_desc", "op", "state", "retired", "backend")
+# an entry's kind for the ingest: its labels, what its outcome depends on, its group (`runs` of them)
+_KIND = fields_at("pg_desc", "op", "state", "retired", "backend", "pg_name", "is_p2p", "timeout_ms")
 _PAIR, _PG_NAME = fields_at("pg_desc", "op"), fields_at("pg_name")
 _duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
+_seq = attrgetter("collective_seq_id")
 _event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)
 
 

@@ -1,6 +1,7 @@
 """Live state: entries counted once across overlapping polls, wraps counted, restarts start a new epoch."""
 
 import pickle
+import random
 from collections import Counter
 
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frexport.decode.read import decode_bytes
-from frexport.live.state import LiveState
+from frexport.live.state import GroupProgress, LiveState
 from tests.support.synth import T0, dump, entry
 
 
@@ -261,3 +262,56 @@ def test_each_record_is_counted_once_whatever_the_snapshots(snapshots):
     assert all(n == 1 for n in per_record.values()), per_record
     counted = Counter((ev.entry.pg_desc, ev.entry.op, ev.outcome) for ev in events)
     assert dict(state.view().collectives) == dict(counted)
+
+
+def _entry_by_entry(self, rs, changed, kinds, now_ns):
+    """The rule `_progress_by_run` keeps, written out entry by entry: each group's numbers are the
+    greatest seq of its ops enqueued, started (a state past scheduled or a start time) and proven over;
+    its timeout its last op's; a group whose ops completed further progressed now."""
+    outcomes = [o for _key, n, o in kinds for _ in range(n)]
+    for e, outcome in zip(changed, outcomes):
+        if e.is_p2p:
+            continue
+        g = rs.groups.get(e.pg_name)
+        if g is None:
+            if len(rs.groups) >= self.max_label_sets:
+                self._refused["frexport_pg_last_enqueued_collective"] += 1
+                continue
+            g = rs.groups[e.pg_name] = GroupProgress(e.pg_name, e.pg_desc)
+        seq = e.collective_seq_id
+        g.timeout_ms = e.timeout_ms
+        g.last_enqueued = seq if g.last_enqueued is None else max(g.last_enqueued, seq)
+        if e.state != "scheduled" or e.time_started_ns:
+            g.last_started = seq if g.last_started is None else max(g.last_started, seq)
+        if outcome.done and (g.last_completed is None or seq > g.last_completed):
+            g.last_completed, g.last_progress_ns = seq, now_ns
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_groups_progress_is_what_its_entries_say_one_by_one(seed, monkeypatch):
+    """Runs of one kind move a group as its entries would one by one: seqs out of order, ops started
+    without a state that says so (a start time on a scheduled entry), p2p ops, groups past the bound."""
+    rng = random.Random(seed)
+    bound = rng.choice([256, 1])
+    by_run, reference = LiveState(max_label_sets=bound), LiveState(max_label_sets=bound)
+    for i in range(rng.randint(2, 6)):
+        rids = sorted({rng.randint(0, 40) for _ in range(rng.randint(0, 25))})
+        run = rng.choice([1, 4, 40])
+        es = [entry(rid, rid if rng.random() < 0.8 else rng.randint(0, 40), op=["all_reduce", "send"][j // run % 2],
+                    is_p2p=j // run % 2 == 1 and rng.random() < 0.5, backend=rng.choice(["nccl", "gloo", "nccl2"]),
+                    state=rng.choice(["scheduled", "started", "completed"]), retired=rng.choice([None, True, False]),
+                    pg=rng.choice([("0", "default_pg"), ("5", "pp")]), timeout_ms=rng.choice([1000, 600_000]))
+              for j, rid in enumerate(rids)]
+        for e in es:
+            if rng.random() < 0.3:
+                e["time_discovered_started_ns"] = rng.choice([None, e["time_created_ns"] + 5])
+        snap = _snap(es, at=T0 + i, groups={"5": ("pp", [0, 1])})
+        by_run.ingest(snap, "s", T0 + i)
+        with monkeypatch.context() as m:
+            m.setattr(LiveState, "_progress_by_run", _entry_by_entry)
+            reference.ingest(snap, "s", T0 + i)
+    def groups(state):
+        return {r: {n: (g.last_enqueued, g.last_started, g.last_completed, g.last_progress_ns, g.timeout_ms, g.seen_ns)
+                    for n, g in rs.groups.items()} for r, rs in state.view().ranks.items()}
+    assert groups(by_run) == groups(reference)
+    assert by_run.refused() == reference.refused()
