@@ -50,7 +50,7 @@ class Stream:
     def entry(self, group, seq, op, is_p2p=False, p2p_seq=0, src=None, dst=None, state="scheduled"):
         name, desc, pg_id = group
         shape = self.rng.choice(SHAPES) if self.rng.random() < 0.2 else SHAPES[0]
-        site = Frame("train.py", self.rng.randrange(3), "step") if self.odd and self.rng.random() < 0.1 else None
+        site = Frame("step", "train.py", self.rng.randrange(3)) if self.odd and self.rng.random() < 0.1 else None
         self.rid += 1
         self.now += 1000
         # NCCL timing, some of it a fraction of a microsecond
