@@ -82,6 +82,7 @@ typedef struct {
     PyObject *frames, *stacks, *stack_ids, *kinds, *kind_ids, *threads, *thread_ids;
     PyObject *last_tid, *last_tname; /* the thread of the last entry read, and its index */
     Py_ssize_t last_thread;
+    Py_ssize_t last_kind, last_key_len; /* the kind of the last entry read, and its key's length (last_key) */
     int32_t invalid_frame;
     int phase2;
 } Scan;
@@ -102,6 +103,8 @@ static int32_t *node_frame, *node_stack;
 static size_t cap_node_frame, cap_node_stack;
 static int64_t *keybuf;
 static size_t keycap;
+static int64_t *last_key; /* a copy of the last entry's kind key: entries come in runs of one kind */
+static size_t last_key_cap;
 #define T_UNSET 255 /* a memo slot never written */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -683,11 +686,16 @@ static Py_ssize_t read_entry(Scan *s, Val e, int64_t *ints, double *duration) {
     if ((pos = put_sizes(s, pos, f[F_IN_SIZES])) < 0 || (pos = put_sizes(s, pos, f[F_OUT_SIZES])) < 0
         || (pos = put_dtypes(s, pos, f[F_IN_DTYPES])) < 0 || (pos = put_dtypes(s, pos, f[F_OUT_DTYPES])) < 0)
         return PyErr_Occurred() ? -3 : -1;
-    KindArg a = {f, pg_name, pg_desc, stack};
-    Py_ssize_t kind = intern_key(s->kind_ids, s->kinds,
-                                 PyBytes_FromStringAndSize((const char *)keybuf, pos * (Py_ssize_t)sizeof(int64_t)),
-                                 make_kind, s, &a);
-    if (kind < 0) return -3;
+    Py_ssize_t kind = s->last_kind;
+    if (kind < 0 || pos != s->last_key_len || memcmp(keybuf, last_key, (size_t)pos * sizeof(int64_t))) {
+        KindArg a = {f, pg_name, pg_desc, stack};
+        kind = intern_key(s->kind_ids, s->kinds,
+                          PyBytes_FromStringAndSize((const char *)keybuf, pos * (Py_ssize_t)sizeof(int64_t)),
+                          make_kind, s, &a);
+        if (kind < 0 || grow((void **)&last_key, &last_key_cap, (size_t)pos, sizeof(int64_t))) return -3;
+        memcpy(last_key, keybuf, (size_t)pos * sizeof(int64_t));
+        s->last_kind = kind, s->last_key_len = pos;
+    }
     ints[0] = f[F_SEQ]->u.i;
     ints[1] = f[F_P2P_SEQ]->u.i;
     ints[2] = f[F_CREATED]->u.i;
@@ -751,7 +759,7 @@ static void scan_free(Scan *s) {
     PyMem_Free(s->fslots);
     size_t held = cap_nodes * sizeof(Node) + (cap_pool + cap_stack + cap_memo) * sizeof(Val)
                   + cap_marks * sizeof(size_t) + cap_materialized * sizeof(PyObject *)
-                  + (cap_node_frame + cap_node_stack) * sizeof(int32_t) + keycap * sizeof(int64_t);
+                  + (cap_node_frame + cap_node_stack) * sizeof(int32_t) + (keycap + last_key_cap) * sizeof(int64_t);
     if (held > SCRATCH_KEEP) { /* a huge dump: do not keep its scratch for the next, small one */
         PyMem_Free(nodes); nodes = NULL; cap_nodes = 0;
         PyMem_Free(pool); pool = NULL; cap_pool = 0;
@@ -762,6 +770,7 @@ static void scan_free(Scan *s) {
         PyMem_Free(node_frame); node_frame = NULL; cap_node_frame = 0;
         PyMem_Free(node_stack); node_stack = NULL; cap_node_stack = 0;
         PyMem_Free(keybuf); keybuf = NULL; keycap = 0;
+        PyMem_Free(last_key); last_key = NULL; last_key_cap = 0;
     }
     memo_used = 0;
     Py_XDECREF(s->frames);
@@ -792,6 +801,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     s.data = buf.buf;
     s.size = buf.len;
     s.invalid_frame = -1;
+    s.last_kind = -1;
     PyObject *out = NULL;
     Val root;
     s.canon = PyDict_New();
