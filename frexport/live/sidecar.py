@@ -26,8 +26,9 @@ from frexport.sources.base import Snapshot, Source
 from frexport.sources.health import HealthRegistry
 
 # Which ranks are down (refused sockets, dead pids: a stat and a kill(0) per rank) is looked at once a
-# second, not at every turn of the loop (5 a second): the status reads it follows come once a second
-DOWN_EVERY_S = 1.0
+# second, not at every turn of the loop (5 a second): the status reads it follows come once a second.
+# So is what expired: ranks and series expire after minutes, and the pass goes over every group.
+DOWN_EVERY_S = EXPIRE_EVERY_S = 1.0
 
 
 class Sidecar:
@@ -59,7 +60,7 @@ class Sidecar:
                  ", ".join(s.name for s in self.sinks) or "none")
         next_analysis = last_analysis = 0.0
         down: set[int] = set()
-        down_at = -DOWN_EVERY_S
+        down_at = expired_at = -DOWN_EVERY_S
         self.gc_pacing.start()
         try:
             while not self.stop_event.is_set():
@@ -80,7 +81,9 @@ class Sidecar:
                         # Info, not warning: finding hangs is frexport working; its warnings are its own troubles
                         log.info("found %s: %s (%s)", f.kind, f.message, f.reason, extra={"kind": f.kind})
                     self.ready_event.set()
-                self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")
+                if time.monotonic() - expired_at >= EXPIRE_EVERY_S:
+                    expired_at = time.monotonic()
+                    self._guarded(lambda: self.state.expire(time.time_ns(), int(self.cfg.rank_expiry * 1e9)), "expiry")
                 self._hand_out(events, result, down)
                 if analysed:  # (after the pass's results are handed out: they do not wait for the collector)
                     self.gc_pacing.after_pass()

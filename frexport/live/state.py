@@ -109,6 +109,7 @@ class RankState:
     by_record: RecordIndex = NO_RECORDS  # the entries of `dump`, by record id
     dropped: int = 0
     groups: dict[str, GroupProgress] = field(default_factory=dict)
+    held_ns: int = 0  # when its counted pairs were last marked held by its snapshot (`_held`)
 
 
 # the families whose label sets the state bounds, as `refused()` names them
@@ -139,6 +140,9 @@ class LiveState:
         self.pair_seen_ns: dict[tuple[str, str], int] = {}  # (pg_desc, op) counted -> last held by a snapshot
         self._refused: Counter[str] = Counter()  # by family: finished entries / groups not kept (state full)
         self.timeout_dumps: Counter[int] = Counter()
+        # The same entries re-stamped mark their pairs held at most this often: a tenth of the expiry
+        # `expire` was last asked for (a pair's mark then lags by no more than that), 0 before it was
+        self._held_every_ns = 0
 
     # --- writer: the sidecar loop ------------------------------------------------------------
 
@@ -170,7 +174,11 @@ class LiveState:
                     if g.seen_ns == rs.last_seen_ns:
                         g.seen_ns = now_ns
                 rs.dump, rs.source, rs.last_seen_ns = dump, source, now_ns
-                self._held(dump, now_ns)
+                if now_ns - rs.held_ns >= self._held_every_ns:
+                    # (a pass over a buffer that sat cold in memory since the last read: ~0.2 ms a rank
+                    # a second when done at every status read, for a refresh the expiry needs rarely)
+                    self._held(dump, now_ns)
+                    rs.held_ns = now_ns
                 self._status(rs, groups, now_ns, with_entries=True)
                 self._recount_pending(rs)
                 return []
@@ -182,6 +190,7 @@ class LiveState:
             rs.dump, rs.source, rs.last_seen_ns, rs.by_record = dump, source, now_ns, index
             self._progress(rs, changed, outcomes, kinds, now_ns)
             self._held(dump, now_ns)
+            rs.held_ns = now_ns
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
         return events
@@ -205,6 +214,7 @@ class LiveState:
         """Forget ranks not seen for `after_ns`, and process groups no snapshot has held for as long
         (destroyed, or wrapped out of every buffer): their series disappear instead of freezing."""
         with self._lock:
+            self._held_every_ns = after_ns // 10
             gone = [r for r, rs in self.ranks.items() if now_ns - rs.last_seen_ns > after_ns]
             for r in gone:
                 del self.ranks[r]

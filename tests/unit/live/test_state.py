@@ -184,6 +184,24 @@ def test_the_same_entries_re_stamped_by_a_status_read_count_nothing_and_stay_hel
     assert view.collectives == {("default_pg", "all_reduce", "completed"): 5}
 
 
+def test_an_idle_rank_re_stamped_every_second_keeps_its_series_past_the_expiry():
+    """The re-stamped entries mark their counted pairs held less often than every read (a tenth of the
+    expiry at most), never so rarely that a pair they hold expires."""
+    import dataclasses
+
+    from tests.support.fr_events import snapshot
+
+    state = LiveState()
+    d = snapshot(0, 0, 5, T0)
+    state.ingest(d, "s", T0)
+    for second in range(1, 1300):
+        now = T0 + second * 10**9
+        state.ingest(dataclasses.replace(d, dumped_at_ns=now), "s", now)
+        assert state.expire(now, 600 * 10**9) == []
+    assert state.view().collectives == {("default_pg", "all_reduce", "completed"): 5}
+    assert state.pair_seen_ns[("default_pg", "all_reduce")] >= now - 60 * 10**9
+
+
 def _status(enq: int, done: int, started: int = -1, pg_id: int = 0):
     from frexport.model.dump import ProcessGroupStatus
 
