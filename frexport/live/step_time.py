@@ -14,17 +14,18 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, eq, itemgetter
 from statistics import median
 
 from frexport.model.dump import Entry, RankDump
+from frexport.model.entry_runs import fields_at, runs
 from frexport.model.rank_trace import leading_same
 
 WINDOW = 512  # entries per rank the step time is estimated from
 
 
-_OP = attrgetter("pg_name", "profiling_name", "input_sizes")  # an op, as its repeats are told apart
+_OP = fields_at("pg_name", "profiling_name", "input_sizes")  # an op, as its repeats are told apart
 _CREATED = attrgetter("time_created_ns")
 MAX_OPS = 4096  # distinct ops a rank's table holds before it starts afresh (sizes that change all the time)
 
@@ -58,7 +59,10 @@ class _Followed:
             if len(self.op_ids) > MAX_OPS:
                 self.op_ids = _OpIds()
         left, added = len(self.window) - kept, window[kept:]
-        self.ids = self.ids[left:] + list(map(self.op_ids.__getitem__, map(_OP, added)))
+        ops = runs(added, _OP)  # (an op id per run of one op: entries come in runs, busy ranks' long ones)
+        self.ids = self.ids[left:] + list(chain.from_iterable(map(repeat, map(self.op_ids.__getitem__,
+                                                                              map(itemgetter(0), ops)),
+                                                                  map(itemgetter(1), ops))))
         self.created = self.created[left:] + list(map(_CREATED, added))
         self.window = window
         self.period = _period(self.ids, self.created)

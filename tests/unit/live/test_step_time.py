@@ -112,8 +112,8 @@ def test_a_hung_ranks_entries_are_not_read_again(monkeypatch):
     first = live.stall_after(snaps)
     assert first == 5 * _reference(snaps, 512)
     read = []
-    real = step_time._OP
-    monkeypatch.setattr(step_time, "_OP", lambda e: read.append(e) or real(e))
+    real = step_time.runs  # (what the followed window reads of its entries: their ops, run by run)
+    monkeypatch.setattr(step_time, "runs", lambda es, at: read.extend(es) or real(es, at))
     for _ in range(3):  # polled again and again, nothing new
         snaps = {r: replace(d, dumped_at_ns=d.dumped_at_ns + 10**9) for r, d in snaps.items()}
         assert live.stall_after(snaps) == first
