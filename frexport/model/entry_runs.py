@@ -1,10 +1,12 @@
-"""A snapshot's entries in runs of one kind, and their record ids: one pass each, in C where it is built.
+"""A snapshot's entries in runs of one kind, their record ids, their newest time: one pass each, in C
+where it is built.
 
 A busy rank's live read brings about a thousand entries, nearly all of a few kinds in long runs (one
 all_reduce after another). The live state's ingest counts, settles and refreshes what it holds per
-kind: looked at once per run, that is a few steps a read instead of a tuple made and hashed per entry.
-`_runs.c` does both passes (optional: without a compiler, the same here in Python; the tests compare
-both ways).
+kind, and the step time gives ids to ops, per run: a few steps a read instead of a tuple made and
+hashed per entry. The live source's passes over a whole 2000-entry buffer at every read (the cursor's
+ids, the groups' names, the newest time) are one C loop each. `_runs.c` does them (optional: without
+a compiler, the same here in Python; tests/unit/model/test_entry_runs.py compares both ways).
 """
 
 from __future__ import annotations
@@ -18,15 +20,11 @@ from typing import Any
 
 from frexport.model.dump import Entry
 
-
-def _load() -> ModuleType | None:
-    try:
-        return import_module("frexport.model._runs")
-    except ImportError:  # installed without a compiler: the passes in Python
-        return None
-
-
-_compiled = _load()
+_compiled: ModuleType | None
+try:
+    _compiled = import_module("frexport.model._runs")
+except ImportError:  # installed without a compiler: the passes in Python
+    _compiled = None
 _RECORD_AT = Entry._fields.index("record_id")
 
 
