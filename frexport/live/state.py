@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
@@ -283,11 +283,11 @@ class LiveState:
 
     def _advance(self, rs: RankState, dump: RankDump, now_ns: int, index: RecordIndex
                  ) -> tuple[list[EntryEvent], Sequence[Entry], list[Outcome], list[tuple[tuple, int, Outcome]]]:
-        """Events for entries first seen finished; also every entry that is new or changed, and its outcome,
-        and their runs of one kind (the `_KIND` fields, how many, their outcome).
-        By runs of one kind rather than entry by entry (a busy rank brings hundreds a second, nearly all
-        in long runs of one op): an outcome depends only on the entry's state, retired and backend
-        (outcome_of), so it is worked out once per such triple; the counts are added once per run."""
+        """Events for entries first seen finished; also every entry that is new or changed, its outcome,
+        and their runs of one kind (the `_KIND` fields, how many, their outcome). Run by run rather than
+        entry by entry (a busy rank brings hundreds a second, nearly all in long runs of one op): an
+        outcome depends only on the entry's state, retired and backend (outcome_of), so it is worked out
+        once per such triple; the counts are added once per run."""
         if dump.entries and rs.max_record >= 0:
             oldest = dump.entries[0].record_id
             if oldest > rs.max_record + 1:  # created and wrapped away between two snapshots
@@ -297,16 +297,15 @@ class LiveState:
             return [], changed, [], []
         recorders = event_backends(dump.entries)
         by_key: dict[tuple, Outcome] = {}  # (state, retired, backend) -> outcome
-        kinds = runs(changed, _KIND)
-        run_outcomes: list[Outcome] = []
+        kinds: list[tuple[tuple, int, Outcome]] = []
         at = 0
-        for key, n in kinds:
-            outcome = by_key.get(key[2:])
+        for key, n in runs(changed, _KIND):
+            outcome = by_key.get(key[2:5])
             if outcome is None:
-                outcome = by_key[key[2:]] = outcome_of(changed[at], recorders)
-            run_outcomes.append(outcome)
+                outcome = by_key[key[2:5]] = outcome_of(changed[at], recorders)
+            kinds.append((key, n, outcome))
             at += n
-        outcomes = list(chain.from_iterable(map(repeat, run_outcomes, map(itemgetter(1), kinds))))
+        outcomes = list(chain.from_iterable(repeat(o, n) for _key, n, o in kinds))
         rs.max_record = max(rs.max_record, index.newest())  # (the newest entry is among the changed ones)
         if PENDING in by_key.values():
             rids = list(map(_record_id, changed))
@@ -321,11 +320,10 @@ class LiveState:
             done, done_outcomes = changed, outcomes
         if Outcome.TIMED_OUT in by_key.values():
             rs.timed_out.update(e.record_id for e, o in zip(changed, outcomes) if o is Outcome.TIMED_OUT)
-        counted = [(key[:2], o, n) for (key, n), o in zip(kinds, run_outcomes) if o is not PENDING]
-        self._count(counted, done, done_outcomes, now_ns)
+        self._count([(key[:2], o, n) for key, n, o in kinds if o is not PENDING], done, done_outcomes, now_ns)
         events = list(map(_event, zip(repeat(rs.rank), repeat(rs.epoch), done, done_outcomes, repeat(now_ns),
                                       repeat(dump.world_size)))) if self.events else []
-        return events, changed, outcomes, [(key, n, o) for (key, n), o in zip(kinds, run_outcomes)]
+        return events, changed, outcomes, kinds
 
     def _count(self, counted: list[tuple[tuple[str, str], Outcome, int]], done: Sequence[Entry],
                outcomes: list[Outcome], now_ns: int) -> None:
