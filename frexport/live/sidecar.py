@@ -29,6 +29,11 @@ from frexport.sources.health import HealthRegistry
 # second, not at every turn of the loop (5 a second): the status reads it follows come once a second.
 # So is what expired: ranks and series expire after minutes, and the pass goes over every group.
 DOWN_EVERY_S = EXPIRE_EVERY_S = 1.0
+# The loop sleeps until the next thing is due: a source's next poll where it says when (`next_due`), the
+# next analysis, down ranks, expiry; at most TICK_S where a source cannot say (a dump directory's file
+# events). A turn that finds nothing due cost ~0.17 ms of CPU: five a second were a third of an idle
+# sidecar's. Never less than MIN_WAIT_S nor more than MAX_WAIT_S, whatever a source says.
+TICK_S, MIN_WAIT_S, MAX_WAIT_S = 0.2, 0.01, 1.0
 
 
 class Sidecar:
@@ -87,7 +92,8 @@ class Sidecar:
                 self._hand_out(events, result, down)
                 if analysed:  # (after the pass's results are handed out: they do not wait for the collector)
                     self.gc_pacing.after_pass()
-                self.stop_event.wait(0.2)
+                due = min(self._next_due(), next_analysis, down_at + DOWN_EVERY_S, expired_at + EXPIRE_EVERY_S)
+                self.stop_event.wait(min(MAX_WAIT_S, max(MIN_WAIT_S, due - time.monotonic())))
         finally:
             self.shutdown()
 
@@ -113,6 +119,12 @@ class Sidecar:
             suspects = getattr(source, "stall_suspected", None)  # a source that can suspect a stall
             suspected = suspected or bool(suspects is not None and suspects())
         return events, suspected
+
+    def _next_due(self) -> float:
+        """When the next source is due (monotonic): its `next_due()` where it has one, else a tick away."""
+        now = time.monotonic()
+        dues = [s.next_due() if hasattr(s, "next_due") else now + TICK_S for s in self.sources]
+        return min(dues, default=now + TICK_S)
 
     def _contested(self) -> frozenset[int]:
         """Ranks two peers claim at once, neither believed (a source whose ranks come from peers)."""

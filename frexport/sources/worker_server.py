@@ -239,6 +239,10 @@ class WorkerServerSource:
         return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected), read + whole)
                 if snap is not None]
 
+    def next_due(self) -> float:
+        """When `collect` will next poll (monotonic): the sidecar's loop sleeps until then."""
+        return self._next_poll
+
     def stall_suspected(self) -> bool:
         """Whether the last status reads suspect a stall (a rank's work pending stopped moving): the
         sidecar then analyses often, and tells the job view so (peers API)."""
