@@ -12,8 +12,9 @@
  * newest(entries, positions) -> int | NotImplemented
  *     the greatest of the int fields at `positions` over every entry, None skipped, and 0 at least
  *
- * NotImplemented where an entry is not a tuple long enough, or an id or time is not an int of 64 bits: the
- * Python passes decide then. Fields are compared as == does (the identical object first). */
+ * NotImplemented where an entry is not a tuple long enough, a field compared is not of the plain types
+ * the decoders make, or an id or time is not an int of 64 bits: the Python passes decide then. Fields
+ * are compared as == does (the identical object first); nothing here runs Python code. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -28,6 +29,13 @@ static int entries_view(PyObject *entries, PyObject ***items, Py_ssize_t *n) {
     *items = PySequence_Fast_ITEMS(entries);
     *n = PySequence_Fast_GET_SIZE(entries);
     return 1;
+}
+
+/* A value compared, hashed or kept as a key: only the plain types the decoders make (a str, an int or a
+ * bool, None, a float, a tuple: sizes and dtypes, of the same), so that no comparison runs Python code. */
+static int plain(PyObject *v) {
+    return PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v) || v == Py_None || PyFloat_CheckExact(v)
+           || PyTuple_CheckExact(v);
 }
 
 static PyObject *run_key(PyObject *e, const Py_ssize_t *pos, int np) {
@@ -76,14 +84,25 @@ static PyObject *each_run(PyObject *args, int as_set) {
         }
         need = pos[j] >= need ? pos[j] + 1 : need;
     }
-    if (!entries_view(entries, &items, &n))
+    if (!PyTuple_CheckExact(entries) && !PyList_CheckExact(entries))
         Py_RETURN_NOTIMPLEMENTED;
-    for (Py_ssize_t i = 0; i < n; i++)
+    /* (a list is read through a tuple of its items: what is made below can start a collection, whose
+     * finalizers run Python code that could change a list under a pointer to its items) */
+    PyObject *held = PySequence_Tuple(entries), *out = NULL;
+    if (!held)
+        return NULL;
+    items = PySequence_Fast_ITEMS(held);
+    n = PyTuple_GET_SIZE(held);
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyTuple_Check(items[i]) || PyTuple_GET_SIZE(items[i]) < need)
-            Py_RETURN_NOTIMPLEMENTED;
-    PyObject *out = as_set ? PySet_New(NULL) : PyList_New(0);
+            goto odd;
+        for (int j = 0; j < np; j++)
+            if (!plain(PyTuple_GET_ITEM(items[i], pos[j])))
+                goto odd;
+    }
+    out = as_set ? PySet_New(NULL) : PyList_New(0);
     if (!out || n == 0)
-        return out;
+        goto done;
     Py_ssize_t start = 0;
     for (Py_ssize_t i = 1; i <= n; i++) {
         int same = i < n;
@@ -98,10 +117,15 @@ static PyObject *each_run(PyObject *args, int as_set) {
             goto fail;
         start = i;
     }
-    return out;
+    goto done;
+odd:
+    out = Py_NewRef(Py_NotImplemented);
+    goto done;
 fail:
-    Py_DECREF(out);
-    return NULL;
+    Py_CLEAR(out);
+done:
+    Py_DECREF(held);
+    return out;
 }
 
 static PyObject *runs(PyObject *self, PyObject *args) { return each_run(args, 0); }

@@ -75,6 +75,12 @@ def test_what_is_not_an_entry_is_left_to_python():
     assert compiled.record_ids([(2 ** 64,)], 0) is NotImplemented
     assert compiled.newest([(1, 2.5)], (0, 1)) is NotImplemented
 
+    class Str(str):  # (no decoder makes one: its == could run Python code)
+        pass
+
+    assert compiled.runs([("a", 1), (Str("a"), 1)], (0,)) is NotImplemented
+    assert runs([("a", 1), (Str("a"), 1)], (0,)) == [("a", 2)]  # the Python pass decides
+
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_live_state_counts_the_same_with_and_without_them(seed):
