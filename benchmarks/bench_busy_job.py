@@ -17,7 +17,9 @@ round: what a pause of the trainer's Python costs it); the sidecar's CPU
 status reads, decode, counting, analysis, the loop); the trainer's CPU per rank watched and not
 watched (% of one core: all its threads; and its worker-server threads alone, where the polls are
 served); and in every watched round the entries the sidecar counted (`frexport_collectives_total`)
-against those the ranks recorded (their own count), and the ring-buffer entries it reports missed.
+against those the ranks recorded (their own count), and the ring-buffer entries it reports missed. A last
+round watches the job paused: the sidecar's fixed part (status reads, its loop), and its CPU per entry
+beyond it.
 
 The figures scale: per entry (µs) times 4000 entries a second is 8 ranks at 500 a second.
 """
@@ -156,8 +158,17 @@ def measure(job: Job, seconds: float) -> dict:
             "stalled_ms": max(job.stalled_ms)}
 
 
-def watched_round(job: Job, seconds: float, profile: str | None = None, entries_via: str = "agent") -> dict:
-    """A fresh `frexport serve` reads the paused job, then watches `seconds` of it running."""
+def paused_window(job: Job, seconds: float) -> dict:
+    """`seconds` of the job paused (nothing recorded): what a watching sidecar costs without entries."""
+    time.sleep(seconds)
+    return {"wall": seconds, "trainer": 0.0, "serving": 0.0, "recorded": 0, "counts": job.counts,
+            "stalled_ms": 0.0}
+
+
+def watched_round(job: Job, seconds: float, profile: str | None = None, entries_via: str = "agent",
+                  paused: bool = False) -> dict:
+    """A fresh `frexport serve` reads the paused job, then watches `seconds` of it running (`paused`: of
+    it still paused, its fixed part)."""
     start_counts = job.counts
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(":"))
@@ -177,7 +188,7 @@ def watched_round(job: Job, seconds: float, profile: str | None = None, entries_
                                     "-o", f"{profile}.{job.generation}.txt", "-p", str(sidecar.pid)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         c0 = tree_cpu_seconds(sidecar.pid)
-        m = measure(job, seconds)
+        m = paused_window(job, seconds) if paused else measure(job, seconds)
         m["sidecar"] = (tree_cpu_seconds(sidecar.pid) - c0) / m["wall"]
         # the paused job's last entries are read when due (a group moved, then 10 s): all counted?
         expected = first + sum(a - b for a, b in zip(m["counts"], start_counts))
@@ -236,13 +247,15 @@ def main() -> int:
                   f"{watched[-1]['trainer'] * 100:.2f} %/rank, sidecar {watched[-1]['sidecar'] * 100:.2f} %, "
                   f"counted {watched[-1]['counted']:.0f} of {watched[-1]['expected']}, missed "
                   f"{watched[-1]['missed']:.0f}", flush=True)
+        # the sidecar's fixed part: watching the same ranks with nothing recorded
+        idle = watched_round(job, args.seconds, None, args.entries_via, paused=True)
     finally:
         job.kill()
-    report(args, plain, watched)
+    report(args, plain, watched, idle["sidecar"])
     return 0
 
 
-def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> None:
+def report(args: argparse.Namespace, plain: list[dict], watched: list[dict], idle: float) -> None:
     def med(rows: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
@@ -258,8 +271,11 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict]) -> 
           f"{BUFFER}-entry buffers, {args.seconds:g} s x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     print(f"sidecar:  {side * 100:.2f} % of one core ({side * 100 / args.ranks:.3f} % per rank), "
           f"{per_entry:.2f} µs per entry recorded, all in")
-    print(f"          at 8 ranks x 500 a second (4000 entries a second): {per_entry * 4000 / 1e4:.2f} % of one core "
-          f"(target 1 %: 2.5 µs an entry)")
+    beyond = (side - idle) / (rate * args.ranks) * 1e6  # µs an entry, the fixed part left out
+    print(f"          fixed part (the same ranks watched, paused: nothing recorded): {idle * 100:.2f} % of one core; "
+          f"beyond it {beyond:.2f} µs an entry")
+    print(f"          at 8 ranks x 500 a second (4000 entries a second): {beyond * 4000 / 1e4:.2f} % of one core plus "
+          f"the fixed part of 8 ranks (target 1 % all in: 2.5 µs an entry)")
     print(f"trainer:  {med(plain, 'trainer') * 100:.2f} % of a core per rank not watched, "
           f"{med(watched, 'trainer') * 100:.2f} % watched ({extra * 100:+.2f} %; target at most +0.5 %); "
           f"serving polls: {med(watched, 'serving') * 100:.3f} % per rank (not watched "

@@ -5,9 +5,11 @@ The agent cuts the entries before the sidecar's cursor out of PyTorch's pickle d
 first write a string the rest refers to, and every entry from the cursor on. The compiled scanner reads
 that in C into kinds and columns (scanned.columns: about 1 µs an entry and no object per entry, where
 msgspec's typed decode of the JSON answer took ~10 µs), and this module hands normalize the entries
-from the cursor on by kind (normalize.KindedEntries), as json_decode.parse_tail does for the JSON
-answer, so normalize builds the same Entry objects from either (tests/e2e/test_live_handler_pickles.py
-checks it on real dumps of every torch build installed).
+from the cursor on as those columns (`ScannedEntries`): normalize runs the field rules once per kind
+and thread, and C makes each entry from its kind's template and its own numbers (scanned.entries), or
+where it reuses older entries reads them by kind (normalize.KindedEntries), as json_decode.parse_tail
+gives the JSON answer. Either way the same Entry objects (tests/unit/decode/test_pickle_tail.py, and
+tests/e2e/test_live_handler_pickles.py on real dumps of every torch build installed).
 
 It answers None wherever it cannot tell safely, and the caller reads the whole buffer: no scanner
 (it never unpickles in-process: see sandbox.py), a pickle outside the common shape or with stack
@@ -53,8 +55,8 @@ def parse_pickle_tail(body: bytes, since: int) -> Tail | None:
 
 
 class ScannedEntries(ColumnEntries):
-    """The scanner's columns of entries [start, stop): each entry built by the compiled scanner's
-    `entries` from its kind's template, or given by kind (`kinded`) where normalize reuses older ones."""
+    """The scanner's columns of entries [start, stop): each entry built in C from its kind's template
+    (`build`: scanned.entries), or given by kind (`kinded`) where normalize reuses older ones."""
 
     def __init__(self, kinds: list, threads: list, which: array, nums: array, durations: array, start: int,
                  stop: int) -> None:
