@@ -59,10 +59,9 @@ class _Followed:
             if len(self.op_ids) > MAX_OPS:
                 self.op_ids = _OpIds()
         left, added = len(self.window) - kept, window[kept:]
-        ops = runs(added, _OP)  # (an op id per run of one op: entries come in runs, busy ranks' long ones)
-        self.ids = self.ids[left:] + list(chain.from_iterable(map(repeat, map(self.op_ids.__getitem__,
-                                                                              map(itemgetter(0), ops)),
-                                                                  map(itemgetter(1), ops))))
+        # an op id per run of one op (entries come in runs, busy ranks' long ones)
+        new_ids = chain.from_iterable(repeat(self.op_ids[op], n) for op, n in runs(added, _OP))
+        self.ids = self.ids[left:] + list(new_ids)
         self.created = self.created[left:] + list(map(_CREATED, added))
         self.window = window
         self.period = _period(self.ids, self.created)
