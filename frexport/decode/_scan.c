@@ -151,7 +151,9 @@ static int node_add(Scan *s, Node *n, const Val *v, size_t count) {
         } else if (n->len == 0) {
             n->start = s->n_pool;
         }
-        size_t room = len < 4 ? 4 : len * 2;
+        /* a container's first add is usually all of it (one SETITEMS, APPENDS or TUPLE): exactly
+         * that room; one that grows item by item (APPEND) doubles */
+        size_t room = n->len == 0 && count > 1 ? len : len < 4 ? 4 : len * 2;
         if (grow((void **)&pool, &cap_pool, s->n_pool + room, sizeof(Val))) return -1;
         if (n->start != s->n_pool) {
             memmove(pool + s->n_pool, pool + n->start, n->len * sizeof(Val));
