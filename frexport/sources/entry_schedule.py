@@ -14,6 +14,8 @@ entries are fetched only when they can say something new:
   fetch (a wrap that happens anyway is counted by the state as dropped entries);
 - when the rank's process is exiting (frexport.agent says so in its status and waits for this last
   read): its last entries would otherwise never be read.
+A busy rank's entries are fetched every other status read or so (the wrap rule); the read just before
+such a fetch is not made (`ahead`): the entries bring the status they were recorded with.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class _Rank:
     fetched: dict[str, Status] | None = None  # the statuses its last entries came with
     fetched_at: float = 0.0
     last: dict[str, Status] | None = None  # the statuses read last time
+    read_at: float = 0.0  # when `last` was read
     still_since: float = 0.0  # since when `last` has not moved
     exiting: bool = False  # its process is exiting: one last read
 
@@ -53,7 +56,7 @@ class EntrySchedule:
 
     def observe(self, rank: int, statuses: dict[str, Status], now: float, exiting: bool = False) -> None:
         r = self._ranks.setdefault(rank, _Rank())
-        r.exiting = exiting
+        r.exiting, r.read_at = exiting, now
         if statuses != r.last:
             r.last, r.still_since = statuses, now
 
@@ -65,18 +68,33 @@ class EntrySchedule:
     def decide(self, rank: int, now: float, suspected: bool) -> Action:
         r = self._ranks.get(rank)
         if r is None or r.last is None or r.fetched is None or r.exiting:
-            return self._fetch("exiting" if r is not None and r.exiting else "first")
+            return self.fetch("exiting" if r is not None and r.exiting else "first")
         if r.last == r.fetched:
             return Action.RESTAMP
         if now - r.fetched_at >= self.entries_interval:
-            return self._fetch("due")
+            return self.fetch("due")
         if suspected:
-            return self._fetch("suspected")
+            return self.fetch("suspected")
         if _enqueued_since(r.fetched, r.last) >= self.buffer_entries.get(rank, 2000) // 2:
-            return self._fetch("wrap")
+            return self.fetch("wrap")
         return Action.WAIT
 
-    def _fetch(self, why: str) -> Action:
+    def ahead(self, rank: int, now: float) -> str | None:
+        """Why the rank's entries are due now whatever its next status says (that read can be
+        skipped: the entries bring their own status), or None. It moved at its last read since its last
+        fetch, and a status never returns to an older one: so it is due once `entries_interval` has
+        passed, or (the wrap rule) once the rate it enqueued at since the fetch reaches half a buffer."""
+        r = self._ranks.get(rank)
+        if r is None or r.last is None or r.fetched is None or r.exiting or r.last == r.fetched \
+                or r.read_at <= r.fetched_at:
+            return None
+        if now - r.fetched_at >= self.entries_interval:
+            return "due"
+        rate = _enqueued_since(r.fetched, r.last) / (r.read_at - r.fetched_at)
+        return "wrap" if rate * (now - r.fetched_at) >= self.buffer_entries.get(rank, 2000) // 2 else None
+
+    def fetch(self, why: str) -> Action:
+        """A fetch, counted by why (`decide`'s, or one decided without a status read: `ahead`)."""
         self.fetches[why] += 1
         if self.on_fetch is not None:
             self.on_fetch(why)
@@ -89,10 +107,11 @@ class EntrySchedule:
 
     def fetched(self, rank: int, now: float, statuses: dict[str, Status]) -> None:
         """Entries were fetched, with these statuses (the dumps' own: read at once with the entries).
-        Before any status read they are also the last one seen: the next read compares with them."""
+        They are also the last status seen (the next read compares with them): a fetch made without
+        a read (`ahead`) tells whether the rank moved as a read would have."""
         r = self._ranks.setdefault(rank, _Rank())
-        r.fetched, r.fetched_at = statuses, now
-        if r.last is None:
+        r.fetched, r.fetched_at, r.read_at = statuses, now, now
+        if statuses != r.last:
             r.last, r.still_since = statuses, now
 
     def forget(self, ranks: set[int]) -> None:

@@ -233,11 +233,15 @@ class WorkerServerSource:
         whole = [t for t in due if t not in statused and self._backoff[t.name].next_whole <= now]
         for t in whole:
             self._backoff[t.name].next_whole = now + self.cfg.poll_interval
+        # a rank whose entries are due whatever its status says: fetched without reading it first
+        ahead = {t.name: why for t in statused if (why := self.schedule.ahead(t.rank, now)) is not None}
+        to_read = [t for t in statused if t.name not in ahead]
         # every status before any decision: a stall suspected on one rank fetches every rank's entries
-        read = [t for t, ok in zip(statused, self._pool.map(self._read_statuses, statused)) if ok]
+        read = [t for t, ok in zip(to_read, self._pool.map(self._read_statuses, to_read)) if ok]
         suspected = self._suspected = self.schedule.suspected(time.monotonic(), settle=self.cfg.suspect_after)
-        return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected), read + whole)
-                if snap is not None]
+        unread = [t for t in statused if t.name in ahead]
+        return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected, ahead.get(t.name)),
+                                                read + unread + whole) if snap is not None]
 
     def next_due(self) -> float:
         """When `collect` will next poll (monotonic): the sidecar's loop sleeps until then."""
@@ -306,14 +310,17 @@ class WorkerServerSource:
                             + (f": {said}" if said.isprintable() and said else ""))
         return resp.body
 
-    def _poll_one(self, t: RankTarget, suspected: bool = False) -> Snapshot | None:
+    def _poll_one(self, t: RankTarget, suspected: bool = False, ahead: str | None = None) -> Snapshot | None:
+        """One rank's snapshot. `ahead`: why its entries are fetched without a status read this turn."""
         b = self._backoff[t.name]
         start = time.monotonic()
         now_ns = time.time_ns()
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            if self._status_first(b):
+            if ahead is not None:
+                action = self.schedule.fetch(ahead)
+            elif self._status_first(b):
                 action = self.schedule.decide(t.rank, start, suspected)
             else:  # no status-only read here (or its recorders not known yet): the whole dump
                 action = Action.FETCH

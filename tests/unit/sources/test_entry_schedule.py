@@ -78,3 +78,42 @@ def test_entries_read_before_any_status_are_not_read_again_first():
     s.observe(0, _st(5, 5), 1.0)
     assert s.decide(0, 1.0, False) is Action.RESTAMP
     assert s.fetches == {"first": 1}
+
+
+def test_a_rank_due_whatever_its_status_says_is_fetched_without_reading_it():
+    """The read before a fetch that is certain (due) or, at the rank's rate since its last fetch,
+    reaches half its buffer (wrap) is skipped: the entries bring their own status."""
+    s = EntrySchedule(entries_interval=10, buffer_entries={0: 100, 1: 100})
+    _fetched(s, 0, _st(10, 10), 0.0)
+    assert s.ahead(0, 0.5) is None  # no read since its fetch: not known to move
+    s.observe(0, _st(40, 40), 1.0)  # 30 ops a second
+    assert s.ahead(0, 1.5) is None  # 45 by now: under half a buffer
+    assert s.ahead(0, 2.0) == "wrap"  # 60 by now
+    assert s.decide(0, 2.0, False) is Action.WAIT  # (what its old read alone would say)
+    _fetched(s, 1, _st(10, 10), 0.0)
+    s.observe(1, _st(11, 11), 1.0)  # slow: never near a wrap
+    assert s.ahead(1, 9.9) is None and s.ahead(1, 10.0) == "due"
+    s.fetch("due")
+    s.fetched(1, 10.0, _st(20, 20))
+    assert s.ahead(1, 25.0) is None  # not read since that fetch
+
+
+def test_a_rank_that_did_not_move_since_its_fetch_is_never_fetched_ahead():
+    s = EntrySchedule(entries_interval=10, buffer_entries={0: 100})
+    _fetched(s, 0, _st(10, 10), 0.0)
+    s.observe(0, _st(10, 10), 1.0)
+    assert s.ahead(0, 100.0) is None  # its next read may well say the same: re-stamped, not fetched
+    s.observe(0, _st(12, 11), 2.0, exiting=True)
+    assert s.ahead(0, 100.0) is None  # exiting: read (decide fetches it at once)
+
+
+def test_a_fetch_made_without_a_read_tells_whether_the_rank_moved():
+    """A stall that begins just before a fetch made without a read is timed from that fetch, as a
+    read there would have timed it."""
+    s = EntrySchedule(entries_interval=10)
+    _fetched(s, 0, _st(10, 10), 0.0)
+    s.observe(0, _st(20, 20), 1.0)
+    s.fetched(0, 10.0, _st(31, 30))  # fetched ahead (due): one op pending
+    s.observe(0, _st(31, 30), 11.0)
+    assert s.decide(0, 11.0, False) is Action.RESTAMP
+    assert s.suspected(12.0, settle=2.0)  # still since 10.0, not 11.0

@@ -7,6 +7,7 @@ takes the parameter and answers `{"comm_lib_version", "nccl_comm_state", "pg_con
 "version"}`, entries only without it), with NCCL entries in PyTorch's JSON form."""
 
 import json
+import time
 from urllib.parse import urlsplit
 
 from frexport.config import WorkerServers
@@ -68,6 +69,36 @@ def test_the_legacy_nccl_recorder_is_read_status_first_through_pytorchs_handler(
         assert state.view().ranks[0].groups["nccl:0"].current() == (5, 5, 5)
         assert len(state.latest_dumps()[0].entries) == 3  # the entries wait for their read
         assert health.reads() == {"first": 1, "status": 3}
+    finally:
+        src.stop()
+        rank.server.shutdown()
+
+
+def test_a_rank_whose_entries_are_due_is_fetched_without_its_status_read_first(tmp_path):
+    """Its status could only say it moved again (it moved at the last read: a status never goes
+    back), so that read is not made; its entries arrive with their own status, none missed."""
+    rank = NcclRank(str(tmp_path / "rank-0.sock"))
+    health = HealthRegistry()
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), poll_interval=0.0, status_interval=0.0,
+                                                   entries_interval=0.3, suspect_after=3600.0))
+    state = LiveState()
+    try:
+        pump(src, state)  # first: its entries
+        rank.done = 6
+        rank.asked.clear()
+        pump(src, state)  # moved, not due: its status alone
+        assert rank.asked == ["dump_nccl_trace_json?includecollectives=false"]
+        time.sleep(0.35)
+        rank.done = 9
+        rank.asked.clear()
+        assert pump(src, state) == 1
+        assert rank.asked == ["dump_nccl_trace_json"]  # its entries, no status read before them
+        assert [e.collective_seq_id for e in state.latest_dumps()[0].entries] == list(range(1, 10))
+        assert state.view().ranks[0].groups["nccl:0"].current() == (9, 9, 9)
+        rank.asked.clear()
+        pump(src, state)  # read again next turn: nothing new since those entries
+        assert rank.asked == ["dump_nccl_trace_json?includecollectives=false"]
+        assert health.reads()["status"] == 2
     finally:
         src.stop()
         rank.server.shutdown()
