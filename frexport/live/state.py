@@ -307,13 +307,20 @@ class LiveState:
             at += n
         outcomes = list(chain.from_iterable(repeat(o, n) for _key, n, o in kinds))
         rs.max_record = max(rs.max_record, index.newest())  # (the newest entry is among the changed ones)
-        if PENDING in by_key.values():
-            rids = list(map(_record_id, changed))
-            settled = [i for i, o in enumerate(outcomes) if o is not PENDING]
-            rs.pending.difference_update([rids[i] for i in settled])
-            rs.pending.update(r for r, o in zip(rids, outcomes) if o is PENDING)
-            done: Sequence[Entry] = [changed[i] for i in settled]
-            done_outcomes = [outcomes[i] for i in settled]
+        if PENDING in by_key.values():  # (a rank read while an op is in flight)
+            settled: list[Entry] = []
+            done_outcomes: list[Outcome] = []
+            at, was_pending = 0, bool(rs.pending)
+            for _key, n, o in kinds:
+                run, at = changed[at:at + n], at + n
+                if o is PENDING:
+                    rs.pending.update(map(_record_id, run))
+                    continue
+                if was_pending:  # (a record id is changed once: those pending since this snapshot are others)
+                    rs.pending.difference_update(map(_record_id, run))
+                settled.extend(run)
+                done_outcomes.extend(repeat(o, n))
+            done: Sequence[Entry] = settled
         else:
             if rs.pending:
                 rs.pending.difference_update(map(_record_id, changed))
