@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 Status = tuple[tuple[int, int | None, int | None, int | None], ...]
 
 
+WRAP_AHEAD = 1.25  # how far past the wrap rule's line a rank's rate must put it to be fetched unread
+
+
 class Action(enum.Enum):
     FETCH = "fetch"  # ask for the entries
     RESTAMP = "restamp"  # nothing was recorded since the last fetch: its entries, seen now
@@ -83,7 +86,9 @@ class EntrySchedule:
         """Why the rank's entries are due now whatever its next status says (that read can be
         skipped: the entries bring their own status), or None. It moved at its last read since its last
         fetch, and a status never returns to an older one: so it is due once `entries_interval` has
-        passed, or (the wrap rule) once the rate it enqueued at since the fetch reaches half a buffer."""
+        passed, or (the wrap rule) once the rate it enqueued at since the fetch is clearly past half a
+        buffer: by WRAP_AHEAD, so that a rank near the line is read and decided as before (fetched when
+        its read or its rate said so, it was fetched a turn sooner: more of the trainer's dumps)."""
         r = self._ranks.get(rank)
         if r is None or r.last is None or r.fetched is None or r.exiting or r.last == r.fetched \
                 or r.read_at <= r.fetched_at:
@@ -91,7 +96,8 @@ class EntrySchedule:
         if now - r.fetched_at >= self.entries_interval:
             return "due"
         rate = _enqueued_since(r.fetched, r.last) / (r.read_at - r.fetched_at)
-        return "wrap" if rate * (now - r.fetched_at) >= self.buffer_entries.get(rank, 2000) // 2 else None
+        half = self.buffer_entries.get(rank, 2000) // 2
+        return "wrap" if rate * (now - r.fetched_at) >= half * WRAP_AHEAD else None
 
     def fetch(self, why: str) -> Action:
         """A fetch, counted by why (`decide`'s, or one decided without a status read: `ahead`)."""

@@ -87,9 +87,9 @@ def test_a_rank_due_whatever_its_status_says_is_fetched_without_reading_it():
     _fetched(s, 0, _st(10, 10), 0.0)
     assert s.ahead(0, 0.5) is None  # no read since its fetch: not known to move
     s.observe(0, _st(40, 40), 1.0)  # 30 ops a second
-    assert s.ahead(0, 1.5) is None  # 45 by now: under half a buffer
-    assert s.ahead(0, 2.0) == "wrap"  # 60 by now
-    assert s.decide(0, 2.0, False) is Action.WAIT  # (what its old read alone would say)
+    assert s.ahead(0, 2.0) is None  # 60 by now: past half a buffer, but near it: read, as before
+    assert s.ahead(0, 2.1) == "wrap"  # 63 by now: clearly past it
+    assert s.decide(0, 2.1, False) is Action.WAIT  # (what its old read alone would say)
     _fetched(s, 1, _st(10, 10), 0.0)
     s.observe(1, _st(11, 11), 1.0)  # slow: never near a wrap
     assert s.ahead(1, 9.9) is None and s.ahead(1, 10.0) == "due"
