@@ -836,6 +836,33 @@ done:
     return out;
 }
 
+/* Untracks a tuple the collector could never find in a cycle (no item it tracks), as CPython's own
+ * collector does to every such tuple it walks, only sooner: an entry's sizes are tuples of ints, and
+ * with them untracked so are the entries made from its template (entries_of), which the sidecar's
+ * young collection then does not walk (~1000 new entries a busy rank's read, each walked once). */
+static inline int tracked(PyObject *o) {
+    return PyObject_IS_GC(o) && PyObject_GC_IsTracked(o);
+}
+
+static PyObject *untracked(PyObject *t) {
+    if (!t || !tracked(t)) return t;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++)
+        if (tracked(PyTuple_GET_ITEM(t, i))) return t;
+    PyObject_GC_UnTrack(t);
+    return t;
+}
+
+/* `untracked` on a template's plain tuples (its sizes, as the field rules made them: shapes first) */
+static void untrack_sizes(PyObject *t) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        PyObject *item = PyTuple_GET_ITEM(t, i);
+        if (!PyTuple_CheckExact(item) || !tracked(item)) continue;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(item); k++)
+            if (PyTuple_CheckExact(PyTuple_GET_ITEM(item, k))) untracked(PyTuple_GET_ITEM(item, k));
+        untracked(item);
+    }
+}
+
 /* entries_of(template_of, kind_of, ints, durations, start, stop, slots) -> (list, skipped)
  *
  * The entries [start, stop) as the trace's Entry tuples, from scan's columns (kind_of, ints and
@@ -871,6 +898,7 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
     if (!(out = PyList_New(0)) || !(cache = PyDict_New())) goto done;
     PyObject *tmpl = NULL; /* borrowed from cache: the template of the run of entries going on */
     int64_t run = -1;
+    int untrack = 0; /* the template holds nothing the collector tracks, but for the numbers' slots */
     for (Py_ssize_t i = start; i < stop; i++) {
         const int64_t *v = ints + N_INTS * i;
         int64_t key = ((int64_t)kinds[i] << 32) | (uint32_t)v[7];
@@ -898,6 +926,13 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
             Py_DECREF(k);
             if (!tmpl) goto fail;
             run = key;
+            untrack = 1;
+            if (tmpl != Py_None) untrack_sizes(tmpl);
+            for (Py_ssize_t f = 0; tmpl != Py_None && f < PyTuple_GET_SIZE(tmpl) && untrack; f++) {
+                int slot = 0;
+                for (int j = 0; j < 8; j++) slot |= pos[j] == f;
+                untrack = slot || !tracked(PyTuple_GET_ITEM(tmpl, f));
+            }
         }
         if (tmpl == Py_None) {
             skipped++;
@@ -921,6 +956,7 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
             Py_DECREF(PyTuple_GET_ITEM(e, pos[j]));
             PyTuple_SET_ITEM(e, pos[j], nums[j] ? nums[j] : Py_NewRef(Py_None));
         }
+        if (untrack) PyObject_GC_UnTrack(e); /* its numbers are ints, floats or None */
         if (bad || PyList_Append(out, e)) {
             Py_DECREF(e);
             goto fail;

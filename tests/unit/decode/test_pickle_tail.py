@@ -2,6 +2,7 @@
 same entries normalize to when read whole; where it cannot tell, it answers None (the caller reads the
 whole buffer). Real PyTorch pickles cut by the agent: tests/e2e/test_live_handler_pickles.py."""
 
+import gc
 import pickle
 import random
 
@@ -64,6 +65,18 @@ def test_each_entry_keeps_its_own_numbers_read_by_the_rules():
         assert got == want and _types(got) == _types(want)
         assert [str(e.duration_ms) for e in got.entries] == \
                ["0.0", "-0.0", "1.5", "None", "None", "None", "None", "5.0", "None", "2.5e-07"][since:]
+
+
+def test_entries_built_from_plain_templates_are_left_out_of_the_collectors_walks():
+    """Made in C, an entry whose parts hold nothing the collector tracks (its sizes are tuples of
+    ints) is not tracked either, as CPython's collector leaves such a tuple after its first walk:
+    the sidecar's young collection does not walk each new entry of a busy rank once more."""
+    body = _pickle_of([_entry(i, 1000 + i, done=i < 8) for i in range(10)])
+    tail = parse_pickle_tail(body, 3)
+    got = normalize({**tail.meta, "entries": tail.entries}, "x", "pickle", rank=0, keep_frames=False)
+    assert got.entries and got.entries[0].input_sizes
+    assert not any(map(gc.is_tracked, got.entries))
+    assert not any(gc.is_tracked(e.input_sizes) or any(map(gc.is_tracked, e.input_sizes)) for e in got.entries)
 
 
 def test_what_a_right_cut_does_not_leave_is_refused():
