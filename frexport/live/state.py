@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, compress, repeat
@@ -177,7 +177,7 @@ class LiveState:
                 if now_ns - rs.held_ns >= self._held_every_ns:
                     # (a pass over a buffer that sat cold in memory since the last read: ~0.2 ms a rank
                     # a second when done at every status read, for a refresh the expiry needs rarely)
-                    self._held(dump, now_ns)
+                    self._held(distinct(dump.entries, _PAIR), now_ns)
                     rs.held_ns = now_ns
                 self._status(rs, groups, now_ns, with_entries=True)
                 self._recount_pending(rs)
@@ -189,8 +189,12 @@ class LiveState:
             events, changed, outcomes, kinds = self._advance(rs, dump, now_ns, index)
             rs.dump, rs.source, rs.last_seen_ns, rs.by_record = dump, source, now_ns, index
             self._progress(rs, changed, outcomes, kinds, now_ns)
-            self._held(dump, now_ns)
+            held = distinct(dump.entries, _HELD)  # (one pass over the whole buffer for both)
+            self._held({pair[:2] for pair in held}, now_ns)
             rs.held_ns = now_ns
+            for name in {h[2] for h in held}:
+                if name in rs.groups:
+                    rs.groups[name].seen_ns = now_ns
             self._status(rs, groups, now_ns, with_entries=True)
             self._recount_pending(rs)
         return events
@@ -364,12 +368,12 @@ class LiveState:
                 h = self.durations[pair] = Histogram()
             h.observe(seconds)
 
-    def _held(self, dump: RankDump, now_ns: int) -> None:
-        """The counted pairs this snapshot still holds stay: they expire only once none does."""
+    def _held(self, pairs: Iterable[tuple], now_ns: int) -> None:
+        """The counted pairs a snapshot still holds stay: they expire only once none does."""
         seen = self.pair_seen_ns
         if not seen:
             return
-        for pair in distinct(dump.entries, _PAIR):
+        for pair in pairs:
             if pair in seen:
                 seen[pair] = now_ns
 
@@ -383,9 +387,6 @@ class LiveState:
             self._first_progress(rs, changed, outcomes)
         else:
             self._progress_by_run(rs, changed, kinds, now_ns)
-        for name in distinct(rs.dump.entries, _PG_NAME) if rs.dump is not None else ():
-            if name in rs.groups:
-                rs.groups[name].seen_ns = now_ns
 
     def _progress_by_run(self, rs: RankState, changed: Sequence[Entry], kinds: list[tuple[tuple, int, Outcome]],
                          now_ns: int) -> None:
@@ -502,7 +503,8 @@ _record_id = attrgetter("record_id")
 _pair = attrgetter("pg_desc", "op")
 # an entry's kind for the ingest: its labels, what its outcome depends on, its group (`runs` of them)
 _KIND = fields_at("pg_desc", "op", "state", "retired", "backend", "pg_name", "is_p2p", "timeout_ms")
-_PAIR, _PG_NAME = fields_at("pg_desc", "op"), fields_at("pg_name")
+# the pairs a snapshot holds (their counts stay), and with them its groups (seen now)
+_PAIR, _HELD = fields_at("pg_desc", "op"), fields_at("pg_desc", "op", "pg_name")
 _duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
 _seq = attrgetter("collective_seq_id")
 _event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)
