@@ -12,10 +12,11 @@ tail plus new entries reads only the new ones, and counts the window's ops as sm
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import attrgetter, eq, itemgetter
+from operator import attrgetter, eq, itemgetter, sub
 from statistics import median
 
 from frexport.model.dump import Entry, RankDump
@@ -70,8 +71,8 @@ class _Followed:
         """How many entries the new window keeps from the end of the last one (as its own first ones, the
         same objects), None if it does not continue it."""
         old = self.window
-        if not old or not window:
-            return None
+        if not old or not window or window[0].record_id > old[-1].record_id:
+            return None  # (a busy rank's window is all new at each pass: not looked for among the old)
         try:
             j = old.index(window[0])  # (by equality: the identity check below decides)
         except ValueError:
@@ -87,10 +88,15 @@ def _period(ids: list[int], created: list[int]) -> float | None:
     Counter keeps the order in which its keys first appear)."""
     if not ids:
         return None
-    top = max(Counter(ids).items(), key=itemgetter(1))[0]
-    ts = list(compress(created, map(eq, ids, repeat(top))))
-    gaps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
-    return median(gaps) / 1e9 if gaps else None
+    counts = Counter(ids)
+    top = max(counts.items(), key=itemgetter(1))[0]
+    ts = created if len(counts) == 1 else list(compress(created, map(eq, ids, repeat(top))))
+    gaps = sorted(map(sub, ts[1:], ts))  # (in C; the gaps that are not positive are left out below)
+    gaps = gaps[bisect_right(gaps, 0):]
+    if not gaps:
+        return None
+    mid = len(gaps) // 2  # statistics.median's, on a list sorted already
+    return (gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2) / 1e9
 
 
 class StepTime:
