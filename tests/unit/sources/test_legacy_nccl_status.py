@@ -50,12 +50,17 @@ class NcclRank:
         self.server = serve_unix(path, Handler)
 
 
-def test_the_legacy_nccl_recorder_is_read_status_first_through_pytorchs_handler(tmp_path):
+def _watched(tmp_path, entries_interval: float) -> tuple[NcclRank, HealthRegistry, WorkerServerSource, LiveState]:
+    """One such rank, and a source that reads its status at every poll (no stall suspected)."""
     rank = NcclRank(str(tmp_path / "rank-0.sock"))
     health = HealthRegistry()
     src = WorkerServerSource(health, WorkerServers(str(tmp_path), poll_interval=0.0, status_interval=0.0,
-                                                   entries_interval=3600.0, suspect_after=3600.0))
-    state = LiveState()
+                                                   entries_interval=entries_interval, suspect_after=3600.0))
+    return rank, health, src, LiveState()
+
+
+def test_the_legacy_nccl_recorder_is_read_status_first_through_pytorchs_handler(tmp_path):
+    rank, health, src, state = _watched(tmp_path, entries_interval=3600.0)
     try:
         pump(src, state)  # first: the recorders are probed, the NCCL one holds the group: its entries read
         rank.asked.clear()
@@ -77,11 +82,7 @@ def test_the_legacy_nccl_recorder_is_read_status_first_through_pytorchs_handler(
 def test_a_rank_whose_entries_are_due_is_fetched_without_its_status_read_first(tmp_path):
     """Its status could only say it moved again (it moved at the last read: a status never goes
     back), so that read is not made; its entries arrive with their own status, none missed."""
-    rank = NcclRank(str(tmp_path / "rank-0.sock"))
-    health = HealthRegistry()
-    src = WorkerServerSource(health, WorkerServers(str(tmp_path), poll_interval=0.0, status_interval=0.0,
-                                                   entries_interval=0.3, suspect_after=3600.0))
-    state = LiveState()
+    rank, health, src, state = _watched(tmp_path, entries_interval=0.3)
     try:
         pump(src, state)  # first: its entries
         rank.done = 6
