@@ -14,8 +14,8 @@ entries are fetched only when they can say something new:
   fetch (a wrap that happens anyway is counted by the state as dropped entries);
 - when the rank's process is exiting (frexport.agent says so in its status and waits for this last
   read): its last entries would otherwise never be read.
-A busy rank's entries are fetched every other status read or so (the wrap rule); the read just before
-such a fetch is not made (`ahead`): the entries bring the status they were recorded with.
+The read just before a fetch that is certain is not made (`ahead`: a moved rank due by
+`entries_interval`, or clearly past the wrap line at its rate): the entries bring their own status.
 """
 
 from __future__ import annotations
