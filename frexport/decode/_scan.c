@@ -844,22 +844,21 @@ static inline int tracked(PyObject *o) {
     return PyObject_IS_GC(o) && PyObject_GC_IsTracked(o);
 }
 
-static PyObject *untracked(PyObject *t) {
-    if (!t || !tracked(t)) return t;
+static void untrack(PyObject *t) {
+    if (!tracked(t)) return;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++)
-        if (tracked(PyTuple_GET_ITEM(t, i))) return t;
+        if (tracked(PyTuple_GET_ITEM(t, i))) return;
     PyObject_GC_UnTrack(t);
-    return t;
 }
 
-/* `untracked` on a template's plain tuples (its sizes, as the field rules made them: shapes first) */
+/* `untrack` on a template's plain tuples (its sizes, as the field rules made them: shapes first) */
 static void untrack_sizes(PyObject *t) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
         PyObject *item = PyTuple_GET_ITEM(t, i);
         if (!PyTuple_CheckExact(item) || !tracked(item)) continue;
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(item); k++)
-            if (PyTuple_CheckExact(PyTuple_GET_ITEM(item, k))) untracked(PyTuple_GET_ITEM(item, k));
-        untracked(item);
+            if (PyTuple_CheckExact(PyTuple_GET_ITEM(item, k))) untrack(PyTuple_GET_ITEM(item, k));
+        untrack(item);
     }
 }
 

@@ -91,12 +91,9 @@ def _period(ids: list[int], created: list[int]) -> float | None:
     counts = Counter(ids)
     top = max(counts.items(), key=itemgetter(1))[0]
     ts = created if len(counts) == 1 else list(compress(created, map(eq, ids, repeat(top))))
-    gaps = sorted(map(sub, ts[1:], ts))  # (in C; the gaps that are not positive are left out below)
+    gaps = sorted(map(sub, ts[1:], ts))  # (in C; the gaps that are not positive are cut off the front)
     gaps = gaps[bisect_right(gaps, 0):]
-    if not gaps:
-        return None
-    mid = len(gaps) // 2  # statistics.median's, on a list sorted already
-    return (gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2) / 1e9
+    return median(gaps) / 1e9 if gaps else None  # (its own sort of a sorted list is one pass)
 
 
 class StepTime:

@@ -78,7 +78,7 @@ class EntrySchedule:
             return self.fetch("due")
         if suspected:
             return self.fetch("suspected")
-        if _enqueued_since(r.fetched, r.last) >= self.buffer_entries.get(rank, 2000) // 2:
+        if _enqueued_since(r.fetched, r.last) >= self._half_buffer(rank):
             return self.fetch("wrap")
         return Action.WAIT
 
@@ -96,8 +96,11 @@ class EntrySchedule:
         if now - r.fetched_at >= self.entries_interval:
             return "due"
         rate = _enqueued_since(r.fetched, r.last) / (r.read_at - r.fetched_at)
-        half = self.buffer_entries.get(rank, 2000) // 2
-        return "wrap" if rate * (now - r.fetched_at) >= half * WRAP_AHEAD else None
+        return "wrap" if rate * (now - r.fetched_at) >= self._half_buffer(rank) * WRAP_AHEAD else None
+
+    def _half_buffer(self, rank: int) -> int:
+        """The wrap rule's line: half the rank's ring buffer (PyTorch's default 2000 until its status says)."""
+        return self.buffer_entries.get(rank, 2000) // 2
 
     def fetch(self, why: str) -> Action:
         """A fetch, counted by why (`decide`'s, or one decided without a status read: `ahead`)."""

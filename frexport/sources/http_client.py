@@ -86,11 +86,15 @@ class _Reader:
         self.eof = False
         self.head_bytes = 0
 
-    def _fill(self) -> None:
+    def _arm(self) -> None:
+        """The next read may take what is left of the exchange's deadline, and no more."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout()
         self.sock.settimeout(left)
+
+    def _fill(self) -> None:
+        self._arm()
         data = self.sock.recv(1 << 16)
         if not data:
             self.eof = True
@@ -132,10 +136,7 @@ class _Reader:
         while have < n:
             if self.eof:
                 raise _Bad("bad_response", "connection closed in the middle of the body")
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout()
-            self.sock.settimeout(left)
+            self._arm()
             got = self.sock.recv_into(room[have:])
             self.eof = not got
             have += got
