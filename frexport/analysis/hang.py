@@ -31,8 +31,10 @@ still in the collective, whatever it did before it left (died, crashed, exited w
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 from frexport.analysis.clock import (
     ALL_IN,
@@ -117,12 +119,15 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     floors: dict[str, int | None] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():
+            i = _oldest_unfinished(g.flags)
+            k = _oldest_unfinished(bytes(map(_flags, g.p2p))) if g.p2p else None
+            if i is None and k is None:
+                continue  # (nearly every group of a big job: nothing in flight, no group to look up)
             group = membership.groups.get(membership.group_of.get((rank, name), name))
             if group is None:
                 continue
             if rank not in (members.get(group.key) or members.setdefault(group.key, frozenset(group.members))):
                 continue  # not one of the group's members (a peer inventing rank 5000 in group 0): it waits for no one
-            i = _oldest_unfinished(g.flags)
             if i is not None:
                 issued = bool(g.flags[i] & ISSUED)
                 if issued:
@@ -135,15 +140,14 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
                 w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
                 collective.setdefault((group.key, w.seq), []).append(w)
                 waits.append(w)
-            for op in g.p2p:
-                if not op.flags & FINISHED:
-                    w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
-                             bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
-                    w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
-                    _classify_p2p(w, op, traces, stall_after_ns, scope, clock)
-                    _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
-                    waits.append(w)
-                    break  # ops to one peer complete in order: the oldest one is where it waits
+            if k is not None:  # ops to one peer complete in order: the oldest one is where it waits
+                op = g.p2p[k]
+                w = Wait(rank, group, op.seq, True, t.signatures[op.sig], op.created_ns, t.call_site(op.site),
+                         bool(op.flags & TIMED_OUT), _age(t, op.created_ns))
+                w.proven = _proven(w, t, w.created_ns, stall_after_ns, clock)
+                _classify_p2p(w, op, traces, stall_after_ns, scope, clock)
+                _measure(w, traces, (w.rank, *w.joined, *w.missing), clock)
+                waits.append(w)
     # Members are classified once per collective, not once per waiting rank: in a 4096-rank default
     # group that is the difference between 4096 and 16 million lookups. The earliest waiter's issue
     # time is the reference: the op has been awaited at least since then.
@@ -210,8 +214,13 @@ def _age(t: RankTrace, created_ns: int) -> int:
 _UNFINISHED = bytes(0 if v & FINISHED else 1 for v in range(256))
 
 
-def _oldest_unfinished(flags) -> int | None:
-    i = flags.tobytes().translate(_UNFINISHED).find(1)  # a C-speed scan of the flag column
+_flags = attrgetter("flags")
+
+
+def _oldest_unfinished(flags: array | bytes) -> int | None:
+    """The first position not FINISHED of a flag column, or of a group's p2p ops' flags (a C-speed scan:
+    a 16384-rank view looks at every rank's groups each pass, each with its window of sends and recvs)."""
+    i = (flags if isinstance(flags, bytes) else flags.tobytes()).translate(_UNFINISHED).find(1)
     return None if i < 0 else i
 
 

@@ -172,6 +172,29 @@ def test_unmatched_p2p(tmp_path, diagnose):
     assert f.culprit_ranks == (1,) and f.blocked_ranks == (0,) and f.call_site == "/job/train.py:70 step"
 
 
+def test_a_rank_waits_in_its_oldest_unfinished_op(tmp_path, diagnose):
+    """Ops of a group (and sends to one peer) complete in order: where a rank has several unfinished, it
+    waits in the oldest. Here every member is in collective 11 (or send/recv 3), which never finished; the
+    rank that went on to issue 12 (or send 4) alone is not waiting for the others to issue those."""
+    job = healthy_job()
+    for r in range(4):
+        job[r].append(entry(10, 11, state="started"))
+    job[0].append(entry(11, 12, state="started"))
+    d = diagnose(write(tmp_path, {r: dump(es, world=4) for r, es in job.items()}))
+    f = _one(d, "not_completed")
+    assert f.collective_seq_id == 11 and f.blocked_ranks == (0, 1, 2, 3)
+    assert sorted((w.rank, w.seq) for w in d.waits) == [(0, 11), (1, 11), (2, 11), (3, 11)]
+
+    pp = {"5": ("pp", [0, 1])}
+    job = healthy_job(world=2)
+    job[0] += [entry(10, 0, op="send 0->1", pg=("5", "pp"), state="started", is_p2p=True, p2p_seq=3),
+               entry(11, 0, op="send 0->1", pg=("5", "pp"), state="started", is_p2p=True, p2p_seq=4)]
+    job[1].append(entry(10, 0, op="recv 1<-0", pg=("5", "pp"), state="started", is_p2p=True, p2p_seq=3))
+    d = diagnose(write(tmp_path / "p2p", {r: dump(es, world=2, groups=pp) for r, es in job.items()}))
+    assert sorted((w.rank, w.seq, w.p2p) for w in d.waits) == [(0, 3, True), (1, 3, True)]
+    assert _one(d, "not_completed").blocked_ranks == (0, 1)
+
+
 def test_matched_p2p_is_fine(tmp_path, diagnose):
     pp = {"5": ("pp", [0, 1])}
     job = healthy_job(world=2)
