@@ -31,7 +31,6 @@ still in the collective, whatever it did before it left (died, crashed, exited w
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
@@ -119,7 +118,7 @@ def find_waits(traces: dict[int, RankTrace], membership: Membership, stall_after
     floors: dict[str, int | None] = {}
     for rank, t in traces.items():
         for name, g in t.groups.items():
-            i = _oldest_unfinished(g.flags)
+            i = _oldest_unfinished(g.flags.tobytes())
             k = _oldest_unfinished(bytes(map(_flags, g.p2p))) if g.p2p else None
             if i is None and k is None:
                 continue  # (nearly every group of a big job: nothing in flight, no group to look up)
@@ -217,10 +216,10 @@ _UNFINISHED = bytes(0 if v & FINISHED else 1 for v in range(256))
 _flags = attrgetter("flags")
 
 
-def _oldest_unfinished(flags: array | bytes) -> int | None:
-    """The first position not FINISHED of a flag column, or of a group's p2p ops' flags (a C-speed scan:
-    a 16384-rank view looks at every rank's groups each pass, each with its window of sends and recvs)."""
-    i = (flags if isinstance(flags, bytes) else flags.tobytes()).translate(_UNFINISHED).find(1)
+def _oldest_unfinished(flags: bytes) -> int | None:
+    """The first position not FINISHED among a group's flags (its column's, or its p2p ops'), by a C-speed
+    scan: a 16384-rank view looks at every rank's groups each pass, each with its window of sends and recvs."""
+    i = flags.translate(_UNFINISHED).find(1)
     return None if i < 0 else i
 
 
