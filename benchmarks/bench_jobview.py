@@ -1,7 +1,7 @@
 """Benchmark of the job-level view (`frexport jobview`) at scale: 512 pods / 4096 ranks.
 
     python benchmarks/bench_jobview.py [--ranks 4096] [--pods 512] [--entries 400] [--new 20] [--passes 3]
-                                       [--also-ranks 1024] [--derived-threshold]
+                                       [--also-ranks 1024] [--derived-threshold] [--parts]
 
 gen_dumps writes a Megatron-like job (tp=8 inside a pod, pp=4, dp across pods) with a rank stuck in a
 data-parallel collective; each rank's dump is decoded once. Each pod is a simulated peer: its own
@@ -217,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                     "were measured (their CPU is not counted in the view's, but the wall time holds it)")
     ap.add_argument("--profile", metavar="FILE", help="write a cProfile of the last pass's analysis to FILE "
                     "(pstats format; the pass's figures then include the profiler's own cost)")
+    ap.add_argument("--parts", action="store_true", help="also print each pass's CPU seconds in each part of the "
+                    "analysis (timers around the functions where the analysis calls them: their own cost is a "
+                    "few microseconds a call)")
     ap.add_argument("--also-ranks", type=int, action="append", default=[], metavar="N",
                     help="first run the same job at N ranks (as many per pod), in a process of its own, and end "
                          "with how the steady pass grows from N to --ranks (repeatable)")
@@ -240,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     rss_before = _rss_mb()  # what the view's process holds before its first pass (its imports, no pods)
     rows = []
     collector = GcClock()
+    parts = PartClocks() if args.parts else None
     for i in range(args.passes + 1):
         pods.call("reveal", i)
         served = source.served_s
@@ -273,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                      "wall_s": round(wall, 2), "bytes": moved,
                      "snapshots": len(snaps), "root_causes": roots[:2],
                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024})
+        if parts is not None:
+            rows[-1]["parts"] = parts.take()
     print(f"{args.pods} pods x {per_pod} ranks; window {args.window}; {args.new} new entries per rank per pass; "
           f"full JSON dumps of these ranks: {job['full_json'] / 1e6:.0f} MB; CPU seconds in the view's process "
           f"(the decoders' and the wall time apart)")
@@ -284,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
               f"wall {row['wall_s']:5.2f} s]  "
               f"moved {row['bytes'] / 1e6:7.1f} MB ({row['bytes'] / job['full_json']:.1%} of full dumps)  "
               f"{row['root_causes']}  [peak RSS {row['peak_rss_mb']} MB]")
+        if "parts" in row:
+            print("             of the analysis: " + ", ".join(f"{k} {v:.3f} s" for k, v in row["parts"].items()))
     named = next((i for i, row in enumerate(rows) if row["root_causes"]), None)
     print(f"the stuck collective first shows on pass {job['due']}; the culprit is named on pass {named} "
           f"(0: the first pass). The view's process (the pods are another): {rss_before} MB before its first "
@@ -337,6 +345,42 @@ CLK = os.sysconf("SC_CLK_TCK")
 def _rss_mb() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+class PartClocks:
+    """CPU seconds in each part of the live analysis (--parts): each function wrapped, for this process,
+    where the analysis looks it up (a module's global, a class's method), so a call made from elsewhere
+    is counted as well. Where a 16384-rank pass goes, part by part (docs/performance.md)."""
+
+    def __init__(self) -> None:
+        from frexport.analysis import engine
+        from frexport.live import diagnosis
+        from frexport.model.trace_window import TraceWindow
+
+        self.seconds: dict[str, float] = {}
+        for label, owner, name in (
+                ("follow", TraceWindow, "update"), ("engine", diagnosis, "analyze"),
+                ("stragglers", engine, "straggler_findings"), ("group columns", engine._Context, "group_cols"),
+                ("matching", engine, "match_group"), ("behind", engine, "behind"),
+                ("who waits", engine, "find_waits"), ("root causes", engine, "root_causes"),
+                ("statuses", diagnosis, "statuses_of")):
+            self.seconds[label] = 0.0
+            setattr(owner, name, self._timed(label, getattr(owner, name)))
+
+    def _timed(self, label: str, f: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.process_time() - start
+        return timed
+
+    def take(self) -> dict[str, float]:
+        """The seconds since the last call."""
+        out = dict(self.seconds)
+        self.seconds = dict.fromkeys(out, 0.0)
+        return out
 
 
 class GcClock:

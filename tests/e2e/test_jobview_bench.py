@@ -13,7 +13,7 @@ from tests.support import paths
 
 def test_the_scale_benchmark_names_the_culprit_on_its_pass_with_the_pods_apart():
     out = subprocess.run([sys.executable, str(paths.BENCHMARKS / "bench_jobview.py"), "--ranks", "64",
-                          "--pods", "8", "--passes", "2"], capture_output=True, text=True, timeout=300,
+                          "--pods", "8", "--passes", "2", "--parts"], capture_output=True, text=True, timeout=300,
                          cwd=paths.ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     culprit = int(re.search(r"\(culprit (\d+)\)", out.stdout).group(1))
@@ -24,6 +24,13 @@ def test_the_scale_benchmark_names_the_culprit_on_its_pass_with_the_pods_apart()
                                     out.stdout).groups())
     assert named == due, out.stdout
     assert rows[named]["root_causes"] == [f"missing_rank [{culprit}]"], rows
+    # --parts: each part of the analysis timed where the analysis calls it (a wrapper it went around reads 0),
+    # the engine's parts within the engine's time
+    for r in rows:
+        parts = r["parts"]
+        assert all(v > 0 for v in parts.values()), r
+        inside = sum(v for k, v in parts.items() if k not in ("follow", "engine", "statuses"))
+        assert inside <= parts["engine"] + 2e-4 and parts["engine"] + parts["follow"] <= r["analysis_s"] + 0.01, r
     # the view's own memory, measured in a process that holds none of the pods' data
     before, peak = map(int, re.search(r"the pods are another\): (\d+) MB before its first pass, its peak (\d+) MB",
                                       out.stdout).groups())
