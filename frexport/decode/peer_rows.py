@@ -20,8 +20,8 @@ signatures by identity.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from itertools import compress, repeat
 from operator import is_not, itemgetter
@@ -34,6 +34,7 @@ from frexport.decode.fields import (
     INT64_MAX,
     INT64_MIN,
     MAX_DTYPES,
+    MAX_DURATION_MS,
     MAX_NAME,
     MAX_SIZE_ELEMENTS,
     discovered_ns,
@@ -42,11 +43,12 @@ from frexport.decode.fields import (
 )
 from frexport.decode.json_decode import loads, typed_decodable
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
-from frexport.model.peer_rows import COLUMNS, FORMAT
-from frexport.model.untrack import untrack_plain, untracked_rows
+from frexport.model.peer_rows import COLUMNS, FORMAT, KIND_COLUMNS, NUMBER_COLUMNS
+from frexport.model.untrack import untrack_plain, untracked_rows, untracked_rows_of_kinds
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
 
 _N = len(COLUMNS)
+_NUMBERS = len(NUMBER_COLUMNS)
 _INT = {i for i, c in enumerate(COLUMNS) if c in ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id",
                                                    "time_created_ns")}
 _STR = {i for i, c in enumerate(COLUMNS) if c in ("pg_name", "pg_desc", "profiling_name", "backend", "op", "state")}
@@ -83,19 +85,31 @@ class PeerRank:
     # per group of pg_config, its members as checked runs where the peer sent them so (that group's
     # ranks are then None: the source expands each distinct list once, sources/peers.py)
     pg_runs: tuple[Runs | None, ...] | None = None
+    # the entries as the peer sent them in kinds (model/peer_rows.NUMBER_COLUMNS): (the entries, their
+    # templates, each one's kind, their number columns), what the decoders hand the view
+    kinds: Kinds | None = field(default=None, compare=False, repr=False)
 
     def __reduce__(self) -> tuple:
-        # the decoders hand ranks to the view pickled: the entries as columns, each a list the pickler
-        # writes in one pass (an Entry pickles through its class's Python __new__, field by field: of a
-        # 16384-rank view's first pass, ~9 CPU s in the decoders and ~8 in the view)
+        # the decoders hand ranks to the view pickled: the entries as their kinds and numbers where the peer
+        # sent them so (a busy rank's 20 new rows: 4 templates and 8 columns), else as columns, each a list
+        # the pickler writes in one pass (an Entry pickles through its class's Python __new__, field by field:
+        # of a 16384-rank view's first pass, ~9 CPU s in the decoders and ~8 in the view)
         fields = [getattr(self, f) for f in _PEER_RANK_FIELDS]
-        fields[_ENTRIES_AT] = list(zip(*self.entries))
+        kinds, fields[_KINDS_AT] = self.kinds, None
+        fields[_ENTRIES_AT] = kinds[1:] if kinds is not None and kinds[0] is self.entries else list(zip(*self.entries))
         return _peer_rank, (fields,)
+
+
+Kinds = tuple[tuple[Entry, ...], tuple[tuple, ...], tuple[int, ...], list[tuple]]
 
 
 def _peer_rank(fields: list) -> PeerRank:
     # (the view holds them for the whole window: model/untrack.py; the groups' status, new each pass)
-    fields[_ENTRIES_AT] = untracked_rows(Entry, fields[_ENTRIES_AT])
+    sent = fields[_ENTRIES_AT]
+    if type(sent) is tuple:  # (templates, kind_of, numbers)
+        fields[_ENTRIES_AT] = untracked_rows_of_kinds(Entry, sent[0], sent[1], sent[2], _NUMBER_SLOTS)
+    else:
+        fields[_ENTRIES_AT] = untracked_rows(Entry, sent)
     untrack_plain((fields[_PG_STATUS_AT],))
     return PeerRank(*fields)
 
@@ -103,6 +117,11 @@ def _peer_rank(fields: list) -> PeerRank:
 _PEER_RANK_FIELDS = tuple(f.name for f in dataclass_fields(PeerRank))
 _ENTRIES_AT = _PEER_RANK_FIELDS.index("entries")
 _PG_STATUS_AT = _PEER_RANK_FIELDS.index("pg_status")
+_KINDS_AT = _PEER_RANK_FIELDS.index("kinds")
+_NUMBER_SLOTS = tuple(Entry._fields.index(c) for c in NUMBER_COLUMNS)  # (COLUMNS' places: Entry's less the frames)
+_KIND_SLOTS = tuple(Entry._fields.index(c) for c in KIND_COLUMNS)
+_DISCOVERED_NUMBERS = [NUMBER_COLUMNS.index(c) for c in ("time_started_ns", "time_completed_ns")]
+_DURATION_NUMBER = NUMBER_COLUMNS.index("duration_ms")
 
 
 @dataclass
@@ -131,13 +150,13 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
             intern.clear()
     typed = _typed_body(body, max_ranks)
     if typed is not None:  # the columns' types held: the rows are checked tuples (module doc)
-        doc, raw_ranks, rows_of = typed, typed["ranks"], _typed_rows
+        doc, raw_ranks, typed_rows = typed, typed["ranks"], True
     else:
         try:
             doc = loads(body, source)  # the one JSON decoder (msgspec)
         except DecodeError as exc:
             raise DecodeError(source, "bad_peer_body", f"{exc.reason}: {exc.detail}") from None
-        raw_ranks, rows_of = (doc.get("ranks") if isinstance(doc, dict) else None), _rows
+        raw_ranks, typed_rows = (doc.get("ranks") if isinstance(doc, dict) else None), False
     try:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(raw_ranks, list):
             raise ValueError(f"not a format-{FORMAT} peers body")
@@ -150,7 +169,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
         dropped.note(f"{len(raw_ranks)} ranks in one body, over the {max_ranks} read")
     for r in raw_ranks[:max_ranks]:
         try:
-            pr = _rank(r, intern, rows_of)
+            pr = _rank(r, intern, typed_rows)
         except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError) as exc:
             dropped.ranks += 1
             dropped.note(f"a rank: {type(exc).__name__}: {exc}")
@@ -167,7 +186,7 @@ def parse_body(body: bytes, source: str, intern: dict | None = None,
     return now_ns or 0, out, dropped, doc.get("stall_suspected") is True
 
 
-def _rank(r: dict, intern: dict, rows_of: Callable[[Any, dict], tuple[list[Entry], int]]) -> PeerRank:
+def _rank(r: dict, intern: dict, typed: bool) -> PeerRank:
     rank = r["rank"]
     if not is_rank(rank):
         raise ValueError(f"rank {str(rank)[:24]}: no job has it (0 to {MAX_WORLD - 1})")
@@ -183,7 +202,15 @@ def _rank(r: dict, intern: dict, rows_of: Callable[[Any, dict], tuple[list[Entry
                           for n, d, ranks in groups)
         pg_runs = tuple(runs) if any(x is not None for x in runs) else None
     ws = r.get("world_size")
-    entries, bad = rows_of(r["entries"], intern)
+    kinds: Kinds | None = None
+    entries: Sequence[Entry]
+    if "kinds" in r:  # (model/peer_rows.NUMBER_COLUMNS)
+        if typed:
+            entries, bad, kinds = _typed_kind_rows(r["kinds"], r["entries"], intern)
+        else:
+            entries, bad = _rows(_kind_rows(r["kinds"], r["entries"]), intern)
+    else:
+        entries, bad = (_typed_rows if typed else _rows)(r["entries"], intern)
     dumped = r.get("dumped_at_ns")
     return PeerRank(rank, epoch, dumped if type(dumped) is int and 0 < dumped <= _HI else None,
                     ws if is_world_size(ws) else None, opt_int(r.get("first")), bool(r.get("full")),
@@ -194,7 +221,7 @@ def _rank(r: dict, intern: dict, rows_of: Callable[[Any, dict], tuple[list[Entry
                           for s in (r.get("pg_status") or ())[:MAX_GROUPS]
                           if isinstance(s, list) and len(s) == 4 and type(s[0]) is int and _LO <= s[0] <= _HI),
                     frozenset(str(h)[:64] for h in (r.get("handlers") or ())[:16]),
-                    tuple(entries), bad, pg_runs)
+                    tuple(entries), bad, pg_runs, kinds)
 
 
 def _rows(rows: list, intern: dict) -> tuple[list[Entry], int]:
@@ -206,6 +233,27 @@ def _rows(rows: list, intern: dict) -> tuple[list[Entry], int]:
         except (ValueError, TypeError, IndexError, OverflowError):
             bad += 1
     return entries, bad
+
+
+def _kind_rows(kinds: list, rows: list) -> list:
+    """Rows sent as kinds (model/peer_rows.NUMBER_COLUMNS), each as the whole row it stands for, for _rows: one
+    that is not [a kind's index, *numbers] stays None, which _rows drops and counts."""
+    if type(kinds) is not list or type(rows) is not list:
+        raise ValueError("kinds and their rows: not lists")
+    out: list[list | None] = []
+    for row in rows:
+        kind = kinds[row[0]] if type(row) is list and len(row) == _NUMBERS + 1 and type(row[0]) is int and \
+            0 <= row[0] < len(kinds) else None
+        if type(kind) is not list or len(kind) != _N - _NUMBERS:
+            out.append(None)
+            continue
+        whole = [None] * _N
+        for at, v in zip(_KIND_SLOTS, kind):
+            whole[at] = v
+        for at, v in zip(_NUMBER_SLOTS, row[1:]):
+            whole[at] = v
+        out.append(whole)
+    return out
 
 
 def _entry(row: list, intern: dict) -> Entry:
@@ -277,10 +325,21 @@ _COLUMN_TYPES: dict[str, Any] = {
     "time_completed_ns": _I64 | None, "duration_ms": float | None, "timeout_ms": _I64 | None,
     "thread_id": _NAME_T | None, "thread_name": _NAME_T | None}
 _ROWS = msgspec.json.Decoder(list[tuple[tuple(_COLUMN_TYPES[c] for c in COLUMNS)]])  # type: ignore[misc]
+# rows sent as kinds: each kind's columns, and each row's kind (an index: its bound is checked per rank) and numbers
+_KINDS = msgspec.json.Decoder(list[tuple[tuple(_COLUMN_TYPES[c] for c in KIND_COLUMNS)]])  # type: ignore[misc]
+_KIND_ROWS = msgspec.json.Decoder(list[tuple[(Annotated[int, msgspec.Meta(ge=0)],)  # type: ignore[misc]
+                                             + tuple(_COLUMN_TYPES[c] for c in NUMBER_COLUMNS)]])
 _PLAIN = msgspec.json.Decoder()
 # interned as well as the sizes: the dtypes, and the names every entry of a group repeats (one object
 # each, pickled once per body by the decoders and held once by the view)
 _SHARED = _DTYPES + sorted(_STR) + _THREAD
+# a kind's template (_template) is made of its columns, its shared ones interned, the numbers (None), the frames and
+# call site: in Entry's order by one itemgetter
+_SHARED_COLUMNS = tuple(COLUMNS[i] for i in _SIZES + _SHARED)
+_SHARED_OF = itemgetter(*(KIND_COLUMNS.index(c) for c in _SHARED_COLUMNS))
+_NO_NUMBERS = (None,) * len(NUMBER_COLUMNS) + _NO_FRAMES
+_PARTS = KIND_COLUMNS + tuple("interned " + c for c in _SHARED_COLUMNS) + NUMBER_COLUMNS + ("frames", "call_site")
+_KIND_PLACES = itemgetter(*(_PARTS.index("interned " + f if f in _SHARED_COLUMNS else f) for f in Entry._fields))
 
 
 class _Body(msgspec.Struct, gc=False):
@@ -305,12 +364,56 @@ def _typed_body(body: bytes, max_ranks: int) -> dict | None:
         doc = _BODY.decode(body)
         if doc.ranks is None:
             return None
-        ranks: list[Any] = [{k: _ROWS.decode(v) if k == "entries" else _PLAIN.decode(v) for k, v in r.items()}
-                            for r in doc.ranks[:max_ranks]]
+        ranks: list[Any] = [_typed_rank(r) for r in doc.ranks[:max_ranks]]
     except (msgspec.DecodeError, RecursionError):  # (a ValidationError is a DecodeError)
         return None
     ranks += doc.ranks[max_ranks:]  # (counted, never read)
     return {"format": doc.format, "now_ns": doc.now_ns, "stall_suspected": doc.stall_suspected, "ranks": ranks}
+
+
+def _typed_rank(r: dict[str, msgspec.Raw]) -> dict:
+    """A rank's fields, its rows (or kinds and rows) as typed tuples; raises a DecodeError where not of their
+    types, or where a row names a kind the rank did not send."""
+    if "kinds" not in r:
+        return {k: _ROWS.decode(v) if k == "entries" else _PLAIN.decode(v) for k, v in r.items()}
+    out = {k: _KIND_ROWS.decode(v) if k == "entries" else _KINDS.decode(v) if k == "kinds" else _PLAIN.decode(v)
+           for k, v in r.items()}
+    if out.get("entries") and max(map(itemgetter(0), out["entries"])) >= len(out["kinds"]):
+        raise msgspec.ValidationError("a row names no kind the rank sent")  # (the general way drops that row)
+    return out
+
+
+def _typed_kind_rows(kinds: list[tuple], rows: list[tuple],
+                     intern: dict) -> tuple[tuple[Entry, ...], int, Kinds | None]:
+    """_typed_rows for rows sent as kinds: each kind's template (its names and shapes interned, its dimensions
+    bounded) made once per body, the rows' numbers by the rules no type says column by column, each entry its
+    kind's template with its numbers (model/_rows.c); rows of a kind over MAX_SIZE_ELEMENTS dimensions dropped.
+    Also what the decoders hand the view (PeerRank.kinds)."""
+    templates = tuple(_template(kind, intern) for kind in kinds)
+    over = {k for k, t in enumerate(templates) if t is None}
+    kept = [row for row in rows if row[0] not in over] if over else rows
+    if not kept:
+        return (), len(rows), None
+    kind_of, *numbers = zip(*kept)
+    for j in _DISCOVERED_NUMBERS:
+        col = numbers[j]
+        if min(compress(col, map(is_not, col, repeat(None))), default=1) <= 0:
+            numbers[j] = tuple(None if v is not None and v <= 0 else v for v in col)  # (as _typed_rows)
+    col = numbers[_DURATION_NUMBER]
+    timed = list(compress(col, map(is_not, col, repeat(None))))
+    if timed and not (0 <= min(timed) and max(timed) < MAX_DURATION_MS):  # (floats: the type says so)
+        numbers[_DURATION_NUMBER] = tuple(None if v is None else duration_ms(v) for v in col)
+    entries = untracked_rows_of_kinds(Entry, templates, kind_of, numbers, _NUMBER_SLOTS)  # type: ignore[arg-type]
+    return entries, len(rows) - len(kept), (entries, templates, kind_of, numbers)  # type: ignore[return-value]
+
+
+def _template(kind: tuple, intern: dict) -> tuple | None:
+    """A kind's entry with its numbers None, its names and shapes interned (C-level steps: a body's ranks
+    have ~4 kinds each, rarely one another's, their threads apart); None where over MAX_SIZE_ELEMENTS
+    dimensions."""
+    shared = _SHARED_OF(kind)
+    t = _KIND_PLACES(kind + tuple(map(intern.setdefault, shared, shared)) + _NO_NUMBERS)
+    return None if sum(map(len, t[_SIZES[0]])) + sum(map(len, t[_SIZES[1]])) > MAX_SIZE_ELEMENTS else t
 
 
 def _typed_rows(rows: list[tuple], intern: dict) -> tuple[list[Entry], int]:

@@ -1,6 +1,6 @@
 """The peers endpoint: this sidecar's live window, for a job-level view (`frexport jobview`).
 
-    GET /api/v1/ranks?since=RANK:EPOCH:RECORD:NPG,...[&members=runs]
+    GET /api/v1/ranks?since=RANK:EPOCH:RECORD:NPG,...[&members=runs][&rows=kinds]
                                                     every local rank's latest snapshot, compact JSON
     GET /api/v1/ranks/RANK/handler/NAME             one of a few worker-server handlers of a local rank
 
@@ -11,9 +11,9 @@ back the oldest record it still holds unfinished (else its newest + 1) with the 
 only what is new or may have changed since its last pass. A rank whose epoch changed (restarted) is
 sent whole; the process groups only when the client holds another number of them (NPG: groups are
 only ever added, and a 4096-rank group's member list is large; with `members=runs` a long one goes as
-runs, model/peer_rows.py). The handler path is answered by
-the evidence stage's proxy (frexport/evidence/proxy.py: which handlers, py-spy's rate limit): this
-module only serves what the state and the proxy hand it.
+runs, and with `rows=kinds` each rank's rows as kinds and short rows, model/peer_rows.py). The handler path
+is answered by the evidence stage's proxy (frexport/evidence/proxy.py: which handlers, py-spy's rate
+limit): this module only serves what the state and the proxy hand it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import msgspec
 from frexport.evidence.proxy import HandlerProxy
 from frexport.live.state import LiveState
 from frexport.model.dump import Entry, RankDump
-from frexport.model.peer_rows import COLUMNS, FORMAT, RUNS_FROM, member_runs
+from frexport.model.peer_rows import COLUMNS, FORMAT, RUNS_FROM, by_kind, member_runs
 from frexport.model.rank_trace import window
 
 _HANDLER_PATH = re.compile(r"^/api/v1/ranks/(\d{1,9})/handler/([a-z_]{1,64})$")
@@ -55,24 +55,26 @@ class PeerApi:
             cursors = parse_cursors(query)
             if cursors is None:
                 return 400, b"bad since: expected since=RANK:EPOCH:RECORD:NPG,...\n", "text/plain"
-            return 200, self.ranks_body(cursors, runs="members=runs" in query.split("&")), "application/json"
+            asked = query.split("&")
+            return 200, self.ranks_body(cursors, "members=runs" in asked, "rows=kinds" in asked), "application/json"
         m = _HANDLER_PATH.match(path)
         if m:
             return self.proxy.fetch(int(m.group(1)), m.group(2))
         return 404, b"not found\n", "text/plain"
 
-    def ranks_body(self, cursors: dict[int, tuple[int, int, int]], runs: bool = False) -> bytes:
+    def ranks_body(self, cursors: dict[int, tuple[int, int, int]], runs: bool = False, kinds: bool = False) -> bytes:
         ranks = []
         for rank, (epoch, dump) in sorted(self.state.latest_epochs().items()):
             cur = cursors.get(rank)
             same = cur is not None and cur[0] == epoch
             ranks.append(self._rank(rank, epoch, dump, cur[1] if cur is not None and same else None,
-                                    not same or cur is None or cur[2] != len(dump.pg_config), runs))
+                                    not same or cur is None or cur[2] != len(dump.pg_config), runs, kinds))
         doc = {"format": FORMAT, "now_ns": time.time_ns(), "ranks": ranks,
                "stall_suspected": bool(self.stall_suspected is not None and self.stall_suspected())}
         return _encode(doc)
 
-    def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool, runs: bool) -> dict:
+    def _rank(self, rank: int, epoch: int, dump: RankDump, since: int | None, groups: bool, runs: bool,
+              kinds: bool) -> dict:
         held = window(dump.entries, self.window)  # (the analysis' window: C-level passes, as the rows below)
         sent = held if since is None else compress(held, map(le, repeat(since), map(_RECORD_ID, held)))
         handlers = self.proxy.served(rank)
@@ -82,6 +84,11 @@ class PeerApi:
             "version": dump.version_text, "comm_lib_version": dump.comm_lib_version,
             "pg_status": [list(s) for s in dump.pg_status], "handlers": handlers,
             "entries": list(map(_ROW, sent))}
+        if kinds:
+            try:
+                out["kinds"], out["entries"] = by_kind(out["entries"])  # type: ignore[arg-type]
+            except TypeError:  # (a value that cannot be hashed: the rows go whole, which the client reads too)
+                pass
         if groups:
             out["pg_config"] = [[c.name, c.desc, self._members(c.ranks, runs)] for c in dump.pg_config]
         return out

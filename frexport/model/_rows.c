@@ -419,6 +419,69 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* entries_from(entry_type, templates, kind_of, numbers, slots): a tuple of entry_type rows (entries' rule), row i
+ * being templates[kind_of[i]] with item i of numbers[j] at position slots[j]. A peer's rows sent as kinds
+ * (decode/peer_rows.py): each distinct kind's fields once, each row its kind and its numbers, so the decoders
+ * pickle a rank's ~20 new rows as 4 templates and 8 short columns, and the view builds them here, untracked
+ * where entries would untrack them. NotImplemented where a template is not a tuple of `fields` items, a column
+ * is not a tuple of kind_of's length, a slot is outside the fields, or a kind is not an index of templates. */
+static PyObject *entries_from(PyObject *self, PyObject *args) {
+    PyObject *type_obj, *templates, *kind_of, *numbers, *slots;
+    Py_ssize_t fields;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!n", &type_obj, &PyTuple_Type, &templates, &PyTuple_Type, &kind_of,
+                          &PyList_Type, &numbers, &PyTuple_Type, &slots, &fields))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    Py_ssize_t kinds = PyTuple_GET_SIZE(templates), n = PyTuple_GET_SIZE(kind_of);
+    Py_ssize_t m = PyList_GET_SIZE(numbers), at[64];
+    if (!PyType_Check(type_obj) || !PyType_IsSubtype(type, &PyTuple_Type) ||
+        type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
+        type->tp_dictoffset != 0 || m != PyTuple_GET_SIZE(slots) || m > 64)
+        Py_RETURN_NOTIMPLEMENTED;
+    for (Py_ssize_t k = 0; k < kinds; k++) {
+        PyObject *t = PyTuple_GET_ITEM(templates, k);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != fields)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *col = PyList_GET_ITEM(numbers, j), *slot = PyTuple_GET_ITEM(slots, j);
+        if (!PyTuple_CheckExact(col) || PyTuple_GET_SIZE(col) != n || !PyLong_CheckExact(slot))
+            Py_RETURN_NOTIMPLEMENTED;
+        at[j] = PyLong_AsSsize_t(slot);
+        if (at[j] < 0 || at[j] >= fields) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {  /* checked first: nothing is built for rows the Python way reads */
+        PyObject *k = PyTuple_GET_ITEM(kind_of, i);
+        Py_ssize_t v = PyLong_CheckExact(k) ? PyLong_AsSsize_t(k) : -1;
+        if (v < 0 || v >= kinds) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    PyObject *out = PyTuple_New(n);
+    int all = 1;
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(templates, PyLong_AsSsize_t(PyTuple_GET_ITEM(kind_of, i)));
+        PyObject *e = type->tp_alloc(type, fields);
+        if (e == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        for (Py_ssize_t f = 0; f < fields; f++)
+            PyTuple_SET_ITEM(e, f, Py_NewRef(PyTuple_GET_ITEM(t, f)));
+        for (Py_ssize_t j = 0; j < m; j++)
+            Py_SETREF(((PyTupleObject *)e)->ob_item[at[j]], Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(numbers, j), i)));
+        all &= untracked(e, 0);
+        PyTuple_SET_ITEM(out, i, e);
+    }
+    if (out != NULL && all)
+        PyObject_GC_UnTrack(out);
+    return out;
+}
+
 /* edge_facts(entries, pg_name_at, created_at, started_at, completed_at, timeout_at, backend_at, state_at,
  * scheduled): rank_trace.EdgeFacts.of's six columns: pg_name, the times and timeout as array('q') (0 where
  * None: read where they lie, the header's sample is contiguous), the backend where the state is not
@@ -1433,6 +1496,8 @@ static PyMethodDef methods[] = {
     {"untrack", untrack, METH_O, "untrack(objects): the plain tuples among them out of the cyclic collector's lists"},
     {"entries", entries_of, METH_VARARGS, "entries(entry_type, columns, fields) -> a tuple of entry_type rows, "
                                           "untracked where plain, or NotImplemented"},
+    {"entries_from", entries_from, METH_VARARGS, "entries_from(entry_type, templates, kind_of, numbers, slots, fields) "
+                                                 "-> a tuple of entry_type rows, or NotImplemented"},
     {"edge_facts", edge_facts, METH_VARARGS, "edge_facts(entries, field positions..., scheduled) -> six columns, or "
                                              "NotImplemented"},
     {"recent_p2p", recent_p2p, METH_VARARGS, "recent_p2p(ops, keep, finished) -> the recent ops, or NotImplemented"},

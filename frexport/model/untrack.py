@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import import_module
 from itertools import repeat
+from operator import itemgetter
 from types import ModuleType
 from typing import TypeVar
 
@@ -40,6 +41,23 @@ def untracked_rows(row_type: type[T], columns: list[tuple]) -> tuple[T, ...]:
     rows = tuple(map(tuple.__new__, repeat(row_type), zip(*columns)))
     untrack_plain((rows,))
     return rows
+
+
+def untracked_rows_of_kinds(row_type: type[T], templates: tuple[tuple, ...], kind_of: tuple[int, ...],
+                            numbers: list[tuple], slots: tuple[int, ...]) -> tuple[T, ...]:
+    """Row i as `templates[kind_of[i]]` with item i of `numbers[j]` at field `slots[j]`, untracked as
+    untracked_rows takes them: a peer's rows sent as kinds (decode/peer_rows.py), built in one step in
+    model/_rows.c (a kind index out of range raises IndexError)."""
+    fields = len(row_type._fields)  # type: ignore[attr-defined]
+    if _rows is not None:
+        out = _rows.entries_from(row_type, templates, kind_of, numbers, slots, fields)
+        if out is not NotImplemented:
+            return out
+    kinds = [templates[k] for k in kind_of]
+    columns = [tuple(map(itemgetter(f), kinds)) for f in range(fields)]
+    for at, column in zip(slots, numbers):
+        columns[at] = column
+    return untracked_rows(row_type, columns)
 
 
 def _load() -> ModuleType | None:

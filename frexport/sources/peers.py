@@ -228,7 +228,7 @@ class PeersSource:
         """The request for a peer's ranks: from the cursor of each rank held, only what came after."""
         cursors = ",".join(f"{r}:{h.epoch}:{h.cursor}:{len(h.pg_config)}" for r, h in self._held_by_peer.get(peer, ())
                            if h.entries)
-        return "/api/v1/ranks?members=runs" + (f"&since={cursors}" if cursors else "")
+        return "/api/v1/ranks?members=runs&rows=kinds" + (f"&since={cursors}" if cursors else "")
 
     def _take(self, answers: list[_Answer], peers: frozenset[str]) -> list[Snapshot]:
         """Answers of this pass -> snapshots of the ranks each peer owns, within its share."""

@@ -1,5 +1,6 @@
 """A peer's body read the typed way (msgspec checks each row's columns in C) gives exactly what the
-general way gives, row by row; it may only decline, and then the general way reads the body.
+general way gives, row by row; it may only decline, and then the general way reads the body. So does a body
+whose rows come as kinds (`rows=kinds`), which the general way reads as the whole rows they stand for.
 
 The body is a real sidecar's (PeerApi over a LiveState of a job with p2p ops, NCCL timing, an
 unfinished op and a second group); hostile values are put in random columns of random rows, and in
@@ -9,6 +10,7 @@ reads: the peer's clock, every rank and its entries, what was dropped and why, t
 same DecodeError.
 """
 
+import gc
 import json
 import pickle
 import time
@@ -26,7 +28,7 @@ from frexport.decode.normalize import normalize
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
 from frexport.model.dump import Entry
-from frexport.model.peer_rows import COLUMNS
+from frexport.model.peer_rows import COLUMNS, KIND_COLUMNS, NUMBER_COLUMNS
 from tests.support.examples import examples
 from tests.support.synth import dump, entry, healthy_job
 
@@ -48,15 +50,17 @@ def _job() -> dict[int, list[dict]]:
     return job
 
 
-def _body() -> dict:
+def _sidecar() -> PeerApi:
     state, now = LiveState(), time.time_ns()
     for r, es in _job().items():
         state.ingest(normalize(dump(es, world=2, groups={"1": ("pp", [0, 1])}), f"rank {r}", "pickle", rank=r,
                                dumped_at_ns=now, keep_frames=False), "test", now)
-    return json.loads(PeerApi(state, 256).ranks_body({}, runs=True))
+    return PeerApi(state, 256)
 
 
-BODY = _body()
+SIDECAR = _sidecar()
+BODY = json.loads(SIDECAR.ranks_body({}, runs=True))
+KINDS_BODY = json.loads(SIDECAR.ranks_body({}, runs=True, kinds=True))  # (rows=kinds: model/peer_rows.py)
 
 
 def _general(body: bytes, max_ranks: int):
@@ -145,5 +149,80 @@ def test_ranks_cross_from_the_decoders_to_the_view_as_they_were_read():
     assert back == ranks and back[2].entries == ()
     assert {type(e) for r in back for e in r.entries} == {Entry}
     for field in ("pg_name", "state", "input_dtypes", "input_sizes"):
+        values = {getattr(e, field) for r in ranks for e in r.entries}
+        assert len({id(getattr(e, field)) for r in back for e in r.entries}) == len(values), field
+
+
+def test_a_sidecar_asked_for_kinds_sends_less_and_the_view_reads_the_same_ranks():
+    """A view asks for rows as kinds; a pod of an older frexport ignores the parameter and sends whole rows:
+    both read as the same ranks, entry for entry."""
+    status, kinds, _ = SIDECAR.handle("/api/v1/ranks", "members=runs&rows=kinds")
+    _, whole, _ = SIDECAR.handle("/api/v1/ranks", "members=runs")
+    assert status == 200 and len(kinds) < 0.75 * len(whole)
+    assert all(len(r["kinds"]) < len(r["entries"]) for r in json.loads(kinds)["ranks"])
+    assert peer_rows._typed_body(kinds, 10) is not None
+    (_, ranks, dropped, _), (_, expected, _, _) = _outcome(kinds, 10), _outcome(whole, 10)
+    assert ranks == expected and dropped.rows == 0 and [len(r.entries) for r in ranks] == [8, 8]
+    assert {type(e) for r in ranks for e in r.entries} == {Entry}
+
+
+_K, _R = len(KIND_COLUMNS), len(NUMBER_COLUMNS) + 1
+_kind_edits = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, _K - 1),
+                                 st.integers(0, len(HOSTILE) - 1)), max_size=3)
+_short_edits = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 7), st.integers(0, _R),
+                                  st.integers(0, len(HOSTILE) - 1)), max_size=3)
+
+
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_kind_edits, _short_edits, st.sampled_from([None, 0, 1, 2]), st.sampled_from([1, 2, 10]))
+@example([], [(0, 3, 0, HOSTILE.index(7))], None, 10)  # a row naming a kind the rank did not send
+@example([], [(1, 2, 0, HOSTILE.index(-1))], None, 10)  # a negative kind
+@example([], [(0, 1, 0, HOSTILE.index(True))], None, 10)  # a boolean is no kind
+@example([], [(0, 4, _R, HOSTILE.index(0))], None, 10)  # a row one column too long
+@example([(0, 0, KIND_COLUMNS.index("input_sizes"), len(HOSTILE) - 1)], [], None, 10)  # a kind over the bound
+@example([], [(0, 0, 1 + NUMBER_COLUMNS.index("time_started_ns"), HOSTILE.index(0))], None, 10)  # not yet
+@example([], [(1, 1, 1 + NUMBER_COLUMNS.index("duration_ms"), HOSTILE.index(1e16))], None, 10)  # past the bound
+@example([], [(1, 1, 1 + NUMBER_COLUMNS.index("duration_ms"), HOSTILE.index(7))], None, 10)  # an integer one
+@example([], [], 1, 10)  # "kinds" not a list
+def test_rows_sent_as_kinds_are_read_the_typed_way_as_the_general_way_reads_them(kind_edits, short_edits,
+                                                                                  kinds_value, max_ranks):
+    doc = json.loads(json.dumps(KINDS_BODY))
+    for r, k, column, value in kind_edits:
+        kinds = doc["ranks"][r]["kinds"]
+        kinds[k % len(kinds)][column] = HOSTILE[value]
+    for r, i, column, value in short_edits:
+        row = doc["ranks"][r]["entries"][i]
+        if column < len(row):
+            row[column] = HOSTILE[value]
+        else:
+            row.append(HOSTILE[value])
+    if kinds_value is not None:
+        doc["ranks"][0]["kinds"] = HOSTILE[kinds_value]
+    body = json.dumps(doc).encode()
+    assert _outcome(body, max_ranks) == _general(body, max_ranks)
+
+
+@pytest.mark.parametrize("kind", [7, -1, True, "0", None, 0.0])
+def test_a_row_naming_no_kind_is_dropped_and_counted_the_others_read(kind):
+    doc = json.loads(json.dumps(KINDS_BODY))
+    doc["ranks"][0]["entries"][3][0] = kind
+    _now, ranks, dropped, _suspected = _outcome(json.dumps(doc).encode(), 10)
+    assert dropped.rows == 1 and [len(r.entries) for r in ranks] == [7, 8]
+    assert [e.record_id for e in ranks[0].entries] == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_ranks_read_from_kinds_cross_from_the_decoders_to_the_view_as_they_were_read():
+    """The decoders hand the view a rank read from kinds as its templates and numbers: the same entries come
+    out, untracked, each name and shape one object; a rank whose entries were replaced since crosses with its own."""
+    _now, ranks, _dropped, _suspected = _outcome(json.dumps(KINDS_BODY).encode(), 10)
+    _now, whole, _dropped, _suspected = _outcome(json.dumps(BODY).encode(), 10)
+    assert all(r.kinds is not None for r in ranks)
+    assert len(ForkingPickler.dumps(ranks)) < len(ForkingPickler.dumps(whole))  # (what the view reads, less)
+    ranks += [replace(ranks[0], rank=5, entries=()), replace(ranks[1], rank=6, entries=ranks[1].entries[2:4])]
+    back = pickle.loads(ForkingPickler.dumps(ranks))
+    assert back == ranks and [len(r.entries) for r in back] == [8, 8, 0, 2]
+    assert {type(e) for r in back for e in r.entries} == {Entry} and all(r.kinds is None for r in back)
+    assert not any(gc.is_tracked(e) for r in back for e in (r.entries, *r.entries))
+    for field in ("pg_name", "state", "thread_id", "input_dtypes", "input_sizes"):
         values = {getattr(e, field) for r in ranks for e in r.entries}
         assert len({id(getattr(e, field)) for r in back for e in r.entries}) == len(values), field

@@ -7,13 +7,15 @@ import pickle
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
+import pytest
+
 from frexport.decode.normalize import normalize
 from frexport.decode.peer_rows import parse_body
 from frexport.export.peer_api import PeerApi
 from frexport.live.state import LiveState
 from frexport.model import untrack
 from frexport.model.dump import Entry
-from frexport.model.untrack import untrack_plain, untracked_rows
+from frexport.model.untrack import untrack_plain, untracked_rows, untracked_rows_of_kinds
 from tests.support.synth import dump, entry, healthy_job
 
 
@@ -82,3 +84,25 @@ def test_the_ranks_the_decoders_hand_the_view_come_untracked():
     # the groups' status too: new objects every pass, each walked by the young collection after it
     assert all(r.pg_status for r in back)
     assert not any(gc.is_tracked(s) for r in back for s in (r.pg_status, *r.pg_status))
+
+
+def test_rows_made_from_kinds_are_their_templates_with_their_numbers_untracked_where_plain(monkeypatch):
+    """A peer's rows sent as kinds (decode/peer_rows.py): row i is its kind's template with its own numbers in
+    their fields, the same rows with or without the C, untracked where plain; a kind out of range is an error."""
+    entries = _entries()
+    slots = (Entry._fields.index("record_id"), Entry._fields.index("time_created_ns"))
+    templates = (entries[0]._replace(record_id=None, time_created_ns=None), tuple(entries[3]))
+    kind_of, numbers = (0, 1, 1, 0), [(10, 11, 12, 13), (100, None, 102, 103)]
+    expected = tuple(templates[k]._replace(record_id=r, time_created_ns=t) if k == 0 else
+                     Entry(*templates[1])._replace(record_id=r, time_created_ns=t)
+                     for k, r, t in zip(kind_of, *numbers))
+    rows = untracked_rows_of_kinds(Entry, templates, kind_of, numbers, slots)
+    assert rows == expected and {type(e) for e in rows} == {Entry}
+    assert not any(gc.is_tracked(e) for e in (rows, *rows))
+    assert untracked_rows_of_kinds(Entry, templates, (), [(), ()], slots) == ()
+    with pytest.raises(IndexError):  # (the C declines it, the Python way raises)
+        untracked_rows_of_kinds(Entry, templates, (0, 2), [(1, 2), (3, 4)], slots)
+    monkeypatch.setattr(untrack, "_rows", None)  # no C at all: the same rows
+    assert untracked_rows_of_kinds(Entry, templates, kind_of, numbers, slots) == expected
+    with pytest.raises(IndexError):
+        untracked_rows_of_kinds(Entry, templates, (0, 2), [(1, 2), (3, 4)], slots)
