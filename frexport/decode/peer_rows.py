@@ -16,6 +16,10 @@ the rules: the typed way only ever accepts less, and gives the same ranks where 
 (tests/unit/decode/test_peer_rows_typed.py). Sizes and dtypes are interned (`intern`, kept by the
 caller across bodies): equal shapes are one object, which is also what lets the trace builder key
 signatures by identity.
+
+A rank's rows may come as kinds (`rows=kinds`, model/peer_rows.NUMBER_COLUMNS): the general way reads each
+as the whole row it stands for (`_kind_rows`), the typed way makes each kind's entry once and writes each
+row's numbers into it (`_typed_kind_rows`), by the same rules.
 """
 
 from __future__ import annotations
@@ -389,8 +393,8 @@ def _typed_kind_rows(kinds: list[tuple], rows: list[tuple],
     bounded) made once per body, the rows' numbers by the rules no type says column by column, each entry its
     kind's template with its numbers (model/_rows.c); rows of a kind over MAX_SIZE_ELEMENTS dimensions dropped.
     Also what the decoders hand the view (PeerRank.kinds)."""
-    templates = tuple(_template(kind, intern) for kind in kinds)
-    over = {k for k, t in enumerate(templates) if t is None}
+    templates = tuple(_template(kind, intern) for kind in kinds)  # (None for a kind over the bound: no row kept
+    over = {k for k, t in enumerate(templates) if t is None}     # names it, and the C then leaves it to Python)
     kept = [row for row in rows if row[0] not in over] if over else rows
     if not kept:
         return (), len(rows), None

@@ -226,3 +226,15 @@ def test_ranks_read_from_kinds_cross_from_the_decoders_to_the_view_as_they_were_
     for field in ("pg_name", "state", "thread_id", "input_dtypes", "input_sizes"):
         values = {getattr(e, field) for r in ranks for e in r.entries}
         assert len({id(getattr(e, field)) for r in back for e in r.entries}) == len(values), field
+
+
+def test_a_rank_whose_rows_cannot_be_grouped_by_kind_is_sent_whole():
+    """A value no kind can be keyed by (a list: normalize never makes one, so the state is filled by hand
+    here) sends that rank's rows whole instead of failing the answer, and the view reads them."""
+    state, now = LiveState(), time.time_ns()
+    d = normalize(dump(_job()[0], world=2), "rank 0", "pickle", rank=0, dumped_at_ns=now, keep_frames=False)
+    state.ingest(replace(d, entries=(d.entries[0]._replace(input_sizes=[[4, 4]]), *d.entries[1:])), "test", now)
+    _, body, _ = PeerApi(state, 256).handle("/api/v1/ranks", "rows=kinds")
+    assert "kinds" not in json.loads(body)["ranks"][0]
+    _now, (rank,), dropped, _suspected = _outcome(body, 10)
+    assert dropped.rows == 0 and rank.entries[0].input_sizes == ((4, 4),) and len(rank.entries) == len(d.entries)
