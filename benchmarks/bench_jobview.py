@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             source.serve_ahead()  # (the pods' CPU, shown apart)
         before = source.bytes_total
         wall, t0, d0, gc0 = time.perf_counter(), time.process_time(), decoders_cpu_s(pods), collector.total
+        started = decoder.started
         snaps = source.collect()
         served = source.served_s - served
         t1 = time.process_time()
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                      "gc_s": round(collector.total - gc0, 2), "decoders_s": round(decoding, 2),
                      "wall_s": round(wall, 2), "bytes": moved,
                      "snapshots": len(snaps), "root_causes": roots[:2],
+                     "decoders_started": decoder.started - started,  # (a replaced worker starts an interpreter)
                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024})
         if parts is not None:
             rows[-1]["parts"] = parts.take()
@@ -283,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
           f"full JSON dumps of these ranks: {job['full_json'] / 1e6:.0f} MB; CPU seconds in the view's process "
           f"(the decoders' and the wall time apart)")
     for row in rows:
+        restarted = f" ({row['decoders_started']} started)" if row["decoders_started"] else ""
         print(f"  {row['pass']:9}  [pods serving {row['pods_serving_s']:5.2f} s]  gather {row['gather_s']:5.2f} s"
               f"  ingest {row['ingest_s']:5.2f} s  analysis "
               f"{row['analysis_s']:5.2f} s  total {row['total_s']:5.2f} s (gc {row['gc_s']:4.2f} s)  "
-              f"[decoders {row['decoders_s']:5.2f} s, "
+              f"[decoders {row['decoders_s']:5.2f} s{restarted}, "
               f"wall {row['wall_s']:5.2f} s]  "
               f"moved {row['bytes'] / 1e6:7.1f} MB ({row['bytes'] / job['full_json']:.1%} of full dumps)  "
               f"{row['root_causes']}  [peak RSS {row['peak_rss_mb']} MB]")

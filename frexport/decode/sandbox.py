@@ -347,6 +347,7 @@ class DecoderPool:
         self._cond = threading.Condition()
         self._ctx: mp.context.ForkContext | mp.context.SpawnContext | None = None
         self._closed = False
+        self.started = 0  # workers started so far (the first ones and every replacement)
 
     def start(self) -> None:
         """Start one worker now: raises SandboxUnavailable where no memory limit can be set."""
@@ -359,6 +360,7 @@ class DecoderPool:
             self._ctx = _context()
         with self._cond:
             self._count += 1
+            self.started += 1
         try:
             w = _Worker(self._ctx, call, self.limits)
             self.limit_problem = w.hello(self.limits) or self.limit_problem

@@ -20,6 +20,9 @@ def test_the_scale_benchmark_names_the_culprit_on_its_pass_with_the_pods_apart()
     rows = json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith("[")))
     assert [r["pass"] for r in rows] == ["first", "steady 1", "steady 2"]
     assert all(r["snapshots"] == 64 and r["bytes"] > 0 for r in rows), rows  # every pod read, every pass
+    # the decoders a pass started (a new interpreter each): the first pass starts the pool's, the later none here
+    assert rows[0]["decoders_started"] >= 1 and [r["decoders_started"] for r in rows[1:]] == [0, 0], rows
+    assert "started)" in out.stdout.split("\n  steady")[0]
     due, named = map(int, re.search(r"first shows on pass (\d+); the culprit is named on pass (\d+)",
                                     out.stdout).groups())
     assert named == due, out.stdout

@@ -48,11 +48,12 @@ def test_a_worker_is_replaced_when_its_memory_grew_not_after_a_count_of_small_it
     pool = DecoderPool(1, Limits(require_memory_limit=False), recycle_after=3, recycle_rss_bytes=48 << 20)
     try:
         pids = {pool.run(_Pid()) for _ in range(10)}  # small items: past recycle_after, the same worker
-        assert len(pids) == 1
+        assert len(pids) == 1 and pool.started == 1
         assert pool.run(_Grow()) in pids  # this item grew it past the bound: replaced after it
         assert pool.run(_Pid()) not in pids
         for _ in range(3):  # replaced again and again: each one's files (its memory's too) closed with it
             pool.run(_Grow())
+        assert pool.started == 4  # (each replacement starts at the next item: bench_jobview.py counts them)
     finally:
         pool.close()
     assert len(os.listdir("/proc/self/fd")) == fds
