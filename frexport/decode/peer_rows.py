@@ -47,7 +47,7 @@ from frexport.decode.fields import (
 )
 from frexport.decode.json_decode import loads, typed_decodable
 from frexport.model.dump import Entry, ProcessGroupConfig, ProcessGroupStatus
-from frexport.model.peer_rows import COLUMNS, FORMAT, KIND_COLUMNS, NUMBER_COLUMNS
+from frexport.model.peer_rows import COLUMNS, FORMAT, KIND_AT, KIND_COLUMNS, NUMBER_AT, NUMBER_COLUMNS
 from frexport.model.untrack import untrack_plain, untracked_rows, untracked_rows_of_kinds
 from frexport.model.world import MAX_WORLD, is_rank, is_world_size
 
@@ -122,8 +122,7 @@ _PEER_RANK_FIELDS = tuple(f.name for f in dataclass_fields(PeerRank))
 _ENTRIES_AT = _PEER_RANK_FIELDS.index("entries")
 _PG_STATUS_AT = _PEER_RANK_FIELDS.index("pg_status")
 _KINDS_AT = _PEER_RANK_FIELDS.index("kinds")
-_NUMBER_SLOTS = tuple(Entry._fields.index(c) for c in NUMBER_COLUMNS)  # (COLUMNS' places: Entry's less the frames)
-_KIND_SLOTS = tuple(Entry._fields.index(c) for c in KIND_COLUMNS)
+_NUMBER_SLOTS, _KIND_SLOTS = NUMBER_AT, KIND_AT  # (COLUMNS' places are Entry's: it is Entry's less the frames)
 _DISCOVERED_NUMBERS = [NUMBER_COLUMNS.index(c) for c in ("time_started_ns", "time_completed_ns")]
 _DURATION_NUMBER = NUMBER_COLUMNS.index("duration_ms")
 
@@ -400,15 +399,25 @@ def _typed_kind_rows(kinds: list[tuple], rows: list[tuple],
         return (), len(rows), None
     kind_of, *numbers = zip(*kept)
     for j in _DISCOVERED_NUMBERS:
-        col = numbers[j]
-        if min(compress(col, map(is_not, col, repeat(None))), default=1) <= 0:
-            numbers[j] = tuple(None if v is not None and v <= 0 else v for v in col)  # (as _typed_rows)
-    col = numbers[_DURATION_NUMBER]
-    timed = list(compress(col, map(is_not, col, repeat(None))))
-    if timed and not (0 <= min(timed) and max(timed) < MAX_DURATION_MS):  # (floats: the type says so)
-        numbers[_DURATION_NUMBER] = tuple(None if v is None else duration_ms(v) for v in col)
+        numbers[j] = _discovered(numbers[j])
+    numbers[_DURATION_NUMBER] = _durations(numbers[_DURATION_NUMBER])
     entries = untracked_rows_of_kinds(Entry, templates, kind_of, numbers, _NUMBER_SLOTS)  # type: ignore[arg-type]
     return entries, len(rows) - len(kept), (entries, templates, kind_of, numbers)  # type: ignore[return-value]
+
+
+def _discovered(col: tuple) -> tuple:
+    """A typed column of discovery times by fields.discovered_ns (0 or less: "not yet"), column-wise."""
+    if min(compress(col, map(is_not, col, repeat(None))), default=1) > 0:
+        return col
+    return tuple(None if v is not None and v <= 0 else v for v in col)
+
+
+def _durations(col: tuple) -> tuple:
+    """A typed column of durations (floats: the type says so) by fields.duration_ms, column-wise."""
+    timed = list(compress(col, map(is_not, col, repeat(None))))
+    if not timed or (0 <= min(timed) and max(timed) < MAX_DURATION_MS):
+        return col
+    return tuple(None if v is None else duration_ms(v) for v in col)
 
 
 def _template(kind: tuple, intern: dict) -> tuple | None:
@@ -429,12 +438,8 @@ def _typed_rows(rows: list[tuple], intern: dict) -> tuple[list[Entry], int]:
         return [], 0
     cols: list = list(zip(*rows))
     for i in _DISCOVERED:
-        col = cols[i]
-        if min(compress(col, map(is_not, col, repeat(None))), default=1) <= 0:
-            cols[i] = [None if v is not None and v <= 0 else v for v in col]  # (discovered_ns: 0 is "not yet")
-    col = cols[_DURATION]
-    if any(map(is_not, col, repeat(None))):
-        cols[_DURATION] = [None if v is None else duration_ms(v) for v in col]
+        cols[i] = _discovered(cols[i])
+    cols[_DURATION] = _durations(cols[_DURATION])
     for i in _SIZES + _SHARED:
         col = cols[i]
         cols[i] = list(map(intern.setdefault, col, col))

@@ -345,10 +345,14 @@ static PyObject *append(PyObject *self, PyObject *args) {
  * never untracks, so every collection walks every field of every Entry the view holds. Untracking can
  * only make the collector more cautious (an untracked object's references keep what they refer to), and
  * a tuple of untracked items is in no cycle but through its own class. */
-static int plain_tuple(PyObject *o) {
-    PyTypeObject *t = Py_TYPE(o);
-    return PyTuple_Check(o) && t->tp_basicsize == PyTuple_Type.tp_basicsize &&
+/* a tuple or a subclass with no fields of its own (a NamedTuple): laid out as a tuple */
+static int plain_tuple_type(PyTypeObject *t) {
+    return PyType_IsSubtype(t, &PyTuple_Type) && t->tp_basicsize == PyTuple_Type.tp_basicsize &&
            t->tp_itemsize == PyTuple_Type.tp_itemsize && t->tp_dictoffset == 0;
+}
+
+static int plain_tuple(PyObject *o) {
+    return PyTuple_Check(o) && plain_tuple_type(Py_TYPE(o));
 }
 
 static int untracked(PyObject *o, int depth) {
@@ -387,9 +391,7 @@ static PyObject *entries_of(PyObject *self, PyObject *args) {
         return NULL;
     PyTypeObject *type = (PyTypeObject *)type_obj;
     Py_ssize_t k = PyList_GET_SIZE(columns);
-    if (!PyType_Check(type_obj) || !PyType_IsSubtype(type, &PyTuple_Type) ||
-        type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
-        type->tp_dictoffset != 0 || (k != fields && k != 0))
+    if (!PyType_Check(type_obj) || !plain_tuple_type(type) || (k != fields && k != 0))
         Py_RETURN_NOTIMPLEMENTED;
     Py_ssize_t n = k ? -1 : 0;
     for (Py_ssize_t c = 0; c < k; c++) {
@@ -434,9 +436,7 @@ static PyObject *entries_from(PyObject *self, PyObject *args) {
     PyTypeObject *type = (PyTypeObject *)type_obj;
     Py_ssize_t kinds = PyTuple_GET_SIZE(templates), n = PyTuple_GET_SIZE(kind_of);
     Py_ssize_t m = PyList_GET_SIZE(numbers), at[64];
-    if (!PyType_Check(type_obj) || !PyType_IsSubtype(type, &PyTuple_Type) ||
-        type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize ||
-        type->tp_dictoffset != 0 || m != PyTuple_GET_SIZE(slots) || m > 64)
+    if (!PyType_Check(type_obj) || !plain_tuple_type(type) || m != PyTuple_GET_SIZE(slots) || m > 64)
         Py_RETURN_NOTIMPLEMENTED;
     for (Py_ssize_t k = 0; k < kinds; k++) {
         PyObject *t = PyTuple_GET_ITEM(templates, k);

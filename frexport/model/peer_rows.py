@@ -23,6 +23,7 @@ COLUMNS: tuple[str, ...] = tuple(f for f in Entry._fields if f not in ("frames",
 NUMBER_COLUMNS: tuple[str, ...] = ("record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns",
                                    "time_started_ns", "time_completed_ns", "duration_ms")
 KIND_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c not in NUMBER_COLUMNS)
+KIND_AT, NUMBER_AT = (tuple(COLUMNS.index(c) for c in names) for names in (KIND_COLUMNS, NUMBER_COLUMNS))
 
 
 def collision_text(owner: str | None) -> str:
@@ -60,8 +61,7 @@ def expand_runs(runs: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(r for first, count, step in runs for r in range(first, first + count * step, step))
 
 
-_KIND_OF = itemgetter(*(COLUMNS.index(c) for c in KIND_COLUMNS))
-_NUMBERS_OF = itemgetter(*(COLUMNS.index(c) for c in NUMBER_COLUMNS))
+_KIND_OF, _NUMBERS_OF = itemgetter(*KIND_AT), itemgetter(*NUMBER_AT)
 
 
 def by_kind(rows: Iterable[tuple]) -> tuple[list[tuple], list[list]]:
