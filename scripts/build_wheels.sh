@@ -46,10 +46,11 @@ if ! "$PYTHON" -c 'import re, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 sys.exit(not all(any(re.fullmatch(p, n) for n in names) for p in (r"frexport/decode/_scan\..*\.so", r"frexport/model/_rows\..*\.so",
                                                                    r"frexport/model/_runs\..*\.so",
+                                                                   r"frexport/analysis/_matching\..*\.so",
                                                                    r"frexport/analysis/_straggler\..*\.so")))' \
     "${wheels[0]}"; then
   grep -i -A3 "warning\|error" "$WORK/build.log" | tail -20 >&2
-  echo "build_wheels: a compiled part (scanner, rows' appender, stragglers' loops) did not build (a C compiler and Python's headers are needed)" >&2
+  echo "build_wheels: a compiled part (scanner, rows' appender, passes in runs, matching, stragglers' loops) did not build (a C compiler and Python's headers are needed)" >&2
   exit 1
 fi
 "$PYTHON" -m auditwheel show "${wheels[0]}" >&2

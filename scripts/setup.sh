@@ -51,6 +51,9 @@ quiet .venv/bin/python -m pip install -e '.[test,otlp,auth]'
 # and the passes over a snapshot's entries in runs (frexport/model/_runs.c: the live state's ingest)
 .venv/bin/python -c 'from frexport.model import entry_runs; assert entry_runs._compiled is not None' 2>/dev/null \
   || { echo "setup: the compiled passes in runs did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
+# and the engine's per-group matching (frexport/analysis/_matching.c: the job view's engine; the tests compare both paths)
+.venv/bin/python -c 'from frexport.analysis import matching; assert matching._compiled is not None' 2>/dev/null \
+  || { echo "setup: the compiled matching did not build (is gcc installed? Python's headers?)" >&2; exit 1; }
 # and the stragglers' loops (frexport/analysis/_straggler.c: the job view's engine; the tests compare both paths)
 .venv/bin/python -c 'from frexport.analysis import straggler; assert straggler._compiled is not None' 2>/dev/null \
   || { echo "setup: the compiled stragglers' loops did not build (is gcc installed? Python's headers?)" >&2; exit 1; }

@@ -2,10 +2,17 @@
 
 from array import array
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frexport.analysis import matching
+from frexport.analysis.engine import analyze
 from frexport.analysis.matching import match_group, mismatch_kind
-from frexport.model.rank_trace import RankTrace
+from frexport.model.rank_trace import GroupTrace, RankTrace
 from frexport.model.signature import OpSignature, canonical
-from tests.support.synth import dump, entry, healthy_job, traces
+from tests.support.compiled import compiled_or_pure
+from tests.support.examples import examples
+from tests.support.synth import STEP_NS, T0, dump, entry, healthy_job, traces
 
 
 def _cols(by_rank: dict[int, RankTrace], group: str = "nccl:0") -> dict:
@@ -72,3 +79,74 @@ def test_sizes_that_may_differ_are_not_a_mismatch():
     assert canonical(a2a) == canonical(_sig("all_to_all", sizes=((7,),), out=((1,),)))
     assert canonical(_sig("gather", out=((4, 4), (4, 4)))) == canonical(_sig("gather", out=()))
     assert canonical(_sig("all_reduce", sizes=((3,),))) != canonical(_sig("all_reduce", sizes=((5,),)))
+
+
+# --- the compiled match (analysis/_matching.c) against the Python it replaces -------------------------------------
+
+def _column(draw, first: int) -> list[int]:
+    """A member's seq column: usually a contiguous run, sometimes with gaps, out of order or repeated."""
+    n = draw(st.integers(0, 12))
+    shape = draw(st.sampled_from(["run", "run", "gaps", "any"]))
+    if shape == "run":
+        return list(range(first, first + n))
+    if shape == "gaps":
+        return sorted(draw(st.sets(st.integers(first, first + 20), max_size=n)))
+    return draw(st.lists(st.integers(first - 3, first + 15), max_size=n))
+
+
+@st.composite
+def _groups(draw) -> dict[int, tuple[GroupTrace, bytes]]:
+    ranks = draw(st.lists(st.integers(-3, 40), min_size=0, max_size=6, unique=True))
+    cols = {}
+    for r in ranks:
+        seqs = _column(draw, draw(st.integers(0, 8)))
+        ids = bytes(draw(st.lists(st.integers(0, 2), min_size=len(seqs), max_size=len(seqs))))
+        cols[r] = (GroupTrace("1", "tp", 1, seq=array("q", seqs), sig=array("i", list(ids))), ids)
+    return cols
+
+
+def _outcome(cols: dict, compiled: bool) -> tuple:
+    with compiled_or_pure(matching, "_compiled", compiled):
+        result = match_group(cols)
+    return result.matched, [(d.seq, list(d.votes.items())) for d in result.disagreements]
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(_groups())
+def test_the_compiled_match_counts_and_votes_as_the_python_does(cols):
+    assert _outcome(cols, compiled=True) == _outcome(cols, compiled=False)
+
+
+def test_the_compiled_match_leaves_what_it_does_not_read_to_python():
+    g = GroupTrace("1", "tp", 1, seq=array("q", [1, 2, 3]), sig=array("i", [0, 0, 0]))
+    assert matching._compiled.match_group({0: (g, b"\0\0\0"), 1: (g, array("l", [0, 0, 0]))}, GroupTrace) \
+        is NotImplemented  # ids not bytes (no byte tables: the engine's array path)
+    assert matching._compiled.match_group({0: (g, b"\0\0")}, GroupTrace) is NotImplemented  # a column cut short
+    big = GroupTrace("1", "tp", 1, seq=array("q", [2**62]), sig=array("i", [0]))
+    assert matching._compiled.match_group({0: (big, b"\0"), 1: (big, b"\0")}, GroupTrace) is NotImplemented
+    assert _outcome({0: (big, b"\0"), 1: (big, b"\1")}, compiled=False) == (0, [(2**62, [(0, 0), (1, 1)])])
+
+
+def _split_job() -> dict[int, dict]:
+    """Six ranks; group "1" is [0, 1, 2] to ranks 0-2 and [0, 3, 4, 5] to ranks 3-5 (two groups of one name, rank 0
+    listed in both, one of them its own), rank 2 never used it, rank 5 disagrees at seq 3. Ranks 3-5 issue their
+    group "1" ops first: their signatures are numbered in another order than rank 0's (the engine's id tables
+    translate them)."""
+    dumps = {}
+    for r in range(6):
+        default = [entry(i, i + 1, sizes=((2,),)) for i in range(5)]
+        tp = [] if r == 2 else [entry(5 + i, i + 1, pg=("1", "tp"), pg_id=1, sizes=((8,),) if (r, i) == (5, 2)
+                                      else ((6,),)) for i in range(4)]
+        es = default + tp if r < 3 else tp + default
+        for i, e in enumerate(es):
+            e.update(record_id=i, time_created_ns=T0 + i * STEP_NS + r)
+        dumps[r] = dump(es, world=6, groups={"1": ("tp", [0, 1, 2] if r < 3 else [0, 3, 4, 5])})
+    return dumps
+
+
+def test_a_split_groups_disagreement_is_named_either_way():
+    for compiled in (True, False):
+        with compiled_or_pure(matching, "_compiled", compiled):
+            findings = analyze(list(traces(_split_job()).values())).findings
+        assert [(f.kind, f.culprit_ranks, f.collective_seq_id) for f in findings if f.pg_name == "nccl:1"] == [
+            ("size_mismatch", (5,), 3)]
