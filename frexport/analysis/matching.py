@@ -118,13 +118,10 @@ def mismatch_kind(expected: Signature, actual: Signature) -> str:
     return DTYPE_MISMATCH
 
 
-def _load_compiled() -> ModuleType | None:
-    try:
-        return import_module("frexport.analysis._matching")
-    except ImportError:  # installed without a compiler: match_group above in Python
-        return None
-
-
 # analysis/_matching.c: match_group in one call (a job-level view matches ~6000 groups a pass at 16384 ranks; the
 # Python's glue, a few lookups and calls per member, was ~5 % of its analysis)
-_compiled = _load_compiled()
+_compiled: ModuleType | None
+try:
+    _compiled = import_module("frexport.analysis._matching")
+except ImportError:  # installed without a compiler: match_group above in Python
+    _compiled = None
