@@ -407,7 +407,7 @@ class Yardstick:
     own speed at that moment. This shared 2-core machine runs the same code up to ~2x slower in some phases (the
     view's working set of ~3 GB at 16384 ranks shows it most), so two sizes run minutes apart can differ by the
     machine as well as by the code: the growth is also given at equal yardstick. The task is the view's kind of
-    work: the interpreter walking small objects scattered over ~60 MB (more than the caches hold), in a fixed
+    work: the interpreter walking small objects scattered over ~50 MB (more than the caches hold), in a fixed
     shuffled order, with the collector off (as the view's loop runs)."""
 
     def __init__(self, n: int = 400_000, seed: int = 7) -> None:
@@ -415,7 +415,7 @@ class Yardstick:
         random.Random(seed).shuffle(self.items)
 
     def measure(self) -> float:
-        """CPU seconds of one walk (0.25-0.3 s in this machine's usual phase)."""
+        """CPU seconds of one walk (0.2-0.4 s on the development machine, as its phases go)."""
         gc.disable()
         try:
             t, total = time.process_time(), 0

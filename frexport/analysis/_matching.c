@@ -160,7 +160,8 @@ static PyObject *votes_at(const Col *c, Py_ssize_t np, int64_t s, int *found) {
 
 /* matching._covered_count: how many of the pivot's seqs some other member holds (windows as (lo, hi) pairs) */
 static int64_t covered_count(int64_t *windows, Py_ssize_t n, const Col *pivot) {
-    qsort(windows, (size_t)n, 2 * sizeof *windows, by_pair);
+    if (n > 1)
+        qsort(windows, (size_t)n, 2 * sizeof *windows, by_pair);
     Py_ssize_t m = 0; /* merged in place */
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t lo = windows[2 * i], hi = windows[2 * i + 1];
@@ -235,7 +236,8 @@ static PyObject *compare(const Col *c, Py_ssize_t np) {
         }
     }
     int64_t shared_outside = 0; /* seqs outside the pivot's window that two or more others hold */
-    qsort(outside.v, (size_t)outside.n, sizeof *outside.v, by_value);
+    if (outside.n > 1)
+        qsort(outside.v, (size_t)outside.n, sizeof *outside.v, by_value);
     for (Py_ssize_t k = 0; k < outside.n;) {
         Py_ssize_t e = k;
         while (e < outside.n && outside.v[e] == outside.v[k])
@@ -247,7 +249,8 @@ static PyObject *compare(const Col *c, Py_ssize_t np) {
         }
         k = e;
     }
-    qsort(suspicious.v, (size_t)suspicious.n, sizeof *suspicious.v, by_value);
+    if (suspicious.n > 1)
+        qsort(suspicious.v, (size_t)suspicious.n, sizeof *suspicious.v, by_value);
     if ((found = PyList_New(0)) == NULL)
         goto fail;
     for (Py_ssize_t k = 0; k < suspicious.n; k++) {
