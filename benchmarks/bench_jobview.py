@@ -21,9 +21,7 @@ Printed:
 CPU seconds of each part in the view's process (user + system: on a shared machine wall time follows
 the other work) and how much of it the garbage collector took, the decoders' CPU seconds (their
 processes run beside it, on the other core), the wall time of the pass, bytes moved per pass, the
-bytes of the same ranks' full JSON dumps for comparison, the root causes the pass names, and the machine's
-own speed just before the pass (`Yardstick`: a fixed task's CPU seconds; `--also-ranks` also gives the growth at
-equal yardstick, where the machine ran one side slower than the other).
+bytes of the same ranks' full JSON dumps for comparison, and the root causes the pass names.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ import gc
 import json
 import multiprocessing as mp
 import os
-import random
 import resource
 import shutil
 import statistics
@@ -158,14 +155,7 @@ def _serve(job: dict[str, Any], requests: list[tuple[str, str]], spool: str | No
     return time.process_time() - t, out
 
 
-def _yardstick(job: dict[str, Any]) -> float:
-    if "yardstick" not in job:
-        job["yardstick"] = Yardstick()
-    return job["yardstick"].measure()
-
-
-_POD_COMMANDS: dict[str, Callable[..., Any]] = {"generate": _generate, "reveal": _reveal, "serve": _serve,
-                                                "yardstick": _yardstick}
+_POD_COMMANDS: dict[str, Callable[..., Any]] = {"generate": _generate, "reveal": _reveal, "serve": _serve}
 
 
 class PodPeers(PeersSource):
@@ -259,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
         served = source.served_s
         if not args.serve_in_pass:
             source.serve_ahead()  # (the pods' CPU, shown apart)
-        measured = pods.call("yardstick")
         before = source.bytes_total
         wall, t0, d0, gc0 = time.perf_counter(), time.process_time(), decoders_cpu_s(pods), collector.total
         started = decoder.started
@@ -289,7 +278,6 @@ def main(argv: list[str] | None = None) -> int:
                      "wall_s": round(wall, 2), "bytes": moved,
                      "snapshots": len(snaps), "root_causes": roots[:2],
                      "decoders_started": decoder.started - started,  # (a replaced worker starts an interpreter)
-                     "yardstick_s": round(measured, 3),
                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024})
         if parts is not None:
             rows[-1]["parts"] = parts.take()
@@ -304,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
               f"[decoders {row['decoders_s']:5.2f} s{restarted}, "
               f"wall {row['wall_s']:5.2f} s]  "
               f"moved {row['bytes'] / 1e6:7.1f} MB ({row['bytes'] / job['full_json']:.1%} of full dumps)  "
-              f"{row['root_causes']}  [peak RSS {row['peak_rss_mb']} MB]  [yardstick {row['yardstick_s']:.3f} s]")
+              f"{row['root_causes']}  [peak RSS {row['peak_rss_mb']} MB]")
         if "parts" in row:
             print("             of the analysis: " + ", ".join(f"{k} {v:.3f} s" for k, v in row["parts"].items()))
     named = next((i for i, row in enumerate(rows) if row["root_causes"]), None)
@@ -347,13 +335,9 @@ def _compare(small: int, small_rows: list[dict], big: int, big_rows: list[dict])
         return statistics.median(r[key] for r in rows if r["pass"] != "first")
 
     print(f"{small} -> {big} ranks ({big / small:g}x), steady passes' medians in one run:")
-    ya, yb = steady(small_rows, "yardstick_s"), steady(big_rows, "yardstick_s")
-    machine = yb / ya if ya and yb else 1.0  # how much slower the machine ran the big side's passes
     for key, what in (("total_s", "the view's CPU"), ("analysis_s", "of it analysis"), ("wall_s", "wall")):
         a, b = steady(small_rows, key), steady(big_rows, key)
-        print(f"  {what:15} {a:6.2f} s -> {b:6.2f} s: {b / a if a else float('inf'):.2f}x"
-              f" ({b / a / machine if a else float('inf'):.2f}x at equal yardstick)")
-    print(f"  yardstick       {ya:6.3f} s -> {yb:6.3f} s: the machine {machine:.2f}x as slow on the {big}-rank side")
+        print(f"  {what:15} {a:6.2f} s -> {b:6.2f} s: {b / a if a else float('inf'):.2f}x")
     a, b = small_rows[0]["total_s"], big_rows[0]["total_s"]
     print(f"  first pass, the view's CPU: {a:.2f} s -> {b:.2f} s: {b / a if a else float('inf'):.2f}x")
 
@@ -400,30 +384,6 @@ class PartClocks:
         out = dict(self.seconds)
         self.seconds = dict.fromkeys(out, 0.0)
         return out
-
-
-class Yardstick:
-    """A fixed task timed before each pass, in the pods' process (the view's memory stays its own): the machine's
-    own speed at that moment. This shared 2-core machine runs the same code up to ~2x slower in some phases (the
-    view's working set of ~3 GB at 16384 ranks shows it most), so two sizes run minutes apart can differ by the
-    machine as well as by the code: the growth is also given at equal yardstick. The task is the view's kind of
-    work: the interpreter walking small objects scattered over ~50 MB (more than the caches hold), in a fixed
-    shuffled order, with the collector off (as the view's loop runs)."""
-
-    def __init__(self, n: int = 400_000, seed: int = 7) -> None:
-        self.items = [[i, i + 1] for i in range(n)]
-        random.Random(seed).shuffle(self.items)
-
-    def measure(self) -> float:
-        """CPU seconds of one walk (0.2-0.4 s on the development machine, as its phases go)."""
-        gc.disable()
-        try:
-            t, total = time.process_time(), 0
-            for a, _b in self.items:
-                total += a
-            return time.process_time() - t
-        finally:
-            gc.enable()
 
 
 class GcClock:

@@ -154,10 +154,14 @@ def build_membership(traces: dict[int, RankTrace], known_ranks: set[int] | None 
             for r in set(members) | users.get(name, set()):
                 group_of[(r, name)] = name
         elif len(variants) > 1:  # the same name for different member sets: one group per member set
-            for i, members in enumerate(sorted(variants)):
-                key = f"{name}@{i}"
+            keys = {members: f"{name}@{i}" for i, members in enumerate(sorted(variants))}
+            for members, key in keys.items():
                 groups[key] = Group(key, name, desc, members)
                 for r in members:
+                    group_of[(r, name)] = key
+            # a rank listed in two sets is in the one its own pg_config names: its ops were issued in that group
+            for members, key in keys.items():
+                for r in variants[members].intersection(members):
                     group_of[(r, name)] = key
             notes.append(f"process group {name!r} has {len(variants)} different member sets across ranks")
         else:

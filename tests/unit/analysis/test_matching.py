@@ -129,7 +129,7 @@ def test_the_compiled_match_leaves_what_it_does_not_read_to_python():
 
 def _split_job() -> dict[int, dict]:
     """Six ranks; group "1" is [0, 1, 2] to ranks 0-2 and [0, 3, 4, 5] to ranks 3-5 (two groups of one name, rank 0
-    listed in both: membership.py counts it in the second), rank 2 never used it, rank 5 disagrees at seq 3.
+    listed in both, in the first by its own config), rank 2 never used it, rank 5 disagrees at seq 3.
     Ranks 3-5 issue their group "1" ops first: their signatures are numbered in another order than rank 0's
     (the engine's id tables translate them)."""
     dumps = {}

@@ -26,6 +26,17 @@ def test_members_and_world_from_pg_config():
     assert m.notes == ["process group 'nccl:5' has 2 different member sets across ranks"]
 
 
+def test_a_rank_listed_in_two_member_sets_of_one_name_is_in_the_one_it_reports():
+    """Ranks 0-2 say group 5 is [0, 1, 2]; ranks 3-5 say it is [0, 3, 4, 5]. Rank 0 issued its group-5 ops in the
+    group its own pg_config names: they are matched with ranks 1 and 2, not with 3-5."""
+    job = healthy_job(world=6, steps=2)
+    dumps = {r: dump(es, world=6, groups={"5": ("tp", [0, 1, 2] if r < 3 else [0, 3, 4, 5])}) for r, es in job.items()}
+    m = build_membership(traces(dumps))
+    assert sorted((g.key, g.members) for g in m.groups.values() if g.name == "nccl:5") == [
+        ("nccl:5@0", (0, 1, 2)), ("nccl:5@1", (0, 3, 4, 5))]
+    assert [m.group_of[(r, "nccl:5")] for r in range(6)] == ["nccl:5@0"] * 3 + ["nccl:5@1"] * 3
+
+
 def test_gloo_membership_inferred_from_the_ops_each_rank_recorded():
     job = healthy_job(world=4, steps=3, backend="gloo")
     for r in (2, 3):  # only ranks 2 and 3 use the pipeline group
