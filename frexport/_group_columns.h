@@ -1,5 +1,6 @@
-/* One rank_trace.GroupTrace's columns read in place, for the C loops of model/_rows.c and
- * analysis/_straggler.c (each reads a different few of them, the same way); and the int64 arrays both make. */
+/* One rank_trace.GroupTrace's columns read in place, for the C loops of model/_rows.c and the analysis's
+ * _straggler.c and _matching.c (each reads a different few of them, the same way); the bisections over an
+ * int64 column; and the int64 arrays they make. */
 #ifndef FREXPORT_GROUP_COLUMNS_H
 #define FREXPORT_GROUP_COLUMNS_H
 
@@ -44,6 +45,31 @@ static inline void release_views(Py_buffer *views, int *held) {
     for (int k = 0; k < *held; k++)
         PyBuffer_Release(&views[k]);
     *held = 0;
+}
+
+/* bisect_left and bisect_right over an int64 column (as Python's bisect reads it, sorted or not) */
+static inline Py_ssize_t bisect_left_q(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static inline Py_ssize_t bisect_right_q(const int64_t *v, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (x < v[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 /* A new array('q') of n values (the column kind both modules hand back to Python). */

@@ -69,27 +69,8 @@ static Py_ssize_t position(const Col *c, int64_t s) {
     int64_t i = s - c->seq[0];
     if (i >= 0 && i < c->n && c->seq[i] == s)
         return (Py_ssize_t)i;
-    Py_ssize_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (c->seq[mid] < s)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    Py_ssize_t lo = bisect_left_q(c->seq, c->n, s);
     return lo < c->n && c->seq[lo] == s ? lo : -1;
-}
-
-static Py_ssize_t bisect(const int64_t *v, Py_ssize_t n, int64_t x, int right) {
-    Py_ssize_t lo = 0, hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (right ? !(x < v[mid]) : v[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* Each present member's column (len(seq) > 0), in the dict's order: 0, ODD (not of its kind), or -1. */
@@ -226,7 +207,7 @@ static PyObject *compare(const Col *c, Py_ssize_t np) {
                 }
         }
         if (g_first < p_first || g_last > p_last) {
-            Py_ssize_t left = bisect(g->seq, g->n, p_first, 0), right = bisect(g->seq, g->n, p_last, 1);
+            Py_ssize_t left = bisect_left_q(g->seq, g->n, p_first), right = bisect_right_q(g->seq, g->n, p_last);
             for (Py_ssize_t k = 0; k < left; k++)
                 if (push(&outside, g->seq[k]) < 0)
                     goto fail;

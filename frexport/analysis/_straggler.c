@@ -506,31 +506,6 @@ static PyObject *counts_of(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* bisect over a sorted int64 column */
-static Py_ssize_t lower(const int64_t *v, Py_ssize_t n, int64_t x) {
-    Py_ssize_t lo = 0, hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (v[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static Py_ssize_t upper(const int64_t *v, Py_ssize_t n, int64_t x) {
-    Py_ssize_t lo = 0, hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (x < v[mid])
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
 /* inherited_waits' chunks of one group: each member's (seqs, issued, waited) over the seqs
  * min(last seq) - recent .. min(last seq) that it finished with an enqueue time, the wait at the seqs every
  * member did, else 0; or None where a member's seqs there repeat or go back, or a value is past 64 bits
@@ -565,7 +540,7 @@ static PyObject *chunks_of(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; rc == 0 && i < m; i++) {
         const int64_t *seq = COL(c[i], 0), *issued = COL(c[i], 1), *duration = COL(c[i], 2);
         const unsigned char *flags = FLAGS(c[i]);
-        from[i] = lower(seq, c[i].len, lo), to[i] = upper(seq, c[i].len, hi);
+        from[i] = bisect_left_q(seq, c[i].len, lo), to[i] = bisect_right_q(seq, c[i].len, hi);
         for (Py_ssize_t k = from[i]; rc == 0 && k < to[i]; k++) {
             if ((k > from[i] && seq[k] <= seq[k - 1]) || seq[k] < lo || seq[k] > hi)
                 rc = ODD; /* (out of lo..hi inside the cut: a column out of order, which bisection cannot cut) */
