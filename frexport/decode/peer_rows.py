@@ -392,8 +392,9 @@ def _typed_kind_rows(kinds: list[tuple], rows: list[tuple],
     bounded) made once per body, the rows' numbers by the rules no type says column by column, each entry its
     kind's template with its numbers (model/_rows.c); rows of a kind over MAX_SIZE_ELEMENTS dimensions dropped.
     Also what the decoders hand the view (PeerRank.kinds)."""
-    templates = tuple(_template(kind, intern) for kind in kinds)  # (None for a kind over the bound: no row kept
-    over = {k for k, t in enumerate(templates) if t is None}     # names it, and the C then leaves it to Python)
+    # (a kind over the bound has no template: no row kept names it, and the C leaves such a body to Python)
+    templates = tuple(_template(kind, intern) for kind in kinds)
+    over = {k for k, t in enumerate(templates) if t is None}
     kept = [row for row in rows if row[0] not in over] if over else rows
     if not kept:
         return (), len(rows), None
