@@ -139,6 +139,7 @@ class WorkerServerSource:
         self._names: dict[tuple[int, str], dict[int, str]] = {}  # (rank, recorder) -> pg_names of its _last
         self._pool: ThreadPoolExecutor | None = None
         self._next_poll = 0.0
+        self._turn = 0.0  # when the current turn of `collect` began (monotonic): what it decides by
         self._sockets_seen = time.monotonic()  # when the sockets dir last held a socket (or we started)
         self._said_no_sockets = False
         self._said: set[tuple[str, str]] = set()  # (source, what) logged once (_say_once)
@@ -196,8 +197,11 @@ class WorkerServerSource:
     def collect(self) -> list[Snapshot]:
         """Poll every due target once: status first (sources/entry_schedule.py) every
         `status_interval` where the rank serves a status-only read, else its whole dump every
-        `poll_interval` (the loop asks more often than either)."""
-        now = time.monotonic()
+        `poll_interval` (the loop asks more often than either).
+
+        Whatever is due is decided, and stamped, at the turn's time: a rank stamped when its own read
+        began, a little later, was not yet due when the next turn came, and waited a whole interval more."""
+        now = self._turn = time.monotonic()
         if now < self._next_poll:
             return []
         self._next_poll = now + (min(self.cfg.status_interval, self.cfg.poll_interval) if self.cfg.status_first
@@ -222,7 +226,6 @@ class WorkerServerSource:
         for rank in [r for r in self._status_ns if r not in ranks]:
             del self._status_ns[rank]
         self.schedule.forget(ranks)
-        now = time.monotonic()
         due = [t for t in targets if self._backoff.setdefault(t.name, _Backoff()).next_try <= now]
         if not due:
             return []
@@ -238,7 +241,7 @@ class WorkerServerSource:
         to_read = [t for t in statused if t.name not in ahead]
         # every status before any decision: a stall suspected on one rank fetches every rank's entries
         read = [t for t, ok in zip(to_read, self._pool.map(self._read_statuses, to_read)) if ok]
-        suspected = self._suspected = self.schedule.suspected(time.monotonic(), settle=self.cfg.suspect_after)
+        suspected = self._suspected = self.schedule.suspected(now, settle=self.cfg.suspect_after)
         unread = [t for t in statused if t.name in ahead]
         return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected, ahead.get(t.name)),
                                                 read + unread + whole) if snap is not None]
@@ -290,7 +293,7 @@ class WorkerServerSource:
         except Exception as exc:  # noqa: BLE001 - a MemoryError on one rank's answer must not stop the others
             self._internal(t, b, exc, start, now_ns)
             return False
-        self.schedule.observe(t.rank, statuses, time.monotonic(), exiting)
+        self.schedule.observe(t.rank, statuses, self._turn, exiting)
         self._status_ns[t.rank] = now_ns
         self.health.count_read("status")
         return True
@@ -321,7 +324,7 @@ class WorkerServerSource:
             if ahead is not None:
                 action = self.schedule.fetch(ahead)
             elif self._status_first(b):
-                action = self.schedule.decide(t.rank, start, suspected)
+                action = self.schedule.decide(t.rank, self._turn, suspected)
             else:  # no status-only read here (or its recorders not known yet): the whole dump
                 action = Action.FETCH
                 self.health.count_read("poll" if b.read_before else "first")
@@ -358,7 +361,7 @@ class WorkerServerSource:
                                unhealthy_backends=self._health(t) if HEALTH_HANDLER in b.names else None)
                 if self._status_first(b):
                     # the status its entries came with is the one in the same dumps, read at once with them
-                    self.schedule.fetched(t.rank, start, {r: status_rows(d.pg_status) for r, d in dumps.items()})
+                    self.schedule.fetched(t.rank, self._turn, {r: status_rows(d.pg_status) for r, d in dumps.items()})
         except PeerError as exc:
             if exc.down and not b.refused:  # said once per outage, not at every backed-off retry
                 logs.get().warning("%s refuses connections: its process is gone", t.name,
@@ -712,7 +715,7 @@ class WorkerServerSource:
                            t.name, detail)
         b.failures += 1
         b.handler = None
-        b.next_try = time.monotonic() + min(self.cfg.backoff_max, 0.5 * 2 ** min(b.failures, 16))
+        b.next_try = self._turn + min(self.cfg.backoff_max, 0.5 * 2 ** min(b.failures, 16))
         self.health.record(t.name, False, time.monotonic() - start, now_ns, reason, detail)
 
 
