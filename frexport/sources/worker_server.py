@@ -243,8 +243,22 @@ class WorkerServerSource:
         read = [t for t, ok in zip(to_read, self._pool.map(self._read_statuses, to_read)) if ok]
         suspected = self._suspected = self.schedule.suspected(now, settle=self.cfg.suspect_after)
         unread = [t for t in statused if t.name in ahead]
-        return [snap for snap in self._pool.map(lambda t: self._poll_one(t, suspected, ahead.get(t.name)),
-                                                read + unread + whole) if snap is not None]
+        # What a read status decides is decided here, and a rank that needs no entries has its snapshot
+        # made here too: handing each to a poll thread and back cost as much as its status read.
+        decided = {t.name: action for t in read if (action := self._decided(t, now, suspected)) is not None}
+        kept = {t.name for t in read if decided.get(t.name) in (Action.RESTAMP, Action.WAIT) and t.rank in self._merged}
+        everyone = read + unread + whole
+        fetched = self._pool.map(lambda t: self._poll_one(t, suspected, ahead.get(t.name), decided.get(t.name)),
+                                 [t for t in everyone if t.name not in kept])
+        snaps = [self._poll_one(t, decided=decided[t.name]) if t.name in kept else next(fetched) for t in everyone]
+        return [snap for snap in snaps if snap is not None]
+
+    def _decided(self, t: RankTarget, now: float, suspected: bool) -> Action | None:
+        """What the rank's status read decides; None where that raised (its poll decides again, guarded)."""
+        try:
+            return self.schedule.decide(t.rank, now, suspected)
+        except Exception:  # noqa: BLE001 - said by its poll, as any error on one rank's data
+            return None
 
     def next_due(self) -> float:
         """When `collect` will next poll (monotonic): the sidecar's loop sleeps until then."""
@@ -313,15 +327,19 @@ class WorkerServerSource:
                             + (f": {said}" if said.isprintable() and said else ""))
         return resp.body
 
-    def _poll_one(self, t: RankTarget, suspected: bool = False, ahead: str | None = None) -> Snapshot | None:
-        """One rank's snapshot. `ahead`: why its entries are fetched without a status read this turn."""
+    def _poll_one(self, t: RankTarget, suspected: bool = False, ahead: str | None = None,
+                  decided: Action | None = None) -> Snapshot | None:
+        """One rank's snapshot. `ahead`: why its entries are fetched without a status read this turn;
+        `decided`: what its status read this turn decided (collect)."""
         b = self._backoff[t.name]
         start = time.monotonic()
         now_ns = time.time_ns()
         try:
             if b.handler is None:
                 b.handler = self._choose_handler(t)
-            if ahead is not None:
+            if decided is not None:
+                action = decided
+            elif ahead is not None:
                 action = self.schedule.fetch(ahead)
             elif self._status_first(b):
                 action = self.schedule.decide(t.rank, self._turn, suspected)

@@ -14,6 +14,7 @@ import pytest
 from frexport.config import WorkerServers
 from frexport.live.state import LiveState
 from frexport.sources import worker_server
+from frexport.sources.entry_schedule import EntrySchedule
 from frexport.sources.health import HealthRegistry
 from frexport.sources.worker_server import WorkerServerSource
 from tests.support.live import pump
@@ -160,3 +161,32 @@ def test_a_pods_evidence_fetch_reads_each_answer_to_its_kinds_bound(tmp_path):
     finally:
         hostile.close()
         honest.close()
+
+
+def test_an_error_deciding_one_ranks_read_costs_only_that_rank(tmp_path, caplog, monkeypatch):
+    """What a status read decides is worked out on the loop's thread, outside any rank's poll: an error
+    there (a bug, or MemoryError) must still cost only that rank's poll, said and counted as before."""
+    decide, rank_0_decided = EntrySchedule.decide, []
+
+    def failing(self, rank, now, suspected):
+        if rank == 0:
+            rank_0_decided.append(now)
+            if len(rank_0_decided) > 1:  # its first read decides as ever; what its status reads decide fails
+                raise MemoryError()
+        return decide(self, rank, now, suspected)
+
+    monkeypatch.setattr(EntrySchedule, "decide", failing)
+    ranks = [FakeAgentRank(str(tmp_path / f"rank-{r}.sock"), r) for r in range(2)]
+    health, state = HealthRegistry(), LiveState()
+    src = _source(tmp_path, health)
+    try:
+        _pump_unbacked(src, state, 4)
+        assert ranks[1].asked.count("frexport_fr_status?backend=gloo") == 3
+        by_name = {h.name: h for h in health.view()}
+        assert by_name["socket:rank-0"].errors["internal"] >= 2 and not by_name["socket:rank-0"].up
+        assert by_name["socket:rank-1"].up and 1 in state.view().ranks
+        assert "MemoryError" in caplog.text
+    finally:
+        src.stop()
+        for r in ranks:
+            r.close()
