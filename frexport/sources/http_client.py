@@ -10,10 +10,14 @@ the body each have a byte cap.
 
 from __future__ import annotations
 
+import errno
+import re
+import selectors
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -165,9 +169,7 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             if tls is not None:
                 sock = tls.wrap_socket(sock, server_hostname=server_name or target.host or None)
-            extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}"
-                         "Content-Length: 0\r\n\r\n".encode("latin-1"))
+            sock.sendall(_request_bytes(method, path, headers))
         except (ConnectionRefusedError, FileNotFoundError) as exc:
             raise PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True) from None
         try:
@@ -184,6 +186,12 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
     finally:
         if sock is not None:
             sock.close()
+
+
+def _request_bytes(method: str, path: str, headers: dict[str, str] | None = None) -> bytes:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    return (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}"
+            "Content-Length: 0\r\n\r\n").encode("latin-1")
 
 
 def _connect(target: Target, timeout: float) -> socket.socket:
@@ -259,6 +267,146 @@ def _chunked(r: _Reader, max_body: int) -> bytes:
             raise _Bad("too_large", f"body over the {max_body}-byte limit")
         parts.append(r.exactly(size))
         r.exactly(2)  # the CRLF after each chunk
+
+
+class _Received:
+    """An exchange's bytes, all received, read back as its socket gave them (for `_exchange`)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.view, self.at = memoryview(data), 0
+
+    def settimeout(self, _timeout: float | None) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        out = self.view[self.at:self.at + n].tobytes()
+        self.at += len(out)
+        return out
+
+    def recv_into(self, room: memoryview) -> int:
+        n = min(len(room), len(self.view) - self.at)
+        room[:n] = self.view[self.at:self.at + n]
+        self.at += n
+        return n
+
+
+_LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+def _received_all(got: bytearray, max_body: int) -> bool:
+    """Whether `got` holds a whole answer by its Content-Length (an interim, chunked or unmeasured one
+    ends with the connection: `Connection: close` was asked), or is past what `_exchange` would read."""
+    if len(got) > MAX_HEAD_BYTES + max_body:
+        return True
+    end = got.find(b"\r\n\r\n")
+    if end < 0:
+        return len(got) > MAX_HEAD_BYTES
+    head = bytes(got[:end + 2])
+    if head[9:10] == b"1" or b"chunked" in head.lower():
+        return False
+    lengths = _LENGTH.findall(head)
+    return len(lengths) == 1 and (int(lengths[0]) > max_body or len(got) >= end + 4 + int(lengths[0]))
+
+
+def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: int, limit: int = 64,
+                method: str = "POST") -> list[Response | PeerError]:
+    """Each (target, path) asked from this thread, the exchanges multiplexed (at most `limit` open at
+    once), each within its own `timeout` from its start: for the many small reads of one turn, a
+    thread per exchange cost a third of each (the hand-off to it and back). Each answer is read by
+    `_exchange` once received, with `request`'s caps, errors and reasons; a peer that never answers
+    holds its own slot until its deadline, never the others' answers. In `wanted`'s order."""
+    out: list[Response | PeerError | None] = [None] * len(wanted)
+    todo = deque(enumerate(wanted))
+    sel = selectors.DefaultSelector()
+    # fd -> (index, target, bytes left to send, bytes received, deadline)
+    open_: dict[int, tuple[int, Target, bytes, bytearray, float]] = {}
+
+    def finish(sock: socket.socket, result: Response | PeerError) -> None:
+        i = open_.pop(sock.fileno())[0]
+        sel.unregister(sock)
+        sock.close()
+        out[i] = result
+
+    try:
+        while todo or open_:
+            while todo and len(open_) < limit:
+                i, (target, path) = todo.popleft()
+                try:
+                    sock = _connect_nonblocking(target, timeout)
+                except OSError as exc:
+                    out[i] = _peer_error(target, exc, timeout)
+                    continue
+                open_[sock.fileno()] = (i, target, _request_bytes(method, path), bytearray(),
+                                        time.monotonic() + timeout)
+                sel.register(sock, selectors.EVENT_WRITE)
+            now = time.monotonic()
+            for fd, (_i, target, _send, _got, deadline) in list(open_.items()):
+                if deadline <= now:
+                    finish(sel.get_key(fd).fileobj, _peer_error(target, socket.timeout(), timeout))  # type: ignore[arg-type]
+            if not open_:
+                continue
+            for key, _events in sel.select(max(0.0, min(d for *_rest, d in open_.values()) - now)):
+                sock = key.fileobj  # type: ignore[assignment]
+                i, target, to_send, got, deadline = open_[key.fd]
+                try:
+                    if to_send:  # connected (or failed to): the request, then its answer
+                        failed = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        if failed:
+                            raise OSError(failed, errno.errorcode.get(failed, str(failed)))
+                        to_send = to_send[sock.send(to_send):]
+                        open_[key.fd] = (i, target, to_send, got, deadline)
+                        if not to_send:
+                            sel.modify(sock, selectors.EVENT_READ)
+                        continue
+                    chunk = sock.recv(1 << 16)
+                    got += chunk
+                    if chunk and not _received_all(got, max_body):
+                        continue
+                    # (read back whole: no deadline left to run out on it)
+                    received = _Reader(_Received(bytes(got)), float("inf"))  # type: ignore[arg-type]
+                    result: Response | PeerError = _exchange(received, max_body)
+                except _Bad as exc:
+                    result = PeerError(exc.reason, f"{target}: {exc}")
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    result = _peer_error(target, exc, timeout)
+                finish(sock, result)
+    finally:
+        for fd in list(open_):
+            sel.get_key(fd).fileobj.close()  # type: ignore[union-attr]
+        sel.close()
+    return out  # type: ignore[return-value]
+
+
+def _connect_nonblocking(target: Target, timeout: float) -> socket.socket:
+    """A socket whose connection is under way (or made: a unix socket's is at once)."""
+    family = socket.AF_UNIX if target.unix_path else socket.AF_INET
+    if not target.unix_path:
+        family = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        failed = sock.connect_ex(target.unix_path or (target.host, target.port))
+        if failed == errno.EAGAIN and target.unix_path:  # the listener's backlog is full: wait for room
+            sock.settimeout(timeout)
+            sock.connect(target.unix_path)
+            sock.setblocking(False)
+        elif failed and failed != errno.EINPROGRESS:
+            raise OSError(failed, errno.errorcode.get(failed, str(failed)))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _peer_error(target: Target, exc: OSError, timeout: float) -> PeerError:
+    """`request`'s PeerError for a socket error."""
+    if isinstance(exc, socket.timeout):
+        return PeerError("timeout", f"{target}: no complete answer within {timeout:g} s")
+    if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)) or exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+        return PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True)
+    return PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}")
 
 
 def fetch_within(wanted: list[tuple[T, str]], deadline_s: float, concurrency: int,

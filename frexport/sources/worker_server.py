@@ -48,7 +48,7 @@ from frexport.sources.base import Snapshot
 from frexport.sources.entry_schedule import Action, EntrySchedule, Status, status_rows
 from frexport.sources.handlers import DUMP_FILE_HANDLER, PICKLE_HANDLER, Fetched, fetch_cap
 from frexport.sources.health import HealthRegistry
-from frexport.sources.http_client import PeerError, Target, fetch_within, request
+from frexport.sources.http_client import PeerError, Response, Target, fetch_within, request, request_all
 from frexport.sources.live_cursor import Cursors
 
 _record_id = attrgetter("record_id")
@@ -240,7 +240,7 @@ class WorkerServerSource:
         ahead = {t.name: why for t in statused if (why := self.schedule.ahead(t.rank, now)) is not None}
         to_read = [t for t in statused if t.name not in ahead]
         # every status before any decision: a stall suspected on one rank fetches every rank's entries
-        read = [t for t, ok in zip(to_read, self._pool.map(self._read_statuses, to_read)) if ok]
+        read = self._read_all_statuses(to_read)
         suspected = self._suspected = self.schedule.suspected(now, settle=self.cfg.suspect_after)
         unread = [t for t in statused if t.name in ahead]
         # What a read status decides is decided here, and a rank that needs no entries has its snapshot
@@ -278,17 +278,40 @@ class WorkerServerSource:
             return True
         return bool(b.recorders) and all(_status_handler(b, r) for r in b.recorders)
 
-    def _read_statuses(self, t: RankTarget) -> bool:
-        """Every recorder's status of one rank, given to the schedule; False where it failed (said)."""
-        b = self._backoff[t.name]
+    def _read_all_statuses(self, targets: list[RankTarget]) -> list[RankTarget]:
+        """Every status of these ranks read (`_read_statuses`); the ranks whose reads succeeded. Those whose
+        recorders are known are read from this thread, all at once (http_client.request_all): handing each
+        read to a poll thread and back cost a third of it. A rank whose recorders are to be listed again
+        first (an exchange that must end before its status reads can start) is read on the poll threads."""
+        assert self._pool is not None  # (for mypy) made by collect
+        plan = {t.name: {r: h for r in recorders if (h := _status_handler(self._backoff[t.name], r)) is not None}
+                for t in targets if (recorders := self._fresh_recorders(self._backoff[t.name])) is not None}
+        asked = [(t, r, h) for t in targets if t.name in plan for r, h in plan[t.name].items()]
         start, now_ns = time.monotonic(), time.time_ns()
+        answers = request_all([(t.target, f"/handler/{h}") for t, _r, h in asked], self.cfg.timeout,
+                              self.in_process_max_bytes, limit=max(1, self.cfg.concurrency))
+        by_rank: dict[str, dict[str, Response | PeerError]] = {name: {} for name in plan}
+        for (t, r, _h), answer in zip(asked, answers):
+            by_rank[t.name][r] = answer
+        rest = [t for t in targets if t.name not in plan]
+        ok = dict(zip((t.name for t in rest), self._pool.map(self._read_statuses, rest)))
+        ok.update((t.name, self._read_statuses(t, (start, now_ns, by_rank[t.name]))) for t in targets if t.name in plan)
+        return [t for t in targets if ok[t.name]]
+
+    def _read_statuses(self, t: RankTarget,
+                       answered: tuple[float, int, dict[str, Response | PeerError]] | None = None) -> bool:
+        """Every recorder's status of one rank, given to the schedule; False where it failed (said).
+        `answered`: when the reads began (monotonic, wall clock) and their answers by recorder, where
+        they were made already (`_read_all_statuses`)."""
+        b = self._backoff[t.name]
+        start, now_ns, answers = answered or (time.monotonic(), time.time_ns(), None)
         try:
             statuses, exiting = {}, False
-            for r in self._recorders(t, b):
+            for r in self._recorders(t, b) if answers is None else answers:
                 handler = _status_handler(b, r)
                 if handler is None:  # a recorder found since: its entries come when due
                     continue
-                doc = self._parsed(t, handler, self.in_process_max_bytes)
+                doc = self._parsed(t, handler, self.in_process_max_bytes, None if answers is None else answers[r])
                 if not isinstance(doc, dict):
                     raise ValueError("not a JSON object")
                 statuses[r] = _status(doc)
@@ -318,14 +341,9 @@ class WorkerServerSource:
 
     def fetch(self, t: RankTarget, handler: str, timeout_s: float | None = None, max_body: int | None = None) -> bytes:
         """POST one handler (stacks, pickles for evidence); raises PeerError."""
-        resp = request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
-                       max_body=max_body or self.cfg.max_body_bytes)
-        if resp.status != 200:
-            # the rank's words say why (the agent's profile handler: "one profile per 600 s"), as peers.py's do
-            said = resp.body[:200].decode(errors="replace").strip()
-            raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}"
-                            + (f": {said}" if said.isprintable() and said else ""))
-        return resp.body
+        return _body(t, handler, request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
+                                         max_body=max_body or self.cfg.max_body_bytes))
+
 
     def _poll_one(self, t: RankTarget, suspected: bool = False, ahead: str | None = None,
                   decided: Action | None = None) -> Snapshot | None:
@@ -411,11 +429,14 @@ class WorkerServerSource:
         """Per recorder of a rank, its groups' names by pg_id (from its last snapshot)."""
         return {r: names for r in recorders if (names := self._names.get((rank, r))) is not None}
 
-    def _parsed(self, t: RankTarget, handler: str, bound: int) -> object:
+    def _parsed(self, t: RankTarget, handler: str, bound: int, answer: Response | PeerError | None = None) -> object:
         """An answer parsed in this process, outside the decoders' sandbox: read up to `bound` bytes
-        and no further. Raises PeerError (too_large past the bound, naming it), ValueError."""
+        and no further (`answer`: read already, so). Raises PeerError (too_large past the bound, naming
+        it), ValueError."""
         try:
-            body = self.fetch(t, handler, max_body=bound)
+            if isinstance(answer, PeerError):
+                raise answer
+            body = self.fetch(t, handler, max_body=bound) if answer is None else _body(t, handler, answer)
         except PeerError as exc:
             if exc.reason != "too_large":
                 raise
@@ -461,22 +482,17 @@ class WorkerServerSource:
         """The recorders to poll on this rank: the agent lists them (from its process groups), asked
         again every RELIST_S; PyTorch's own handlers are asked for each one they may have every
         PROBE_EVERY_S, and the ones that hold a group are polled. The default one where none does."""
-        if b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names:
-            if b.recorders and time.monotonic() - b.recorders_at < RELIST_S:
-                return b.recorders
+        fresh = self._fresh_recorders(b)
+        if fresh is not None:
+            return fresh
+        if _lists_recorders(b):
             doc = self._optional(t, RECORDERS_HANDLER)
             listed = doc.get("recorders") if isinstance(doc, dict) else None
             if isinstance(listed, list):
                 b.recorders, b.recorders_at = self._listed_recorders(t, listed) or (DEFAULT_RECORDER,), time.monotonic()
                 return b.recorders
-        # gloo's recorder (every torch has it) or one the user named (serve --recorder) not found yet is
-        # looked for at the agent's relist pace: one probed before its first group would leave the rank
-        # without that group's ops for 30 s, and a rank whose records lack a group's ops is where its
-        # peers wait
-        wanted = {DEFAULT_RECORDER, *self.cfg.recorders}
-        every = PROBE_EVERY_S if wanted <= set(b.recorders) else RELIST_S
-        if b.recorders and time.monotonic() - b.recorders_at < every:
-            return b.recorders
+            if b.recorders and time.monotonic() - b.recorders_at < self._probe_every(b):
+                return b.recorders  # (its list did not come: PyTorch's handlers are probed at their pace)
         candidates = [DEFAULT_RECORDER]
         if LEGACY_NCCL_HANDLER in b.names:
             candidates.append(LEGACY_NCCL)
@@ -494,6 +510,18 @@ class WorkerServerSource:
                 found.append(name)
         b.recorders, b.recorders_at = tuple(found) or (DEFAULT_RECORDER,), time.monotonic()
         return b.recorders
+
+    def _fresh_recorders(self, b: _Backoff) -> tuple[str, ...] | None:
+        """The rank's recorders where they need no asking now (listed or probed recently), else None."""
+        every = RELIST_S if _lists_recorders(b) else self._probe_every(b)
+        return b.recorders if b.recorders and time.monotonic() - b.recorders_at < every else None
+
+    def _probe_every(self, b: _Backoff) -> float:
+        """How often PyTorch's handlers are probed for a rank's recorders. gloo's recorder (every torch has
+        it) or one the user named (serve --recorder) not found yet is looked for at the agent's relist
+        pace: one probed before its first group would leave the rank without that group's ops for 30 s,
+        and a rank whose records lack a group's ops is where its peers wait."""
+        return PROBE_EVERY_S if {DEFAULT_RECORDER, *self.cfg.recorders} <= set(b.recorders) else RELIST_S
 
     def _listed_recorders(self, t: RankTarget, listed: list) -> tuple[str, ...]:
         """The recorders of the agent's list that are polled: at most MAX_RECORDERS, each name one that
@@ -760,6 +788,21 @@ def _pytorch_handler(recorder: str, names: frozenset[str]) -> str:
     if recorder == DEFAULT_RECORDER or PER_BACKEND_MARKER not in names:
         return "fr_trace_json"
     return f"fr_trace_json?backend={recorder}"
+
+
+def _lists_recorders(b: _Backoff) -> bool:
+    """Whether the rank's agent lists its recorders (else PyTorch's handlers are probed for them)."""
+    return b.handler == LIVE_HANDLER and RECORDERS_HANDLER in b.names
+
+
+def _body(t: RankTarget, handler: str, resp: Response) -> bytes:
+    """An answer's body; PeerError where it is not a 200."""
+    if resp.status != 200:
+        # the rank's words say why (the agent's profile handler: "one profile per 600 s"), as peers.py's do
+        said = resp.body[:200].decode(errors="replace").strip()
+        raise PeerError("http_status", f"{t.target}: /handler/{handler} answered {resp.status}"
+                        + (f": {said}" if said.isprintable() and said else ""))
+    return resp.body
 
 
 def _status_handler(b: _Backoff, recorder: str) -> str | None:

@@ -8,6 +8,7 @@ The ranks are fakes (tests/support/peers.py): a real agent never answers 16 MiB 
 
 import json
 import logging
+import time
 
 import pytest
 
@@ -186,6 +187,35 @@ def test_an_error_deciding_one_ranks_read_costs_only_that_rank(tmp_path, caplog,
         assert by_name["socket:rank-0"].errors["internal"] >= 2 and not by_name["socket:rank-0"].up
         assert by_name["socket:rank-1"].up and 1 in state.view().ranks
         assert "MemoryError" in caplog.text
+    finally:
+        src.stop()
+        for r in ranks:
+            r.close()
+
+
+def test_a_status_that_never_comes_holds_only_its_rank(tmp_path):
+    """The status reads of a turn are made together from the loop's thread (http_client.request_all): a
+    rank whose status never comes ends at its timeout, and every other rank's status is read and taken
+    in the same turn, not one timeout after another."""
+    def silent(handler) -> None:
+        time.sleep(3)  # past the 0.5 s timeout: the sidecar hangs up first
+
+    ranks = [FakeAgentRank(str(tmp_path / f"rank-{r}.sock"), r) for r in range(5)]
+    health, state = HealthRegistry(), LiveState()
+    src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=0.5, poll_interval=0.0, status_interval=0.0,
+                                                   entries_interval=3600.0, suspect_after=3600.0))
+    try:
+        _pump_unbacked(src, state, 1)  # each rank's first, whole read
+        for r in (1, 2, 3):
+            ranks[r].answers["frexport_fr_status"] = silent
+        start = time.monotonic()
+        _pump_unbacked(src, state, 2)
+        # one timeout (0.5 s) and room: the three silent ranks one after another take 1.5 s
+        assert time.monotonic() - start < 1.2
+        for r in (0, 4):
+            assert ranks[r].asked.count("frexport_fr_status?backend=gloo") == 2
+        errors = {h.name: h.errors for h in health.view()}
+        assert [errors[f"socket:rank-{r}"]["timeout"] for r in range(5)] == [0, 1, 1, 1, 0]
     finally:
         src.stop()
         for r in ranks:

@@ -1,0 +1,108 @@
+"""Many exchanges asked from one thread at once (sources/http_client.py `request_all`, the sidecar's status
+reads): each answer is what `request` alone gets from the same peer, byte for byte or reason for reason,
+and a peer that misbehaves costs its own exchange only. The misbehaving peers are fakes: a real PyTorch
+worker server cannot be made to answer slowly, endlessly or with garbage (tests/support/peers.py)."""
+
+import socket
+import time
+
+import pytest
+
+from frexport.sources.http_client import PeerError, Response, Target, request, request_all
+from tests.support.peers import FakePeer
+from tests.unit.sources import test_hostile_peers as hostile
+from tests.unit.sources.test_http_client import cut_short, in_pieces
+
+MAX_BODY = 1 << 20
+
+
+def good(conn):
+    conn.sendall(hostile._reply())
+
+
+def two_writes(conn):  # the head, then the body a moment later (as a server that writes them apart)
+    whole = hostile._reply()
+    conn.sendall(whole[:40])
+    time.sleep(0.05)
+    conn.sendall(whole[40:])
+
+
+def outcome(answer):
+    if isinstance(answer, PeerError):
+        return ("error", answer.reason, answer.down)
+    assert isinstance(answer, Response)
+    return ("answer", answer.status, answer.content_type, answer.body)
+
+
+def alone(path, timeout):
+    try:
+        return outcome(request(Target(unix_path=path), "POST", "/handler/x", timeout=timeout, max_body=MAX_BODY))
+    except PeerError as exc:
+        return outcome(exc)
+
+
+@pytest.mark.parametrize("behave", [
+    good, two_writes, in_pieces, cut_short, hostile.chunked_ok, hostile.slow, hostile.trickle, hostile.huge,
+    hostile.endless, hostile.garbage, hostile.reset, hostile.not_found, hostile.odd_length, hostile.trickle_headers,
+    hostile.trickle_chunk_size, hostile.endless_continue, hostile.endless_trailers,
+], ids=lambda f: f.__name__)
+def test_each_answer_is_what_the_peer_gives_one_request(tmp_path, behave):
+    peer = FakePeer(str(tmp_path / "rank-0.sock"), behave)
+    other = FakePeer(str(tmp_path / "rank-1.sock"), good)
+    try:
+        expected = alone(str(tmp_path / "rank-0.sock"), 0.5)
+        start = time.monotonic()
+        got = request_all([(Target(unix_path=str(tmp_path / "rank-0.sock")), "/handler/x"),
+                           (Target(unix_path=str(tmp_path / "rank-1.sock")), "/handler/x")], 0.5, MAX_BODY)
+        assert time.monotonic() - start < 3.0  # bounded by the deadline, whatever the peer does
+        assert outcome(got[0]) == expected
+        assert outcome(got[1]) == alone(str(tmp_path / "rank-1.sock"), 0.5) and got[1].body  # type: ignore[union-attr]
+    finally:
+        peer.close()
+        other.close()
+
+
+def test_nobody_listening_is_down_as_for_one_request(tmp_path):
+    stale = tmp_path / "rank-3.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()  # the file stays, nobody listens: what a dead trainer leaves behind
+    got = request_all([(Target(unix_path=str(stale)), "/handler/x"),
+                       (Target(unix_path=str(tmp_path / "rank-4.sock")), "/handler/x"),
+                       (Target(host="127.0.0.1", port=_closed_port()), "/handler/x")], 1.0, MAX_BODY)
+    assert [outcome(a) for a in got] == [("error", "down", True)] * 3
+
+
+def test_more_peers_than_the_limit_are_each_answered_in_order(tmp_path):
+    peers = [FakePeer(str(tmp_path / f"rank-{i}.sock"), lambda c, i=i: c.sendall(hostile._reply(body=b"%d" % i)))
+             for i in range(12)]
+    try:
+        got = request_all([(Target(unix_path=str(tmp_path / f"rank-{i}.sock")), "/handler/x") for i in range(12)],
+                          2.0, MAX_BODY, limit=3)
+        assert [a.body for a in got] == [b"%d" % i for i in range(12)]  # type: ignore[union-attr]
+    finally:
+        for p in peers:
+            p.close()
+
+
+def test_a_peer_that_never_answers_holds_only_its_own_slot(tmp_path):
+    """With one slot, the exchanges after a silent peer still each get their own deadline."""
+    silent = FakePeer(str(tmp_path / "rank-0.sock"), hostile.slow)
+    fine = [FakePeer(str(tmp_path / f"rank-{i}.sock"), good) for i in (1, 2)]
+    try:
+        got = request_all([(Target(unix_path=str(tmp_path / f"rank-{i}.sock")), "/handler/x") for i in range(3)],
+                          0.5, MAX_BODY, limit=1)
+        assert outcome(got[0]) == ("error", "timeout", False)
+        assert all(isinstance(a, Response) and a.status == 200 for a in got[1:])
+    finally:
+        silent.close()
+        for p in fine:
+            p.close()
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
