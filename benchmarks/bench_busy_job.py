@@ -19,9 +19,13 @@ watched (% of one core: all its threads; and its worker-server threads alone, wh
 served); and in every watched round the entries the sidecar counted (`frexport_collectives_total`)
 against those the ranks recorded (their own count), and the ring-buffer entries it reports missed. A last
 round watches the job paused: the sidecar's fixed part (status reads, its loop), and its CPU per entry
-beyond it.
+beyond it. Then (`--fixed-ranks`, 8 by default) a job of that many ranks runs until its buffers are full
+and is watched paused: the fixed part at that size. Two cores cannot run 8 ranks at 500 collectives a
+second (gloo's waits spin: 8 ranks reached ~50 a second each), so 8 ranks at that rate is printed as
+that fixed part plus 4000 times the 2 ranks' cost an entry beyond theirs, each part measured.
 
-The figures scale: per entry (µs) times 4000 entries a second is 8 ranks at 500 a second.
+The sidecar's CPU is its threads' schedstat (ns; the decoder processes' too): the clock ticks of
+/proc/<pid>/stat (printed beside it) are sampled at 100 Hz, 8 or so in a 30 s window of a paused sidecar.
 """
 
 from __future__ import annotations

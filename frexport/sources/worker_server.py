@@ -18,6 +18,7 @@ state) so the next poll decodes only the entries that are new or still unfinishe
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -282,10 +283,14 @@ class WorkerServerSource:
         """Every status of these ranks read (`_read_statuses`); the ranks whose reads succeeded. Those whose
         recorders are known are read from this thread, all at once (http_client.request_all): handing each
         read to a poll thread and back cost a third of it. A rank whose recorders are to be listed again
-        first (an exchange that must end before its status reads can start) is read on the poll threads."""
+        first (an exchange that must end before its status reads can start), or whose URL names a host to
+        look up (a lookup blocks), is read on the poll threads."""
         assert self._pool is not None  # (for mypy) made by collect
         plan = {t.name: {r: h for r in recorders if (h := _status_handler(self._backoff[t.name], r)) is not None}
-                for t in targets if (recorders := self._fresh_recorders(self._backoff[t.name])) is not None}
+                for t in targets if (recorders := self._fresh_recorders(self._backoff[t.name])) is not None
+                and _connects_at_once(t.target)}
+        rest = [t for t in targets if t.name not in plan]
+        read_apart = self._pool.map(self._read_statuses, rest)  # (under way meanwhile)
         asked = [(t, r, h) for t in targets if t.name in plan for r, h in plan[t.name].items()]
         start, now_ns = time.monotonic(), time.time_ns()
         answers = request_all([(t.target, f"/handler/{h}") for t, _r, h in asked], self.cfg.timeout,
@@ -293,8 +298,7 @@ class WorkerServerSource:
         by_rank: dict[str, dict[str, Response | PeerError]] = {name: {} for name in plan}
         for (t, r, _h), answer in zip(asked, answers):
             by_rank[t.name][r] = answer
-        rest = [t for t in targets if t.name not in plan]
-        ok = dict(zip((t.name for t in rest), self._pool.map(self._read_statuses, rest)))
+        ok = dict(zip((t.name for t in rest), read_apart))
         ok.update((t.name, self._read_statuses(t, (start, now_ns, by_rank[t.name]))) for t in targets if t.name in plan)
         return [t for t in targets if ok[t.name]]
 
@@ -788,6 +792,14 @@ def _pytorch_handler(recorder: str, names: frozenset[str]) -> str:
     if recorder == DEFAULT_RECORDER or PER_BACKEND_MARKER not in names:
         return "fr_trace_json"
     return f"fr_trace_json?backend={recorder}"
+
+
+def _connects_at_once(target: Target) -> bool:
+    """A unix socket or an IP address: connected to without a name lookup, which would block the loop."""
+    try:
+        return bool(target.unix_path) or bool(ipaddress.ip_address(target.host))
+    except ValueError:
+        return False
 
 
 def _lists_recorders(b: _Backoff) -> bool:
