@@ -13,6 +13,14 @@ from tests.support.synth import T0, dump, entry
 from tests.support.unix_http import QuietHandler, serve_unix
 
 
+def stale_socket(path: str) -> str:
+    """A socket file nobody listens on: what a dead trainer leaves behind."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()  # the file stays
+    return path
+
+
 class FakePeer:
     """A unix-socket server whose reply to every request is produced by `behave(conn)`."""
 

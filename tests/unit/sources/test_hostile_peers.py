@@ -18,7 +18,7 @@ from frexport.sources.health import HealthRegistry
 from frexport.sources.http_client import PeerError, Target, request
 from frexport.sources.worker_server import WorkerServerSource
 from tests.support.live import pump
-from tests.support.peers import FakePeer
+from tests.support.peers import FakePeer, stale_socket
 
 GOOD_BODY = json.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []}).encode()
 
@@ -105,12 +105,9 @@ def test_misbehaving_peer_is_one_clear_error(tmp_path, behave, reason):
 
 
 def test_stale_socket_means_rank_down(tmp_path):
-    path = tmp_path / "rank-3.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
-    s.close()  # the file stays, nobody listens: what a dead trainer leaves behind
+    path = stale_socket(str(tmp_path / "rank-3.sock"))
     with pytest.raises(PeerError) as info:
-        request(Target(unix_path=str(path)), "POST", "/handler/fr_trace_json", timeout=1)
+        request(Target(unix_path=path), "POST", "/handler/fr_trace_json", timeout=1)
     assert info.value.down and info.value.reason == "down"
     health = HealthRegistry()
     src = WorkerServerSource(health, WorkerServers(str(tmp_path), timeout=1.0, poll_interval=0.01))

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from frexport.sources.http_client import PeerError, Response, Target, request, request_all
-from tests.support.peers import FakePeer
+from tests.support.peers import FakePeer, stale_socket
 from tests.unit.sources import test_hostile_peers as hostile
 from tests.unit.sources.test_http_client import cut_short, in_pieces
 
@@ -63,11 +63,7 @@ def test_each_answer_is_what_the_peer_gives_one_request(tmp_path, behave):
 
 
 def test_nobody_listening_is_down_as_for_one_request(tmp_path):
-    stale = tmp_path / "rank-3.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(stale))
-    s.close()  # the file stays, nobody listens: what a dead trainer leaves behind
-    got = request_all([(Target(unix_path=str(stale)), "/handler/x"),
+    got = request_all([(Target(unix_path=stale_socket(str(tmp_path / "rank-3.sock"))), "/handler/x"),
                        (Target(unix_path=str(tmp_path / "rank-4.sock")), "/handler/x"),
                        (Target(host="127.0.0.1", port=_closed_port()), "/handler/x")], 1.0, MAX_BODY)
     assert [outcome(a) for a in got] == [("error", "down", True)] * 3
