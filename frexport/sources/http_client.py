@@ -269,22 +269,31 @@ def _chunked(r: _Reader, max_body: int) -> bytes:
         r.exactly(2)  # the CRLF after each chunk
 
 
-class _Received:
-    """An exchange's bytes, all received, read back as its socket gave them (for `_exchange`)."""
+class _NotYet(Exception):
+    """The answer read so far ends before the answer does, and its connection is still open."""
 
-    def __init__(self, data: bytes) -> None:
-        self.view, self.at = memoryview(data), 0
+
+class _Received:
+    """An exchange's bytes received so far, read back as its socket gave them (for `_exchange`): past
+    their end, the connection's end where it has ended, else `_NotYet`."""
+
+    def __init__(self, data: bytes, ended: bool) -> None:
+        self.view, self.at, self.ended = memoryview(data), 0, ended
 
     def settimeout(self, _timeout: float | None) -> None:
         pass
 
     def recv(self, n: int) -> bytes:
         out = self.view[self.at:self.at + n].tobytes()
+        if not out and not self.ended:
+            raise _NotYet()
         self.at += len(out)
         return out
 
     def recv_into(self, room: memoryview) -> int:
         n = min(len(room), len(self.view) - self.at)
+        if not n and not self.ended:
+            raise _NotYet()
         room[:n] = self.view[self.at:self.at + n]
         self.at += n
         return n
@@ -293,19 +302,12 @@ class _Received:
 _LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
-def _received_all(got: bytearray, max_body: int) -> bool:
-    """Whether `got` holds a whole answer by its Content-Length (an interim, chunked or unmeasured one
-    ends with the connection: `Connection: close` was asked), or is past what `_exchange` would read."""
-    if len(got) > MAX_HEAD_BYTES + max_body:
-        return True
+def _short_of_its_length(got: bytearray) -> bool:
+    """Whether `got` is a head with one Content-Length and less of the body than it says (reading it
+    back would only find it `_NotYet`: a 150 KB body comes in a few reads)."""
     end = got.find(b"\r\n\r\n")
-    if end < 0:
-        return len(got) > MAX_HEAD_BYTES
-    head = bytes(got[:end + 2])
-    if head[9:10] == b"1" or b"chunked" in head.lower():
-        return False
-    lengths = _LENGTH.findall(head)
-    return len(lengths) == 1 and (int(lengths[0]) > max_body or len(got) >= end + 4 + int(lengths[0]))
+    lengths = _LENGTH.findall(got, 0, end) if end >= 0 and got[9:10] != b"1" else []
+    return len(lengths) == 1 and len(got) < end + 4 + int(lengths[0])
 
 
 def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: int, limit: int = 64,
@@ -314,7 +316,8 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
     once), each within its own `timeout` from its start: for the many small reads of one turn, a
     thread per exchange cost a third of each (the hand-off to it and back). Each answer is read by
     `_exchange` once received, with `request`'s caps, errors and reasons; a peer that never answers
-    holds its own slot until its deadline, never the others' answers. In `wanted`'s order."""
+    holds its own slot until its deadline, never the others' answers. In `wanted`'s order. (What has come
+    is read back at each read that may end it: a status answer is one or two reads.)"""
     out: list[Response | PeerError | None] = [None] * len(wanted)
     todo = deque(enumerate(wanted))
     sel = selectors.DefaultSelector()
@@ -360,11 +363,13 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
                         continue
                     chunk = sock.recv(1 << 16)
                     got += chunk
-                    if chunk and not _received_all(got, max_body):
+                    if chunk and _short_of_its_length(got) and len(got) <= MAX_HEAD_BYTES + max_body:
                         continue
-                    # (read back whole: no deadline left to run out on it)
-                    received = _Reader(_Received(bytes(got)), float("inf"))  # type: ignore[arg-type]
+                    # what came, read back (no deadline: nothing waits on it)
+                    received = _Reader(_Received(bytes(got), ended=not chunk), float("inf"))  # type: ignore[arg-type]
                     result: Response | PeerError = _exchange(received, max_body)
+                except _NotYet:
+                    continue
                 except _Bad as exc:
                     result = PeerError(exc.reason, f"{target}: {exc}")
                 except BlockingIOError:
@@ -381,9 +386,8 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
 
 def _connect_nonblocking(target: Target, timeout: float) -> socket.socket:
     """A socket whose connection is under way (or made: a unix socket's is at once)."""
-    family = socket.AF_UNIX if target.unix_path else socket.AF_INET
-    if not target.unix_path:
-        family = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)[0][0]
+    family = socket.AF_UNIX if target.unix_path else \
+        socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)[0][0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setblocking(False)
     try:

@@ -348,7 +348,6 @@ class WorkerServerSource:
         return _body(t, handler, request(t.target, "POST", f"/handler/{handler}", timeout=timeout_s or self.cfg.timeout,
                                          max_body=max_body or self.cfg.max_body_bytes))
 
-
     def _poll_one(self, t: RankTarget, suspected: bool = False, ahead: str | None = None,
                   decided: Action | None = None) -> Snapshot | None:
         """One rank's snapshot. `ahead`: why its entries are fetched without a status read this turn;

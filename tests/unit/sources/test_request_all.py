@@ -27,6 +27,16 @@ def two_writes(conn):  # the head, then the body a moment later (as a server tha
     conn.sendall(whole[40:])
 
 
+def chunked_kept_open(conn):  # a whole chunked answer, the connection then left open
+    hostile.chunked_ok(conn)
+    time.sleep(2)
+
+
+def continue_kept_open(conn):  # an interim response, then a whole answer, the connection left open
+    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" + hostile._reply())
+    time.sleep(2)
+
+
 def outcome(answer):
     if isinstance(answer, PeerError):
         return ("error", answer.reason, answer.down)
@@ -42,9 +52,10 @@ def alone(path, timeout):
 
 
 @pytest.mark.parametrize("behave", [
-    good, two_writes, in_pieces, cut_short, hostile.chunked_ok, hostile.slow, hostile.trickle, hostile.huge,
-    hostile.endless, hostile.garbage, hostile.reset, hostile.not_found, hostile.odd_length, hostile.trickle_headers,
-    hostile.trickle_chunk_size, hostile.endless_continue, hostile.endless_trailers,
+    good, two_writes, in_pieces, cut_short, chunked_kept_open, continue_kept_open, hostile.chunked_ok, hostile.slow,
+    hostile.trickle, hostile.huge, hostile.endless, hostile.garbage, hostile.reset, hostile.not_found,
+    hostile.odd_length, hostile.trickle_headers, hostile.trickle_chunk_size, hostile.endless_continue,
+    hostile.endless_trailers,
 ], ids=lambda f: f.__name__)
 def test_each_answer_is_what_the_peer_gives_one_request(tmp_path, behave):
     peer = FakePeer(str(tmp_path / "rank-0.sock"), behave)
