@@ -22,12 +22,15 @@ def stale_socket(path: str) -> str:
 
 
 class FakePeer:
-    """A unix-socket server whose reply to every request is produced by `behave(conn)`."""
+    """A unix-socket server (a (host, port) `path`: TCP) whose reply to every request is produced by
+    `behave(conn)`."""
 
     def __init__(self, path, behave):
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # path: str or bytes
+        tcp = isinstance(path, tuple)
+        self.sock = socket.socket(socket.AF_INET if tcp else socket.AF_UNIX, socket.SOCK_STREAM)  # str or bytes
         self.sock.bind(path)
+        self.address = self.sock.getsockname()
         self.sock.listen(8)
         self.behave = behave
         self.stop = False

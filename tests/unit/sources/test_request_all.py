@@ -80,6 +80,17 @@ def test_nobody_listening_is_down_as_for_one_request(tmp_path):
     assert [outcome(a) for a in got] == [("error", "down", True)] * 3
 
 
+def test_a_tcp_peer_answers_as_for_one_request():
+    peer = FakePeer(("127.0.0.1", 0), two_writes)
+    try:
+        target = Target(host="127.0.0.1", port=peer.address[1])
+        got = request_all([(target, "/handler/x")], 2.0, MAX_BODY)
+        assert outcome(got[0]) == outcome(request(target, "POST", "/handler/x", timeout=2.0, max_body=MAX_BODY))
+        assert got[0].body  # type: ignore[union-attr]
+    finally:
+        peer.close()
+
+
 def test_more_peers_than_the_limit_are_each_answered_in_order(tmp_path):
     peers = [FakePeer(str(tmp_path / f"rank-{i}.sock"), lambda c, i=i: c.sendall(hostile._reply(body=b"%d" % i)))
              for i in range(12)]
