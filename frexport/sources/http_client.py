@@ -171,18 +171,16 @@ def request(target: Target, method: str, path: str, timeout: float = 5.0,
                 sock = tls.wrap_socket(sock, server_hostname=server_name or target.host or None)
             sock.sendall(_request_bytes(method, path, headers))
         except (ConnectionRefusedError, FileNotFoundError) as exc:
-            raise PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True) from None
+            raise _peer_error(target, exc, timeout) from None
         try:
             return _exchange(_Reader(sock, deadline), max_body)
         except _Bad as exc:
             reason = exc.reason
             raise PeerError(reason, f"{target}: {exc}") from None
-    except socket.timeout:
-        raise PeerError("timeout", f"{target}: no complete answer within {timeout:g} s") from None
     except ssl.SSLError as exc:
         raise PeerError("tls", f"{target}: TLS: {exc}") from None
-    except (ConnectionError, OSError) as exc:
-        raise PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:  # (socket.timeout among them)
+        raise _peer_error(target, exc, timeout) from None
     finally:
         if sock is not None:
             sock.close()
@@ -405,10 +403,10 @@ def _connect_nonblocking(target: Target, timeout: float) -> socket.socket:
 
 
 def _peer_error(target: Target, exc: OSError, timeout: float) -> PeerError:
-    """`request`'s PeerError for a socket error."""
+    """The PeerError for a socket error (`OSError(errno, ...)` is made the subclass its errno names)."""
     if isinstance(exc, socket.timeout):
         return PeerError("timeout", f"{target}: no complete answer within {timeout:g} s")
-    if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)) or exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+    if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):  # (only ever where it connects)
         return PeerError("down", f"{target}: nothing listening ({exc.strerror or exc})", down=True)
     return PeerError("bad_response", f"{target}: {type(exc).__name__}: {exc}")
 
