@@ -10,11 +10,20 @@ the trainer does beyond PyTorch's dump), the sidecar's decode of it (WorkerServe
 parse_tail or parse_pickle_tail, then normalize with the older entries carried), the state's ingest
 and the live analysis. CPU microseconds per entry read (the entries counted), the least of the
 rounds, JSON and pickle interleaved; PyTorch's dump itself is printed apart (the same for both).
+
+The same reads are then measured as the other recorders write their entries (`--shapes`), which no
+backend on a CPU can produce: each entry of the real dumps rewritten as torch 2.15's FlightRecorderHook
+writes it for nccl2, the default `nccl` (`nccl2`: completed, retired, a duration, its discovered start
+and end the same time), and as legacy ProcessGroupNCCL writes it without timing (`nccl`: completed,
+a discovered start and end, no duration), then pickled as PyTorch's pickler does (strings memoized
+by value, nothing else: `TorchPickler`), so that the agent's cut and the compiled scanner read them
+as they read torch's own. Only the answer the sidecar asks by default (the pickle) is measured there.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import pickle
 import subprocess
@@ -30,6 +39,7 @@ from frexport.agent.live import live_dump  # noqa: E402
 from frexport.config import Analysis, WorkerServers  # noqa: E402
 from frexport.decode import scanned  # noqa: E402
 from frexport.decode.read import decode_bytes  # noqa: E402
+from frexport.decode.safe_pickle import loads_plain  # noqa: E402
 from frexport.live.diagnosis import LiveAnalysis  # noqa: E402
 from frexport.live.state import LiveState  # noqa: E402
 from frexport.sources.health import HealthRegistry  # noqa: E402
@@ -52,6 +62,49 @@ pickle.dump((dumps, took), open(sys.argv[1], "wb"))
 """
 
 STAGES = ("agent", "decode", "ingest", "analysis")
+SHAPES = ("gloo", "nccl2", "nccl")  # gloo: the dumps as recorded; the others rewritten (module doc)
+
+
+class TorchPickler(pickle._Pickler):  # (the Python pickler: its memo and batching can be overridden)
+    """Protocol 2 as PyTorch's pickler writes a dump: only strings memoized, and equal strings once
+    (the data comes from loads_plain, which shares each memoized string, and `_rewritten` interns its
+    own); every dict's and list's items after a MARK, even one."""
+
+    def memoize(self, obj: object) -> None:
+        if type(obj) is str:
+            super().memoize(obj)
+
+    def _batch_setitems(self, items) -> None:  # type: ignore[no-untyped-def]
+        self._marked([x for kv in items for x in kv], pickle.SETITEMS)
+
+    def _batch_appends(self, items) -> None:  # type: ignore[no-untyped-def]
+        self._marked(list(items), pickle.APPENDS)
+
+    def _marked(self, objs: list, op: bytes) -> None:
+        if objs:
+            self.write(pickle.MARK)
+            for x in objs:
+                self.save(x)
+            self.write(op)
+
+
+def _rewritten(data: bytes, shape: str) -> bytes:
+    """One of the real dumps with each entry as the `shape` recorder writes it (module doc)."""
+    if shape == "gloo":
+        return data
+    doc = loads_plain(data, "bench")
+    for e in doc["entries"]:
+        e["profiling_name"] = sys.intern(shape + ":" + e["profiling_name"].split(":", 1)[1])
+        e["state"], e["retired"] = "completed", True
+        e["time_discovered_completed_ns"] = e["time_created_ns"] + 40_000
+        if shape == "nccl2":  # (retire_completed: the duration, and "now" for both times)
+            e["time_discovered_started_ns"] = e["time_discovered_completed_ns"]
+            e["duration_ms"] = 0.02 + e["record_id"] % 13 * 0.001
+        else:
+            e["time_discovered_started_ns"] = e["time_created_ns"] + 10_000
+    out = io.BytesIO()
+    TorchPickler(out, protocol=2).dump(doc)
+    return out.getvalue()
 
 
 def record(reads: int, new: int) -> tuple[list[bytes], list[float]]:
@@ -64,7 +117,7 @@ def record(reads: int, new: int) -> tuple[list[bytes], list[float]]:
         return pickle.loads(out.read_bytes())  # (this benchmark's own file: plain bytes and floats)
 
 
-def one_round(dumps: list[bytes], fmt: str) -> tuple[dict[str, float], int]:
+def one_round(dumps: list[bytes], fmt: str, recorder: str = "gloo") -> tuple[dict[str, float], int]:
     """CPU seconds per stage over every read after the first, and the entries those reads counted."""
     source = WorkerServerSource(HealthRegistry(), WorkerServers())
     target = RankTarget(0, Target(unix_path="/bench"), "bench")
@@ -76,11 +129,12 @@ def one_round(dumps: list[bytes], fmt: str) -> tuple[dict[str, float], int]:
     spent = dict.fromkeys(STAGES, 0.0)
     for now, data in enumerate(dumps[1:], 2):
         c = time.process_time()
-        cursor = source._cursors.of((0, "gloo"), last.entries)  # the sidecar's: counted with its decode
+        cursor = source._cursors.of((0, recorder), last.entries)  # the sidecar's: counted with its decode
         t0 = time.process_time()
         body = live_dump(lambda *flags, d=data: d, last.entries[cursor[0]].record_id, fmt)
         t1 = time.process_time()
-        dump = source._decode_tail(target, "gloo", body, now, last, window=True, cursor=cursor)
+        assert fmt == "json" or len(body) < len(data), "the agent could not cut this pickle: not torch's layout"
+        dump = source._decode_tail(target, recorder, body, now, last, window=True, cursor=cursor)
         assert dump is not None, "the tail could not be joined: read more often (--new)"
         t2 = time.process_time()
         state.ingest(dump, "bench", now)
@@ -100,24 +154,30 @@ def main(argv: list[str] | None = None) -> int:
                     "what status first reads at on a busy rank)")
     ap.add_argument("--reads", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="entries as these recorders write them "
+                    f"(of {', '.join(SHAPES)}; the module doc says how)")
     args = ap.parse_args(argv)
     formats = ["json", "pickle"] if scanned.available() else ["json"]
     dumps, took = record(args.reads, args.new)
-    best: dict[str, dict[str, float]] = {}
+    cases = [(fmt, "gloo") for fmt in formats if "gloo" in args.shapes.split(",")]
+    cases += [("pickle", shape) for shape in args.shapes.split(",") if shape != "gloo" and scanned.available()]
+    shaped = {shape: [_rewritten(d, shape) for d in dumps] for _fmt, shape in cases}
+    best: dict[tuple[str, str], dict[str, float]] = {}
     for _ in range(args.rounds):
-        for fmt in formats:
-            spent, counted = one_round(dumps, fmt)
+        for case in cases:
+            spent, counted = one_round(shaped[case[1]], case[0], case[1])
             per = {stage: s / counted * 1e6 for stage, s in spent.items()}
-            best[fmt] = {s: min(v, best.get(fmt, per)[s]) for s, v in per.items()}
+            best[case] = {s: min(v, best.get(case, per)[s]) for s, v in per.items()}
     print(f"{args.reads} reads of {args.new} new entries (2000-entry buffer, real torch gloo dumps); PyTorch's "
           f"pickle dump in the trainer: {sorted(took)[len(took) // 2] * 1e3:.1f} ms median a read "
           f"({sorted(took)[len(took) // 2] / args.new * 1e6:.1f} µs an entry read), the same for both")
     print("CPU µs per entry read, least of %d rounds:" % args.rounds)
-    print(f"  {'answer':7} {'agent (trainer)':>16} {'decode':>8} {'ingest':>8} {'analysis':>9} {'sidecar':>8}")
-    for fmt, per in best.items():
+    print(f"  {'answer':7} {'entries as':10} {'agent (trainer)':>16} {'decode':>8} {'ingest':>8} {'analysis':>9} "
+          f"{'sidecar':>8}")
+    for (fmt, shape), per in best.items():
         sidecar = per["decode"] + per["ingest"] + per["analysis"]
-        print(f"  {fmt:7} {per['agent']:16.2f} {per['decode']:8.2f} {per['ingest']:8.2f} {per['analysis']:9.2f} "
-              f"{sidecar:8.2f}")
+        print(f"  {fmt:7} {shape:10} {per['agent']:16.2f} {per['decode']:8.2f} {per['ingest']:8.2f} "
+              f"{per['analysis']:9.2f} {sidecar:8.2f}")
     if not scanned.available():
         print(f"  (no pickle answer: the compiled scanner is not in use: {scanned.status()})")
     return 0

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, sub, truediv
 from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
@@ -29,7 +29,6 @@ from frexport.model.record_index import NO_RECORDS, RecordIndex
 # Prometheus buckets for collective durations, 100 us to 30 min.
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)
-
 
 
 class EntryEvent(NamedTuple):
@@ -49,12 +48,16 @@ class Histogram:
     total: float = 0.0
     count: int = 0
 
-    def observe(self, seconds: float) -> None:
-        i = bisect_left(DURATION_BUCKETS, seconds)  # the first bucket whose bound is >= seconds
-        if i < len(DURATION_BUCKETS):
-            self.counts[i] += 1
-        self.total += seconds
-        self.count += 1
+    def observe(self, seconds: list[float]) -> None:
+        """Many at once, each in the first bucket whose bound is >= it (C-level passes: a busy rank's
+        timed ops, nccl2's every op, come in runs of hundreds)."""
+        ordered, counts, below = sorted(seconds), self.counts, 0
+        for i, bound in enumerate(DURATION_BUCKETS):
+            upto = bisect_right(ordered, bound, below)  # (durations are finite: fields.duration_ms)
+            counts[i] += upto - below
+            below = upto
+        self.total = sum(seconds, self.total)  # (added in order, as one at a time)
+        self.count += len(seconds)
 
 
 @dataclass
@@ -349,9 +352,11 @@ class LiveState:
                 for family in COLLECTIVE_FAMILIES:
                     self._refused[family] += n
         if any(map(is_not, map(_duration_ms, done), repeat(None))) or any(map(_time_started, done)):
-            for e, outcome in zip(done, outcomes):
-                if (outcome is COMPLETED or outcome is RETIRED) and kept[_pair(e)]:  # outcome.done
-                    self._observe(_pair(e), e)
+            at = 0  # `done` is the settled runs of `counted`, in order
+            for pair, outcome, n in counted:
+                run, at = done[at:at + n], at + n
+                if (outcome is COMPLETED or outcome is RETIRED) and kept[pair]:  # outcome.done
+                    self._observe(pair, run)
 
     def _admit(self, pair: tuple[str, str], now_ns: int) -> bool:
         """Whether a (pg_desc, op) pair is counted: the state holds at most `max_label_sets`."""
@@ -360,9 +365,18 @@ class LiveState:
         self.pair_seen_ns[pair] = now_ns
         return True
 
-    def _observe(self, pair: tuple[str, str], e: Entry) -> None:
-        seconds = duration_s(e)
-        if seconds is not None:
+    def _observe(self, pair: tuple[str, str], run: Sequence[Entry]) -> None:
+        """The durations of a run of one pair's entries proven over."""
+        # duration_s's rule, without a call per entry where the run is timed one way
+        millis = list(map(_duration_ms, run))
+        spans = _discovered_spans(run) if millis.count(None) == len(millis) else None
+        if None not in millis:  # every op timed by its recorder (nccl2's hook, NCCL with timing)
+            seconds = list(map(truediv, millis, repeat(1000.0)))
+        elif spans is not None:
+            seconds = list(map(truediv, spans, repeat(1e9)))
+        else:
+            seconds = [s for s in map(duration_s, run) if s is not None]
+        if seconds:
             h = self.durations.get(pair)
             if h is None:
                 h = self.durations[pair] = Histogram()
@@ -506,6 +520,7 @@ _KIND = fields_at("pg_desc", "op", "state", "retired", "backend", "pg_name", "is
 # the pairs a snapshot holds (their counts stay), and with them its groups (seen now)
 _PAIR, _HELD = fields_at("pg_desc", "op"), fields_at("pg_desc", "op", "pg_name")
 _duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
+_time_completed = attrgetter("time_completed_ns")
 _seq = attrgetter("collective_seq_id")
 _event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)
 
@@ -528,6 +543,16 @@ def duration_s(e: Entry) -> float | None:
     if e.time_started_ns and e.time_completed_ns and e.time_completed_ns >= e.time_started_ns:
         return (e.time_completed_ns - e.time_started_ns) / 1e9
     return None
+
+
+def _discovered_spans(run: Sequence[Entry]) -> list[int] | None:
+    """Each entry's discovered start to completion (NCCL without timing), where every one has both in
+    order, else None."""
+    starts, ends = list(map(_time_started, run)), list(map(_time_completed, run))
+    if not (all(starts) and all(ends)):
+        return None
+    spans = list(map(sub, ends, starts))
+    return spans if min(spans) >= 0 else None
 
 
 def _copy_rank(rs: RankState) -> RankState:

@@ -129,6 +129,39 @@ def test_only_an_op_proven_over_moves_last_completed_or_gives_a_duration():
     assert h.count == 2 and h.total == pytest.approx(0.005)
 
 
+def test_durations_of_mixed_runs_land_where_each_op_alone_would():
+    """The histogram takes a run of one pair's ops at once: each still lands in the first bucket whose
+    bound is at least its duration (duration_ms, else discovered start to completion, else none), of its
+    own pair; a pending op and one beyond the last bound give no bucket, the latter still counted."""
+    from bisect import bisect_left
+
+    from frexport.live.state import DURATION_BUCKETS
+
+    rng = random.Random(7)
+    entries, want = [], Counter()
+    for i in range(400):
+        op = ("all_reduce", "broadcast")[i // 50 % 2]  # runs of 50 of one pair
+        # runs of one timing (as NCCL with or without timing writes them) and mixed ones; a 0 ms duration
+        # is the op's, whatever its discovered times say (5 s here)
+        style = (("ms", "zero"), ("discovered", "zero"), ("ms", "zero", "discovered", "untimed", "pending", "huge"))
+        kind = rng.choice(style[i // 50 % 3]) if rng.random() < 0.2 else style[i // 50 % 3][0]
+        ms = {"ms": rng.uniform(0.01, 3000.0), "huge": 4_000_000.0, "zero": 0.0}.get(kind)
+        e = entry(i, i + 1, op=op, duration_ms=ms, state="started" if kind == "pending" else "completed")
+        e["time_discovered_completed_ns"] = e["time_discovered_started_ns"] + (5 * 10**9 if kind == "zero" else 1000)
+        if kind == "untimed":
+            e["time_discovered_started_ns"] = e["time_discovered_completed_ns"] = None
+        entries.append(e)
+        if kind != "pending" and kind != "untimed":
+            seconds = ms / 1000 if ms is not None else 1000 / 1e9
+            want[(op, bisect_left(DURATION_BUCKETS, seconds))] += 1
+    state = LiveState(events=False)
+    state.ingest(_snap(entries[:130]), "s", T0)
+    state.ingest(_snap(entries[100:], at=T0 + 5), "s", T0 + 5)
+    for (_desc, op), h in state.view().durations.items():
+        assert h.counts == [want[(op, i)] for i in range(len(DURATION_BUCKETS))]
+        assert h.count == sum(n for (o, _i), n in want.items() if o == op)
+
+
 def test_unseen_entries_are_those_the_full_loop_would_look_at():
     """`_unseen` (bisection over a dump in record order) picks exactly the entries past the last
     record seen or still pending, in their order; out of order it looks at all."""
