@@ -74,7 +74,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if args.dump_dir:
             overrides["sources.dump_dirs"] = [{"path": d, "polling": args.polling} for d in args.dump_dir]
         cfg = load_config(args.config, overrides=overrides)
-        problems = validate(cfg)
+        problems = validate(cfg) + otlp_problems(cfg)
         if cfg.web.config_file:
             from frexport.web.web_config import load_web_config
 
@@ -117,6 +117,23 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def otlp_problems(cfg: Config) -> list[str]:
+    """What the OTEL_* settings would refuse where spans are on (the exporter's protocol, the sampler):
+    said at start-up and by --check-config, not as a traceback when the sink is built."""
+    if not cfg.traces.enabled:
+        return []
+    from frexport.export.otlp.exporter import protocol_of
+    from frexport.export.otlp.sampling import TraceSampling
+
+    problems = []
+    for check in (protocol_of, TraceSampling.from_env):
+        try:
+            check(os.environ)
+        except ValueError as exc:
+            problems.append(f"traces: {exc}")
+    return problems
+
+
 def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
     """Wire the sidecar from its configuration: sources, state, analysis, sinks, and the metrics
     registry that reads them."""
@@ -153,9 +170,10 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
+        from frexport.export.otlp.sampling import TraceSampling
 
         sinks.append(OtlpSink(make_exporter(), cfg.job_id or "", cfg.traces.queue_size, cfg.traces.checkpoint_file,
-                              world_size=cfg.world_size))
+                              world_size=cfg.world_size, sampling=TraceSampling.from_env(os.environ)))
     sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None,
                       decoder)
     # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours

@@ -51,3 +51,25 @@ def test_a_plain_text_basic_auth_password_stops_serve_at_start(tmp_path):
                           str(tmp_path), "--web-config-file", str(wc)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "the value of user 'prometheus' is not a bcrypt hash" in out.stderr and "hunter2" not in out.stderr
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"OTEL_TRACES_SAMPLER": "jaeger_remote"}, "traces: OTEL_TRACES_SAMPLER='jaeger_remote': use one of always_on"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "10%"}, "OTEL_TRACES_SAMPLER_ARG='10%'"),
+    ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"}, "a ratio from 0 to 1"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "nan"}, "a ratio from 0 to 1"),
+    ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "traces: OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}, None),
+])
+def test_otlp_settings_spans_would_refuse_stop_serve_at_start(tmp_path, env, says):
+    """Where spans are on, an OTEL_* value the exporter or the sampler would not take is a config error (the
+    SDK's sampler would fall back to sending every span, saying so in a log line; a protocol it does not
+    speak was a traceback); with spans off they are not read."""
+    for traces, expect in (("true", says), ("false", None)):
+        out = subprocess.run([sys.executable, "-m", "frexport", "serve", "--check-config", "--dump-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **env, "FREXPORT_TRACES__ENABLED": traces})
+        if expect is None:
+            assert out.returncode == 0, out.stderr
+        else:
+            assert out.returncode == 2 and expect in out.stderr, out.stderr

@@ -84,3 +84,35 @@ def test_every_pod_of_a_job_puts_one_collective_in_one_trace(tmp_path):
     for seq, seen in by_collective.items():
         assert {rank for _, rank in seen} == {0, 1, 2, 3}, (seq, seen)
         assert len({trace for trace, _ in seen}) == 1, (seq, seen)  # one trace across both pods
+
+
+def test_sampled_collectives_come_from_every_pod_or_none(tmp_path):
+    """Two real sidecars, one per pod of a 4-rank job, each sampling by OTEL_TRACES_SAMPLER at 0.5: the
+    collectives sent are those the SDK's own ratio sampler keeps by their trace id, each from all four
+    ranks; the others from none."""
+    from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased
+
+    from frexport.export.otlp.spans import trace_id_for
+    from tests.support.sidecar import Sidecar
+    from tests.support.synth import dump, healthy_job, write
+
+    steps = 40
+    job = healthy_job(world=4, steps=steps)
+    pods = [write(tmp_path / f"pod{p}", {r: dump(job[r], world=4) for r in (2 * p, 2 * p + 1)}) for p in (0, 1)]
+    with GrpcReceiver() as rx:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_INSECURE": "true", "FREXPORT_TRACES__ENABLED": "true", "FREXPORT_JOB_ID": "train-7",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"}
+        with Sidecar("--dump-dir", str(pods[0]), env=otel), Sidecar("--dump-dir", str(pods[1]), env=otel):
+            pg = _wait(rx.received, 1, timeout=60)[0].attributes["pytorch.distributed.pg.name"]
+            sampler = TraceIdRatioBased(0.5)
+            kept = {seq for seq in range(1, steps + 1) if sampler.should_sample(
+                None, trace_id_for("train-7", pg, seq), "").decision is Decision.RECORD_AND_SAMPLE}
+            spans = _wait(rx.received, 4 * len(kept), timeout=60)
+            time.sleep(1.0)  # nothing more comes
+    assert 0 < len(kept) < steps
+    sent = defaultdict(set)
+    for s in rx.received.spans:
+        sent[s.attributes["pytorch.distributed.collective_seq_id"]].add(s.attributes["pytorch.distributed.rank"])
+    assert len(spans) == 4 * len(kept) and set(sent) == kept
+    assert all(ranks == {0, 1, 2, 3} for ranks in sent.values())

@@ -5,7 +5,10 @@ them to spans (spans.py), skips what the checkpoint says was exported before a r
 them in batches through the checkpoint wrapper (checkpoint.py), which records progress on success.
 Entries and spans share one bounded queue (`traces.queue_size`): when an unreachable collector lets
 it fill, the oldest are dropped and counted, so memory stays bounded and polling never slows.
-Self-metrics: frexport_otlp_spans_total{result="exported|failed|dropped"}, frexport_otlp_queue_spans.
+Before an entry is mapped, the sampler (sampling.py, OTEL_TRACES_SAMPLER) decides whether its
+collective is sent; errors are sent whatever it says.
+Self-metrics: frexport_otlp_spans_total{result="exported|failed|dropped|sampled_out"},
+frexport_otlp_queue_spans.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from frexport import logs
 from frexport.analysis.findings import Finding
 from frexport.export.otlp import spans as S
 from frexport.export.otlp.checkpoint import CheckpointExporter, Progress
+from frexport.export.otlp.sampling import TraceSampling
 from frexport.live.sink import Pass
 from frexport.live.state import EntryEvent
+from frexport.model.outcome import Outcome
 
 _NO_FINDINGS: list[Finding] = []  # shared (never mutated): passes without analysis compare equal by identity
 
@@ -44,13 +49,14 @@ class OtlpSink:
 
     def __init__(self, exporter: SpanExporter, job_id: str = "", queue_size: int = 20000,
                  checkpoint_file: str | None = None, batch_size: int = 512, world_size: int | None = None,
-                 save_every_s: float = 5.0) -> None:
+                 save_every_s: float = 5.0, sampling: TraceSampling | None = None) -> None:
         self.exporter = CheckpointExporter(exporter, checkpoint_file, save_every_s)
+        self.sampling = sampling or TraceSampling.from_env({})
         self.job_id = job_id
         self.queue_size = queue_size
         self.batch_size = batch_size
         self.resources = S.Resources(job_id, world_size)
-        self.exported = self.failed = self.dropped = 0
+        self.exported = self.failed = self.dropped = self.sampled_out = 0
         self._work: deque[_Work] = deque()
         self._events = 0  # entries waiting in self._work
         self._spans: deque[ReadableSpan] = deque()
@@ -86,11 +92,13 @@ class OtlpSink:
         self.shutdown(min(1.0, timeout_s))
 
     def collect(self) -> Iterator[Metric]:
-        c = CounterMetricFamily("frexport_otlp_spans", "Spans exported over OTLP, failed to export, or dropped "
-                                "from the full queue", labels=["result"])
+        c = CounterMetricFamily("frexport_otlp_spans", "Spans exported over OTLP, failed to export, dropped "
+                                "from the full queue, or left out by the sampler (OTEL_TRACES_SAMPLER)",
+                                labels=["result"])
         c.add_metric(["exported"], self.exported)
         c.add_metric(["failed"], self.failed)
         c.add_metric(["dropped"], self.dropped)
+        c.add_metric(["sampled_out"], self.sampled_out)
         yield c
         q = GaugeMetricFamily("frexport_otlp_queue_spans", "Spans waiting for export")
         q.add_metric([], self.queued())
@@ -156,14 +164,19 @@ class OtlpSink:
     def _spans_of(self, w: _Work) -> list[ReadableSpan]:
         marks = S.finding_index(w.findings)
         out = []
+        sampling, sampled_out = self.sampling, 0
         for ev in w.events:
             self.resources.saw(ev)
             e = ev.entry
+            finding = marks.get((e.pg_name, e.collective_seq_id, ev.rank))
+            trace_id = None if sampling.bound is None else S.entry_trace_id(self.job_id, e)
+            if finding is None and ev.outcome is not Outcome.TIMED_OUT and not sampling.keeps(trace_id):
+                sampled_out += 1
+                continue
             progress = Progress(ev.rank, e.record_id, e.time_created_ns)
             if self.exporter.exported(progress):
                 continue  # sent before a restart
-            span = S.entry_span(ev, self.job_id, self.resources.of(ev.rank),
-                                marks.get((e.pg_name, e.collective_seq_id, ev.rank)))
+            span = S.entry_span(ev, self.job_id, self.resources.of(ev.rank), finding, trace_id)
             self.exporter.expect(span.context.span_id, progress)
             out.append(span)
         for f in w.findings:
@@ -172,6 +185,7 @@ class OtlpSink:
                 if key not in self._stalled_sent:
                     self._stalled_sent.add(key)
                     out.append(S.stall_span(f, rank, self.job_id, self.resources.of(rank), w.now_ns))
+        self.sampled_out += sampled_out
         return out
 
     def _export_queued(self) -> bool:

@@ -56,6 +56,10 @@ def trace_id_for(job_id: str, pg_name: str, seq: int, p2p: bool = False) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:16], "big") or 1
 
 
+def entry_trace_id(job_id: str, e: Entry) -> int:
+    return trace_id_for(job_id, e.pg_name, e.seq_id, e.is_p2p)
+
+
 def span_id_for(*parts: object) -> int:
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "big") or 1
 
@@ -151,7 +155,9 @@ def finding_index(findings: list[Finding]) -> dict[tuple[str, int, int], Finding
     return out
 
 
-def entry_span(ev: EntryEvent, job_id: str, resource: Resource, finding: Finding | None = None) -> ReadableSpan:
+def entry_span(ev: EntryEvent, job_id: str, resource: Resource, finding: Finding | None = None,
+               trace_id: int | None = None) -> ReadableSpan:
+    """`trace_id`: `entry_trace_id`, where the caller made it already."""
     e = ev.entry
     end, source = end_time(e, ev.observed_ns, ev.outcome)
     status = Status(StatusCode.UNSET)
@@ -164,7 +170,7 @@ def entry_span(ev: EntryEvent, job_id: str, resource: Resource, finding: Finding
     attrs = entry_attributes(ev.rank, e)
     attrs[NS + "end_time_source"] = source
     attrs[NS + "outcome"] = ev.outcome
-    ctx = SpanContext(trace_id_for(job_id, e.pg_name, e.seq_id, e.is_p2p), entry_span_id(job_id, ev), False,
+    ctx = SpanContext(trace_id or entry_trace_id(job_id, e), entry_span_id(job_id, ev), False,
                       TraceFlags(TraceFlags.SAMPLED))
     return ReadableSpan(e.op or e.profiling_name, ctx, None, resource, attrs, events, (), SpanKind.INTERNAL,
                         status=status, start_time=e.time_created_ns, end_time=max(end, e.time_created_ns),

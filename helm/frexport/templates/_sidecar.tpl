@@ -133,6 +133,12 @@ List templates render list items ("- name: ...") at column 0, ready for nindent.
 - name: OTEL_SERVICE_NAME
   value: {{ . | quote }}
 {{- end }}
+{{- if not (kindIs "invalid" $v.traces.sampleRatio) }}
+- name: OTEL_TRACES_SAMPLER
+  value: parentbased_traceidratio
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $v.traces.sampleRatio | toString | quote }}
+{{- end }}
 {{- end }}
 {{- with $v.evidence.upload }}
 {{- if .enabled }}

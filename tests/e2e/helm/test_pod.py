@@ -130,9 +130,11 @@ def test_otlp_env(rendered):
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
     assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
     assert env["OTEL_SERVICE_NAME"] == "llm-pretrain"
+    assert (env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"]) == ("parentbased_traceidratio", "0.05")
     assert env["FREXPORT_TRACES__CHECKPOINT_FILE"] == "/shared/frexport/otlp-checkpoint.json"
     for variant in ("example", "minimal"):
         assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in rendered[variant][0].read_text()
+        assert "OTEL_TRACES_SAMPLER" not in rendered[variant][0].read_text()
 
 
 def test_extra_args_env_and_gpu(rendered):
