@@ -24,6 +24,10 @@ and is watched paused: the fixed part at that size. Two cores cannot run 8 ranks
 second (gloo's waits spin: 8 ranks reached ~50 a second each), so 8 ranks at that rate is printed as
 that fixed part plus 4000 times the 2 ranks' cost an entry beyond theirs, each part measured.
 
+`--spans RATIO` turns the watched sidecars' OpenTelemetry spans on, sampled at RATIO (OTEL_TRACES_SAMPLER
+traceidratio; 1: every span), sent over OTLP/gRPC to a real receiver in this process: the rounds then
+print the spans it received and those the sidecar left out.
+
 The sidecar's CPU is its threads' schedstat (ns; the decoder processes' too): the clock ticks of
 /proc/<pid>/stat (printed beside it) are sampled at 100 Hz, 8 or so in a 30 s window of a paused sidecar.
 """
@@ -50,6 +54,7 @@ from bench_status_first import sidecar_reads as reads  # noqa: E402
 from bench_status_first import thread_cpu_s  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from tests.support.otlp_receiver import GrpcReceiver  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 from tests.support.proctree import descendants, kill_tree  # noqa: E402
 
@@ -68,6 +73,10 @@ def metrics(port: int) -> dict[str, float]:
                 out["counted"] += s.value
             elif s.name == "frexport_ring_buffer_dropped_entries_total":
                 out["missed"] += s.value
+            elif s.name == "frexport_otlp_spans_total":  # (spans on: --spans)
+                out["spans_" + s.labels["result"]] = s.value
+            elif s.name == "frexport_otlp_queue_spans":
+                out["queued"] = s.value
     return out
 
 
@@ -200,12 +209,16 @@ def paused_window(job: Job, seconds: float) -> dict:
 
 
 def watched_round(job: Job, seconds: float, profile: str | None = None, entries_via: str = "agent",
-                  paused: bool = False) -> dict:
+                  paused: bool = False, spans: tuple[float, str] | None = None) -> dict:
     """A fresh `frexport serve` reads the paused job, then watches `seconds` of it running (`paused`: of
-    it still paused, its fixed part)."""
+    it still paused, its fixed part). `spans`: (sampling ratio, the OTLP receiver's endpoint)."""
     start_counts = job.counts
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(":"))
+    if spans is not None:
+        env.update(FREXPORT_TRACES__ENABLED="true", OTEL_EXPORTER_OTLP_ENDPOINT=spans[1],
+                   OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_EXPORTER_OTLP_INSECURE="true",
+                   OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG=str(spans[0]))
     log = open(job.work / f"sidecar-{job.generation}.log", "wb")
     sidecar = subprocess.Popen([sys.executable, "-m", "frexport", "serve", "--listen", f"127.0.0.1:{port}",
                                 "--sockets-dir", str(job.shared), "--poll-interval", "5s",
@@ -214,7 +227,11 @@ def watched_round(job: Job, seconds: float, profile: str | None = None, entries_
     try:
         # its first whole reads: every finished entry in the buffers is counted once
         first = sum(min(c, BUFFER) for c in start_counts)
-        _wait_count(port, first, 60.0)
+        seen = _wait_count(port, first, 60.0)
+        deadline = time.monotonic() + 60
+        while spans is not None and seen.get("queued") != 0 and time.monotonic() < deadline:
+            time.sleep(0.5)  # and their spans sent: the window holds no span of the first reads
+            seen = metrics(port)
         spy = None
         if profile:  # py-spy's samples of the measured window (raw: folded stacks, counts)
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking",
@@ -234,7 +251,8 @@ def watched_round(job: Job, seconds: float, profile: str | None = None, entries_
         m["reads"] = reads(port)
         if spy is not None:
             spy.wait(30)
-        m.update(expected=expected, counted=seen["counted"], missed=seen["missed"])
+        m.update(expected=expected, counted=seen["counted"], missed=seen["missed"],
+                 spans={k[6:]: v for k, v in seen.items() if k.startswith("spans_")})
         return m
     finally:
         sidecar.kill()
@@ -265,6 +283,8 @@ def main() -> int:
     ap.add_argument("--warm", type=float, default=10.0, help="running before the first round (buffers fill)")
     ap.add_argument("--entries-via", choices=("agent", "pytorch"), default="agent",
                     help="the sidecar's `--entries-via`: whose handler serves the entries")
+    ap.add_argument("--spans", type=float, metavar="RATIO",
+                    help="the watched sidecars send spans, sampled at RATIO, to a real OTLP receiver here")
     ap.add_argument("--fixed-ranks", type=int, default=8,
                     help="then a job of this many ranks, buffers full, watched paused: the fixed part at that "
                          "size (0: not run; 2 cores cannot run 8 ranks at 500 a second, so 8 ranks at that rate "
@@ -276,21 +296,29 @@ def main() -> int:
     job = Job(args.ranks, args.interval_ms, work)
     plain: list[dict] = []
     watched: list[dict] = []
+    receiver = GrpcReceiver().__enter__() if args.spans is not None else None
+    spans = (args.spans, receiver.endpoint) if receiver is not None else None
     try:
         job.wait_ready()
         time.sleep(max(args.warm, BUFFER * args.interval_ms / 1000 * 1.5))
         job.pause()
         for i in range(args.rounds):
             plain.append(measure(job, args.seconds))
-            watched.append(watched_round(job, args.seconds, args.profile, args.entries_via))
+            received = len(receiver.received.spans) if receiver is not None else 0
+            watched.append(watched_round(job, args.seconds, args.profile, args.entries_via, spans=spans))
+            sent = "" if receiver is None else (
+                f"; spans received {len(receiver.received.spans) - received}, the sidecar's "
+                + ", ".join(f"{k} {v:.0f}" for k, v in sorted(watched[-1]["spans"].items())))
             print(f"round {i + 1}: not watched: trainer {plain[-1]['trainer'] * 100:.2f} %/rank; watched: trainer "
                   f"{watched[-1]['trainer'] * 100:.2f} %/rank, sidecar {watched[-1]['sidecar'] * 100:.2f} %, "
                   f"counted {watched[-1]['counted']:.0f} of {watched[-1]['expected']}, missed "
-                  f"{watched[-1]['missed']:.0f}", flush=True)
+                  f"{watched[-1]['missed']:.0f}{sent}", flush=True)
         # the sidecar's fixed part: watching the same ranks with nothing recorded
-        idle = watched_round(job, args.seconds, None, args.entries_via, paused=True)
+        idle = watched_round(job, args.seconds, None, args.entries_via, paused=True, spans=spans)
     finally:
         job.kill()
+        if receiver is not None:
+            receiver.__exit__()
     wide = fixed_part(args, work / "wide") if args.fixed_ranks else None
     report(args, plain, watched, idle, wide)
     return 0
@@ -325,7 +353,8 @@ def report(args: argparse.Namespace, plain: list[dict], watched: list[dict], idl
     # per collective: the rounds' rates differ (a crowded machine), and a rank's CPU follows its rate
     per_op = {name: statistics.median(r["trainer"] * r["wall"] * args.ranks / r["recorded"] * 1e6 for r in rows)
               for name, rows in (("plain", plain), ("watched", watched))}
-    print(f"\n{args.ranks} ranks, entries via {args.entries_via}, a collective every {args.interval_ms:g} ms: "
+    print(f"\n{args.ranks} ranks, entries via {args.entries_via}, a collective every {args.interval_ms:g} ms"
+          f"{'' if args.spans is None else f', spans sampled at {args.spans:g}'}: "
           f"{rate:.0f} a second a rank achieved, "
           f"{BUFFER}-entry buffers, {args.seconds:g} s x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     print(f"sidecar:  {side * 100:.2f} % of one core ({side * 100 / args.ranks:.3f} % per rank), "

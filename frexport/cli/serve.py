@@ -122,11 +122,11 @@ def otlp_problems(cfg: Config) -> list[str]:
     said at start-up and by --check-config, not as a traceback when the sink is built."""
     if not cfg.traces.enabled:
         return []
-    from frexport.export.otlp.exporter import protocol_of
+    from frexport.export.otlp.exporter import protocol_of, schedule_delay_s
     from frexport.export.otlp.sampling import TraceSampling
 
     problems = []
-    for check in (protocol_of, TraceSampling.from_env):
+    for check in (protocol_of, TraceSampling.from_env, schedule_delay_s):
         try:
             check(os.environ)
         except ValueError as exc:
@@ -170,10 +170,12 @@ def build_sidecar(cfg: Config) -> tuple[Sidecar, CollectorRegistry]:
             sinks.append(uploader)  # for its self-metric; the evidence sink's thread calls it
     if cfg.traces.enabled:
         from frexport.export.otlp import OtlpSink, make_exporter
+        from frexport.export.otlp.exporter import schedule_delay_s
         from frexport.export.otlp.sampling import TraceSampling
 
         sinks.append(OtlpSink(make_exporter(), cfg.job_id or "", cfg.traces.queue_size, cfg.traces.checkpoint_file,
-                              world_size=cfg.world_size, sampling=TraceSampling.from_env(os.environ)))
+                              world_size=cfg.world_size, sampling=TraceSampling.from_env(os.environ),
+                              schedule_delay_s=schedule_delay_s(os.environ)))
     sidecar = Sidecar(cfg.analysis, state, health, sources, sinks, poller.down_ranks if poller else None,
                       decoder)
     # the sinks' own self-metrics (bundles written, spans exported) are scraped beside ours

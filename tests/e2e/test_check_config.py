@@ -59,7 +59,9 @@ def test_a_plain_text_basic_auth_password_stops_serve_at_start(tmp_path):
     ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.5"}, "a ratio from 0 to 1"),
     ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "nan"}, "a ratio from 0 to 1"),
     ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "traces: OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"),
-    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}, None),
+    ({"OTEL_BSP_SCHEDULE_DELAY": "5s"}, "traces: OTEL_BSP_SCHEDULE_DELAY='5s': milliseconds"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01", "OTEL_BSP_SCHEDULE_DELAY": "500"},
+     None),
 ])
 def test_otlp_settings_spans_would_refuse_stop_serve_at_start(tmp_path, env, says):
     """Where spans are on, an OTEL_* value the exporter or the sampler would not take is a config error (the

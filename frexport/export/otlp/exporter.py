@@ -22,6 +22,19 @@ def protocol_of(env: Mapping[str, str]) -> str:
     return protocol
 
 
+def schedule_delay_s(env: Mapping[str, str]) -> float:
+    """OTEL_BSP_SCHEDULE_DELAY, the SDK batch processor's longest wait before an export (ms; 5000 by
+    default), in seconds; ValueError for what is not a number of ms from 0 to an hour."""
+    raw = env.get("OTEL_BSP_SCHEDULE_DELAY") or "5000"
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms <= 3_600_000:  # (NaN too)
+        raise ValueError(f"OTEL_BSP_SCHEDULE_DELAY={raw[:60]!r}: milliseconds from 0 to 3600000")
+    return ms / 1000
+
+
 def make_exporter(env: Mapping[str, str] | None = None) -> SpanExporter:
     if protocol_of(os.environ if env is None else env) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter

@@ -182,3 +182,30 @@ def test_spans_a_failed_export_kept_in_the_http_clients_cycles_are_freed_at_once
         sink.stop(1)
         if was_enabled:
             gc.enable()
+
+
+def test_spans_go_when_a_batch_is_full_or_the_oldest_waited_the_delay():
+    """As the SDK's batch processor: fewer spans than a batch wait `schedule_delay_s` (one call to the
+    collector for many passes), a full batch goes at once, and a flush sends what is queued now."""
+    exp = InMemorySpanExporter()
+    sink = OtlpSink(exp, "j", batch_size=30, schedule_delay_s=3.0)
+    sink.start()
+    state = LiveState()
+    polls_ = polls(state)  # 20 passes; the first brings 10 entries a rank, the others 2
+    sink.consume(a_pass(polls_[0]))
+    time.sleep(0.5)
+    assert exp.get_finished_spans() == ()  # 20 spans, less than a batch, not yet waited 3 s
+    deadline = time.monotonic() + 10
+    while not exp.get_finished_spans() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(exp.get_finished_spans()) == 20  # waited the delay
+    for events in polls_[1:6]:  # 20 more: no batch yet
+        sink.consume(a_pass(events))
+    for events in polls_[6:]:  # 56 more: two full batches of 30 go at once, 16 wait
+        sink.consume(a_pass(events))
+    deadline = time.monotonic() + 1.5
+    while len(exp.get_finished_spans()) < 80 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(exp.get_finished_spans()) == 80 and sink.queued() == 16
+    assert sink.flush(5) and len(exp.get_finished_spans()) == 96
+    sink.stop(1)
