@@ -24,15 +24,21 @@ def protocol_of(env: Mapping[str, str]) -> str:
 
 def schedule_delay_s(env: Mapping[str, str]) -> float:
     """OTEL_BSP_SCHEDULE_DELAY, the SDK batch processor's longest wait before an export (ms; 5000 by
-    default), in seconds; ValueError for what is not a number of ms from 0 to an hour."""
-    raw = env.get("OTEL_BSP_SCHEDULE_DELAY") or "5000"
+    default), in seconds."""
+    return otel_number(env, "OTEL_BSP_SCHEDULE_DELAY", "5000", 3_600_000, "milliseconds from 0 to 3600000") / 1000
+
+
+def otel_number(env: Mapping[str, str], name: str, default: str, most: float, what: str) -> float:
+    """A number from 0 to `most` that an OTEL_* variable gives (`default` where unset); ValueError naming
+    `what` it should be, where the SDK would log a warning and use its default."""
+    raw = env.get(name) or default
     try:
-        ms = float(raw)
+        value = float(raw)
     except ValueError:
-        ms = -1.0
-    if not 0 <= ms <= 3_600_000:  # (NaN too)
-        raise ValueError(f"OTEL_BSP_SCHEDULE_DELAY={raw[:60]!r}: milliseconds from 0 to 3600000")
-    return ms / 1000
+        value = -1.0
+    if not 0 <= value <= most:  # (NaN too)
+        raise ValueError(f"{name}={raw[:60]!r}: {what}")
+    return value
 
 
 def make_exporter(env: Mapping[str, str] | None = None) -> SpanExporter:

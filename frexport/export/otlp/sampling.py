@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler, TraceIdRatioBased
 
+from frexport.export.otlp.exporter import otel_number
+
 # the SDK's names (opentelemetry.sdk.trace.sampling); a sampler of a package's entry point is not read
 SAMPLERS = ("always_on", "always_off", "traceidratio",
             "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio")
@@ -43,15 +45,8 @@ class TraceSampling:
         if name not in SAMPLERS:
             raise ValueError(f"OTEL_TRACES_SAMPLER={name[:60]!r}: use one of {', '.join(SAMPLERS)}")
         if name.endswith("traceidratio"):
-            arg = env.get("OTEL_TRACES_SAMPLER_ARG") or "1.0"
-            try:
-                ratio = float(arg)
-            except ValueError:
-                ratio = -1.0
-            if not 0.0 <= ratio <= 1.0:  # (NaN too)
-                raise ValueError(f"OTEL_TRACES_SAMPLER_ARG={arg[:60]!r}: a ratio from 0 to 1 (0.01: one "
-                                 "collective in a hundred)")
-            root: Sampler = TraceIdRatioBased(ratio)
+            root: Sampler = TraceIdRatioBased(otel_number(env, "OTEL_TRACES_SAMPLER_ARG", "1.0", 1.0,
+                                                          "a ratio from 0 to 1 (0.01: one collective in a hundred)"))
         else:
             root = ALWAYS_ON if name.endswith("always_on") else ALWAYS_OFF
         return cls(root)
