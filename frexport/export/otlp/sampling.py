@@ -1,11 +1,11 @@
 """Which collectives' spans are sent: the standard OTEL_TRACES_SAMPLER, decided per trace.
 
-A busy rank finishes hundreds of collectives a second, and each span costs the sidecar ~80 µs to map
-and encode (docs/traces.md, "What spans cost"): 8 such ranks, every span sent, take about a third of a
-core. OTEL_TRACES_SAMPLER=traceidratio (or parentbased_traceidratio: these spans have no parent) with
-OTEL_TRACES_SAMPLER_ARG=0.01 sends one collective in a hundred. The decision is the SDK's own sampler
-on the span's trace id, which every rank's sidecar derives alike from the collective (spans.trace_id_for):
-a collective is sent from all its ranks or from none, and after a restart as before.
+A busy rank finishes hundreds of collectives a second, and each span costs the sidecar ~115-125 µs to
+map, encode and send (docs/traces.md, "Sampling, and what spans cost"): 8 such ranks, every span sent,
+take about half a core. OTEL_TRACES_SAMPLER=traceidratio (or parentbased_traceidratio: these spans have
+no parent) with OTEL_TRACES_SAMPLER_ARG=0.01 sends one collective in a hundred. The decision is the SDK's
+ratio rule on the span's trace id, which every rank's sidecar derives alike from the collective
+(spans.trace_id_for): a collective is sent from all its ranks or from none, and after a restart as before.
 
 Errors are sent whatever the sampler says (the caller asks only for the others): a timed-out entry, an
 entry a finding names, and the stall spans. They are what the traces are for.
