@@ -51,6 +51,7 @@ def test_a_hanging_stack_handler_stops_nothing(tmp_path, monkeypatch):
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # spans sent within 0.1 s, not the default 5 s
         cfg = load_config(env={}, overrides={
             "sources.worker_servers.sockets_dir": str(sockets), "sources.worker_servers.poll_interval": POLL,
             "sources.worker_servers.timeout": 1.0, "analysis.interval": INTERVAL, "analysis.stall_after": 1.0,
