@@ -118,8 +118,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def otlp_problems(cfg: Config) -> list[str]:
-    """What the OTEL_* settings would refuse where spans are on (the exporter's protocol, the sampler):
-    said at start-up and by --check-config, not as a traceback when the sink is built."""
+    """What the OTEL_* settings would refuse where spans are on (the exporter's protocol, the sampler, the
+    batch delay): said at start-up and by --check-config, not as a traceback when the sink is built."""
     if not cfg.traces.enabled:
         return []
     from frexport.export.otlp.exporter import protocol_of, schedule_delay_s

@@ -369,11 +369,11 @@ class LiveState:
         """The durations of a run of one pair's entries proven over."""
         # duration_s's rule, without a call per entry where the run is timed one way
         millis = list(map(_duration_ms, run))
-        spans = _discovered_spans(run) if millis.count(None) == len(millis) else None
+        elapsed_ns = _discovered_ns(run) if millis.count(None) == len(millis) else None
         if None not in millis:  # every op timed by its recorder (nccl2's hook, NCCL with timing)
             seconds = list(map(truediv, millis, repeat(1000.0)))
-        elif spans is not None:
-            seconds = list(map(truediv, spans, repeat(1e9)))
+        elif elapsed_ns is not None:
+            seconds = list(map(truediv, elapsed_ns, repeat(1e9)))
         else:
             seconds = [s for s in map(duration_s, run) if s is not None]
         if seconds:
@@ -545,14 +545,14 @@ def duration_s(e: Entry) -> float | None:
     return None
 
 
-def _discovered_spans(run: Sequence[Entry]) -> list[int] | None:
+def _discovered_ns(run: Sequence[Entry]) -> list[int] | None:
     """Each entry's discovered start to completion (NCCL without timing), where every one has both in
     order, else None."""
     starts, ends = list(map(_time_started, run)), list(map(_time_completed, run))
     if not (all(starts) and all(ends)):
         return None
-    spans = list(map(sub, ends, starts))
-    return spans if min(spans) >= 0 else None
+    elapsed = list(map(sub, ends, starts))
+    return elapsed if min(elapsed) >= 0 else None
 
 
 def _copy_rank(rs: RankState) -> RankState:
