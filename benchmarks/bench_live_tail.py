@@ -18,6 +18,12 @@ and end the same time), and as legacy ProcessGroupNCCL writes it without timing 
 a discovered start and end, no duration), then pickled as PyTorch's pickler does (strings memoized
 by value, nothing else: `TorchPickler`), so that the agent's cut and the compiled scanner read them
 as they read torch's own. Only the answer the sidecar asks by default (the pickle) is measured there.
+
+`--spans RATIOS` (`1,0.01` by default; `none`: not measured): what OpenTelemetry spans add per entry read
+of the gloo dumps, with spans sampled at each ratio (OTEL_TRACES_SAMPLER traceidratio): the state's
+events for the sink (its ingest with them, less without), the sink's mapping of the events to spans (the
+sampler's decisions included), and the OTLP protobuf encoding of the spans sent (the SDK's encoder, as
+the exporters call it; no network: `bench_busy_job.py --spans` measures the real export).
 """
 
 from __future__ import annotations
@@ -148,6 +154,36 @@ def one_round(dumps: list[bytes], fmt: str, recorder: str = "gloo") -> tuple[dic
     return spent, counted
 
 
+def span_costs(dumps: list[bytes], ratio: float) -> tuple[dict[str, float], int]:
+    """CPU seconds of each part spans add (module doc) over every read after the first, and the spans sent."""
+    from collections import deque
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from frexport.export.otlp.pipeline import OtlpSink, _Work
+    from frexport.export.otlp.sampling import TraceSampling
+
+    decoded = [decode_bytes(d, "bench", rank=0, dumped_at_ns=i + 1, keep_frames=False) for i, d in enumerate(dumps)]
+    ingest, events = {}, []
+    for with_events in (False, True):
+        state = LiveState(events=with_events)
+        state.ingest(decoded[0], "bench", 1)
+        c = time.process_time()
+        for now, dump in enumerate(decoded[1:], 2):
+            events += state.ingest(dump, "bench", now)
+        ingest[with_events] = time.process_time() - c
+    sink = OtlpSink(InMemorySpanExporter(), "bench", sampling=TraceSampling.from_env(
+        {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)}))
+    c = time.process_time()
+    spans = sink._spans_of(_Work(deque(events), [], 0))
+    mapped = time.process_time() - c
+    c = time.process_time()
+    for i in range(0, len(spans), 512):
+        encode_spans(spans[i:i + 512]).SerializeToString()
+    return {"events": ingest[True] - ingest[False], "map": mapped, "encode": time.process_time() - c}, len(spans)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new", type=int, default=1000, help="collectives between two reads (a half buffer: "
@@ -156,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shapes", default=",".join(SHAPES), help="entries as these recorders write them "
                     f"(of {', '.join(SHAPES)}; the module doc says how)")
+    ap.add_argument("--spans", default="1,0.01", help="what spans add, sampled at these ratios (`none`: not "
+                    "measured)")
     args = ap.parse_args(argv)
     formats = ["json", "pickle"] if scanned.available() else ["json"]
     dumps, took = record(args.reads, args.new)
@@ -180,7 +218,28 @@ def main(argv: list[str] | None = None) -> int:
               f"{per['analysis']:9.2f} {sidecar:8.2f}")
     if not scanned.available():
         print(f"  (no pickle answer: the compiled scanner is not in use: {scanned.status()})")
+    if args.spans != "none":
+        print_span_costs(dumps, [float(r) for r in args.spans.split(",")], args.rounds, args.new)
     return 0
+
+
+def print_span_costs(dumps: list[bytes], ratios: list[float], rounds: int, new: int) -> None:
+    try:
+        import opentelemetry.exporter.otlp.proto.common  # noqa: F401 - the `otlp` extra
+    except ImportError:
+        print("spans: not measured (the otlp extra is not installed: pip install '.[otlp]')")
+        return
+    print(f"spans, CPU µs per entry read of the gloo dumps, least of {rounds} rounds:")
+    print(f"  {'sampled':8} {'sent':>6} {'events':>7} {'map':>7} {'encode':>7} {'spans':>7}")
+    read = (len(dumps) - 1) * new  # entries read after the first read
+    for ratio in ratios:
+        best: dict[str, float] = {}
+        for _ in range(rounds):
+            spent, sent = span_costs(dumps, ratio)
+            per = {part: s / read * 1e6 for part, s in spent.items()}
+            best = {part: min(v, best.get(part, v)) for part, v in per.items()}
+        print(f"  {ratio:<8g} {sent:6d} {best['events']:7.2f} {best['map']:7.2f} {best['encode']:7.2f} "
+              f"{sum(best.values()):7.2f}")
 
 
 if __name__ == "__main__":
