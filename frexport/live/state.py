@@ -369,10 +369,9 @@ class LiveState:
         """The durations of a run of one pair's entries proven over."""
         # duration_s's rule, without a call per entry where the run is timed one way
         millis = list(map(_duration_ms, run))
-        elapsed_ns = _discovered_ns(run) if millis.count(None) == len(millis) else None
         if None not in millis:  # every op timed by its recorder (nccl2's hook, NCCL with timing)
             seconds = list(map(truediv, millis, repeat(1000.0)))
-        elif elapsed_ns is not None:
+        elif millis.count(None) == len(millis) and (elapsed_ns := _discovered_ns(run)) is not None:
             seconds = list(map(truediv, elapsed_ns, repeat(1e9)))
         else:
             seconds = [s for s in map(duration_s, run) if s is not None]

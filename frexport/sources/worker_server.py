@@ -795,10 +795,13 @@ def _pytorch_handler(recorder: str, names: frozenset[str]) -> str:
 
 def _connects_at_once(target: Target) -> bool:
     """A unix socket or an IP address: connected to without a name lookup, which would block the loop."""
+    if target.unix_path:
+        return True
     try:
-        return bool(target.unix_path) or bool(ipaddress.ip_address(target.host))
+        ipaddress.ip_address(target.host)
     except ValueError:
         return False
+    return True
 
 
 def _lists_recorders(b: _Backoff) -> bool:

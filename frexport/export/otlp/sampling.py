@@ -32,7 +32,6 @@ class TraceSampling:
     a result object per span, which cost the sidecar more than the rule."""
 
     def __init__(self, sampler: Sampler) -> None:
-        self.sampler = sampler
         self.keeps_all = sampler is ALWAYS_ON
         self.bound = sampler.bound if isinstance(sampler, TraceIdRatioBased) else None
 
