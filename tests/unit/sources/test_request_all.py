@@ -7,8 +7,20 @@ import socket
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from frexport.sources.http_client import PeerError, Response, Target, request, request_all
+from frexport.sources.http_client import (
+    PeerError,
+    Response,
+    Target,
+    _exchange,
+    _Reader,
+    _Received,
+    _whole,
+    request,
+    request_all,
+)
 from tests.support.peers import FakePeer, stale_socket
 from tests.unit.sources import test_hostile_peers as hostile
 from tests.unit.sources.test_http_client import cut_short, in_pieces
@@ -124,3 +136,49 @@ def _closed_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+# --- the whole-answer fast path (`_whole`) against the general reader -------------------------------
+
+_ODD_LINES = st.sampled_from([
+    b"content-length:5", b"Content-Length: +5", b"Content-Length: 99", b"Content-Type: application/json",
+    b"Connection: close", b"Transfer-Encoding: chunked", b"X-A:  spaced  ", b": no name", b"no colon",
+    b"X-Bare: a\nb", b"X-Cr: a\r", b"X-Mid: a\rb", b"\r", b"X-Long: " + b"x" * (8 * 1024 - 9),
+    b"X-Long: " + b"x" * (8 * 1024 - 10), b"\xe9t\xe9: caf\xe9",
+])
+_STATUS = st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 404 Not Found", b"HTTP/1.1 100 Continue",
+                           b"HTTP/1.1 204 No Content", b"HTTP/1.1 304 Not Modified", b"HTTP/1.1 099 Odd",
+                           b"HTTP/1.1 2000 Long", b"HTPT/1.1 200 OK", b"HTTP/1.1", b"HTTP/1.1 500"])
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> bytes:
+    """Mostly the usual answer (a status, its Content-Length, that many bytes of body or a few more or
+    fewer), with odd lines and line ends mixed in."""
+    length = draw(st.integers(0, 8))
+    lines = draw(st.lists(_ODD_LINES, max_size=4))
+    if draw(st.integers(0, 9)):
+        lines.insert(draw(st.integers(0, len(lines))), b"Content-Length: %d" % length)
+    end = draw(st.sampled_from([b"\r\n", b"\r\n", b"\n"]))
+    body = draw(st.binary(min_size=max(0, length - 2), max_size=length + 3))
+    return b"\r\n".join([draw(_STATUS), *lines]) + b"\r\n" + end + body
+
+
+@settings(max_examples=500, deadline=None)
+@given(_answers(), st.booleans(), st.sampled_from([4, 5, 1 << 20]))
+def test_a_whole_answer_read_fast_is_what_the_general_reader_gives(data, ended, max_body):
+    """`request_all` reads an answer received whole in a few C calls where it is the usual kind; it
+    must never give anything the general reader (`_exchange`) would not: the same answer, or none
+    (then the general reader decides, errors included)."""
+    fast = _whole(data, max_body)
+    if fast is None:
+        return
+    general = _exchange(_Reader(_Received(data, ended=ended), float("inf")), max_body)  # type: ignore[arg-type]
+    assert (fast.status, fast.content_type, fast.body) == (general.status, general.content_type, general.body)
+
+
+def test_the_usual_answer_is_read_fast():
+    """(The property above would pass with a `_whole` that always declines: the usual answer must not.)"""
+    answer = _whole(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n"
+                    b"Content-Type: application/json\r\n\r\n{}", 1 << 20)
+    assert answer == Response(200, "application/json", b"{}")
