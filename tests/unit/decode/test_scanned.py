@@ -86,6 +86,13 @@ def _shapes(rng: random.Random, raw: dict) -> dict:
         if rng.random() < 0.03:
             e["extra"] = {"nested": [1, 2, (3,)]}
             e[7] = "int key"
+        if rng.random() < 0.15:  # the keys in another order (the scanner remembers the last entry's)
+            items = list(e.items())
+            rng.shuffle(items)
+            if rng.random() < 0.5:
+                items.insert(rng.randrange(len(items) + 1), ("unknown_" + str(rng.randrange(3)), 1))
+            e.clear()
+            e.update(items)
     return raw
 
 
