@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, sub, truediv
+from operator import attrgetter, sub, truediv
 from typing import NamedTuple
 
 from frexport.model.dump import Entry, ProcessGroupStatus, RankDump
-from frexport.model.entry_runs import distinct, fields_at, runs
+from frexport.model.entry_runs import any_set, distinct, fields_at, runs
 from frexport.model.outcome import Outcome, event_backends, outcome_of
 from frexport.model.record_index import NO_RECORDS, RecordIndex
 
@@ -351,7 +351,7 @@ class LiveState:
             else:
                 for family in COLLECTIVE_FAMILIES:
                     self._refused[family] += n
-        if any(map(is_not, map(_duration_ms, done), repeat(None))) or any(map(_time_started, done)):
+        if any_set(done, _TIMING):  # (none timed, as a busy gloo rank's: one C pass says so)
             at = 0  # `done` is the settled runs of `counted`, in order
             for pair, outcome, n in counted:
                 run, at = done[at:at + n], at + n
@@ -519,6 +519,7 @@ _KIND = fields_at("pg_desc", "op", "state", "retired", "backend", "pg_name", "is
 # the pairs a snapshot holds (their counts stay), and with them its groups (seen now)
 _PAIR, _HELD = fields_at("pg_desc", "op"), fields_at("pg_desc", "op", "pg_name")
 _duration_ms, _time_started = attrgetter("duration_ms"), attrgetter("time_started_ns")
+_TIMING = fields_at("duration_ms", "time_started_ns")  # what durations are read from (Entry.duration_s)
 _time_completed = attrgetter("time_completed_ns")
 _seq = attrgetter("collective_seq_id")
 _event = partial(tuple.__new__, EntryEvent)  # (an EntryEvent from one tuple of its fields, in C)

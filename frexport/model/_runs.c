@@ -11,6 +11,8 @@
  * record_ids(entries, position) -> (array('q') of the ids, whether they ascend) | NotImplemented
  * newest(entries, positions) -> int | NotImplemented
  *     the greatest of the int fields at `positions` over every entry, None skipped, and 0 at least
+ * any_set(entries, positions) -> bool | NotImplemented
+ *     whether some entry holds anything but None at one of `positions` (stops at the first)
  *
  * NotImplemented where an entry is not a tuple long enough, a field compared is not of the plain types
  * the decoders make, or an id or time is not an int of 64 bits: the Python passes decide then. Fields
@@ -170,19 +172,27 @@ static PyObject *record_ids(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* `positions` (1 to MAX_POSITIONS non-negative ints) into pos; how many, or 0 where they are not such */
+static int positions_of(PyObject *positions, Py_ssize_t *pos) {
+    int np = (int)PyTuple_GET_SIZE(positions);
+    if (np < 1 || np > MAX_POSITIONS)
+        return 0;
+    for (int j = 0; j < np; j++)
+        if ((pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, j))) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+    return np;
+}
+
 static PyObject *newest(PyObject *self, PyObject *args) {
     PyObject *entries, *positions, **items;
     Py_ssize_t n, pos[MAX_POSITIONS];
     if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
         return NULL;
-    int np = (int)PyTuple_GET_SIZE(positions);
-    if (np < 1 || np > MAX_POSITIONS || !entries_view(entries, &items, &n))
+    int np = positions_of(positions, pos);
+    if (!np || !entries_view(entries, &items, &n))
         Py_RETURN_NOTIMPLEMENTED;
-    for (int j = 0; j < np; j++)
-        if ((pos[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(positions, j))) < 0) {
-            PyErr_Clear();
-            Py_RETURN_NOTIMPLEMENTED;
-        }
     long long best = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = items[i];
@@ -208,11 +218,35 @@ static PyObject *newest(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(best);
 }
 
+static PyObject *any_set(PyObject *self, PyObject *args) {
+    PyObject *entries, *positions, **items;
+    Py_ssize_t n, pos[MAX_POSITIONS];
+    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
+        return NULL;
+    int np = positions_of(positions, pos);
+    if (!np || !entries_view(entries, &items, &n))
+        Py_RETURN_NOTIMPLEMENTED;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = items[i];
+        if (!PyTuple_Check(e))
+            Py_RETURN_NOTIMPLEMENTED;
+        for (int j = 0; j < np; j++) {
+            if (pos[j] >= PyTuple_GET_SIZE(e))
+                Py_RETURN_NOTIMPLEMENTED;
+            if (PyTuple_GET_ITEM(e, pos[j]) != Py_None)
+                Py_RETURN_TRUE;
+        }
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"runs", runs, METH_VARARGS, "runs(entries, positions) -> [(key, count), ...] or NotImplemented"},
     {"distinct", distinct, METH_VARARGS, "distinct(entries, positions) -> the set of the runs' keys, or NotImplemented"},
     {"newest", newest, METH_VARARGS, "newest(entries, positions) -> the greatest int there (at least 0), or "
                                      "NotImplemented"},
+    {"any_set", any_set, METH_VARARGS, "any_set(entries, positions) -> whether a field there is not None, or "
+                                       "NotImplemented"},
     {"record_ids", record_ids, METH_VARARGS, "record_ids(entries, position) -> (array('q'), ascending) or "
                                              "NotImplemented"},
     {NULL, NULL, 0, NULL},

@@ -12,11 +12,12 @@ from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.model import entry_runs
 from frexport.model.dump import Entry
-from frexport.model.entry_runs import distinct, fields_at, newest, record_ids, runs
+from frexport.model.entry_runs import any_set, distinct, fields_at, newest, record_ids, runs
 from tests.support.compiled import compiled_or_pure
 from tests.support.synth import T0, dump, entry
 
 _TIMES = fields_at("time_created_ns", "time_started_ns", "time_completed_ns")
+_TIMING = fields_at("duration_ms", "time_started_ns")
 _FIELDS = [fields_at("pg_desc", "op", "state", "retired", "backend"), fields_at("pg_name"), fields_at("op", "state")]
 
 
@@ -60,6 +61,9 @@ def test_the_compiled_passes_give_what_the_python_ones_give():
         for positions in (_TIMES, _TIMES[1:]):
             want = max([0, *(e[p] for e in es for p in positions if e[p] is not None)])
             assert newest(es, positions) == _pure(newest, es, positions) == want
+        for positions in (_TIMING, _TIMES[1:]):
+            want_set = any(e[p] is not None for e in es for p in positions)
+            assert any_set(es, positions) is _pure(any_set, es, positions) is want_set
         if all(isinstance(e, Entry) for e in es):
             ids, ascending = record_ids(es)
             want_ids, want_ascending = _pure(record_ids, es)
@@ -74,6 +78,7 @@ def test_what_is_not_an_entry_is_left_to_python():
     assert compiled.distinct(iter([]), _FIELDS[0]) is NotImplemented
     assert compiled.record_ids([(2 ** 64,)], 0) is NotImplemented
     assert compiled.newest([(1, 2.5)], (0, 1)) is NotImplemented
+    assert compiled.any_set([(None,), ("short",)], (1,)) is NotImplemented
 
     class Str(str):  # (no decoder makes one: its == could run Python code)
         pass
@@ -101,6 +106,8 @@ def test_the_live_state_counts_the_same_with_and_without_them(seed):
                 state.ingest(snap, "s", T0 + i)
     views = [s.view() for s in states]
     assert dict(views[0].collectives) == dict(views[1].collectives)
+    assert {k: (h.counts, h.count, h.total) for k, h in views[0].durations.items()} == \
+           {k: (h.counts, h.count, h.total) for k, h in views[1].durations.items()}
     assert {r: (v.max_record, v.pending, {n: (g.last_enqueued, g.last_started, g.last_completed, g.pending)
                                           for n, g in v.groups.items()}) for r, v in views[0].ranks.items()} == \
            {r: (v.max_record, v.pending, {n: (g.last_enqueued, g.last_started, g.last_completed, g.pending)
