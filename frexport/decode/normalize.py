@@ -49,6 +49,7 @@ from frexport.model.dump import (
     RankDump,
     group_name,
 )
+from frexport.model.entry_runs import distinct, fields_at
 from frexport.model.outcome import edges
 from frexport.model.world import MAX_WORLD
 
@@ -152,7 +153,7 @@ def normalize(raw: Any, source: str, fmt: str, rank: int | None = None, dumped_a
     entries, skipped = _entries(entries_raw, keep_frames, previous)
     if carry:
         entries = (carry + entries)[-max_entries:]
-        if any(map(is_coalesced_marker, set(map(_op, entries[len(carry):])))):
+        if any(map(is_coalesced_marker, distinct(entries[len(carry):], _OP_AT))):  # (by runs, in C)
             entries = tuple(complete_coalesced(entries))
     if skipped:
         notes.append(f"{skipped} malformed entries skipped")
@@ -327,6 +328,7 @@ def complete_coalesced(entries: list[Entry] | tuple[Entry, ...]) -> list[Entry]:
 
 
 _op = attrgetter("op")
+_OP_AT = fields_at("op")
 
 
 def _coalesced_key(e: Entry) -> tuple:

@@ -21,14 +21,14 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
-from itertools import islice
 from math import isnan
-from operator import itemgetter, lt
+from operator import itemgetter
 
 from frexport.decode import scanned
 from frexport.decode.json_decode import TOP_KEYS, FirstSeen, Tail
 from frexport.decode.normalize import ColumnEntries, KindedEntries
 from frexport.model.dump import Entry
+from frexport.model.entry_runs import ascends
 
 # the scanner's numbers per entry (scanned.N_INTS): where each of KindedEntries.NUMBERS sits
 _SEQ, _P2P, _CREATED, _STARTED, _COMPLETED, _RECORD, _OP_ID, _THREAD = range(scanned.N_INTS)
@@ -108,7 +108,7 @@ _SLOTS = tuple(map(Entry._fields.index, ("record_id", "collective_seq_id", "p2p_
 def _cursor_at(rids: array, since: int) -> int | None:
     """Where the entry `since` is, if the record ids are what a right cut leaves: ascending, and
     consecutive from `since` on (the agent keeps every entry from its cursor on, and some before)."""
-    if not rids or not all(map(lt, rids, islice(rids, 1, None))):
+    if not rids or not ascends(rids):
         return None
     at = bisect_left(rids, since)
     if at == len(rids) or rids[at] != since or rids[-1] - since != len(rids) - 1 - at:

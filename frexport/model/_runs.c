@@ -11,6 +11,8 @@
  * record_ids(entries, position) -> (array('q') of the ids, whether they ascend) | NotImplemented
  * newest(entries, positions) -> int | NotImplemented
  *     the greatest of the int fields at `positions` over every entry, None skipped, and 0 at least
+ * ascends(ids) -> bool | NotImplemented
+ *     whether an array('q') of record ids strictly ascends (the scanner's column of them)
  * any_set(entries, positions) -> bool | NotImplemented
  *     whether some entry holds anything but None at one of `positions` (stops at the first)
  *
@@ -20,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../_group_columns.h"
 
@@ -240,6 +243,22 @@ static PyObject *any_set(PyObject *self, PyObject *args) {
     Py_RETURN_FALSE;
 }
 
+static PyObject *ascends(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_FORMAT))
+        return NULL;
+    if (b.itemsize != 8 || !b.format || strcmp(b.format, "q")) {
+        PyBuffer_Release(&b);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const int64_t *v = b.buf;
+    Py_ssize_t n = b.len / 8, i = 1;
+    while (i < n && v[i - 1] < v[i])
+        i++;
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(i >= n);
+}
+
 static PyMethodDef methods[] = {
     {"runs", runs, METH_VARARGS, "runs(entries, positions) -> [(key, count), ...] or NotImplemented"},
     {"distinct", distinct, METH_VARARGS, "distinct(entries, positions) -> the set of the runs' keys, or NotImplemented"},
@@ -247,6 +266,8 @@ static PyMethodDef methods[] = {
                                      "NotImplemented"},
     {"any_set", any_set, METH_VARARGS, "any_set(entries, positions) -> whether a field there is not None, or "
                                        "NotImplemented"},
+    {"ascends", ascends, METH_O, "ascends(ids: array('q')) -> whether each is greater than the one before, or "
+                                 "NotImplemented"},
     {"record_ids", record_ids, METH_VARARGS, "record_ids(entries, position) -> (array('q'), ascending) or "
                                              "NotImplemented"},
     {NULL, NULL, 0, NULL},

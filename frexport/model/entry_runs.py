@@ -11,10 +11,11 @@ a compiler, the same here in Python; tests/unit/model/test_entry_runs.py compare
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from importlib import import_module
-from itertools import groupby
-from operator import itemgetter
+from itertools import groupby, islice
+from operator import itemgetter, lt
 from types import ModuleType
 from typing import Any
 
@@ -71,6 +72,16 @@ def any_set(entries: Sequence[Entry], positions: tuple[int, ...]) -> bool:
         if out is not NotImplemented:
             return out
     return any(e[p] is not None for e in entries for p in positions)
+
+
+def ascends(ids: Sequence[int]) -> bool:
+    """Whether each id is greater than the one before (an array('q'), as the scanner's columns give them,
+    is checked in C)."""
+    if _compiled is not None and isinstance(ids, array):
+        out = _compiled.ascends(ids)
+        if out is not NotImplemented:
+            return out
+    return all(map(lt, ids, islice(ids, 1, None)))
 
 
 def record_ids(entries: Sequence[Entry]) -> tuple[Sequence[int], bool]:

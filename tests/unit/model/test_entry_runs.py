@@ -5,6 +5,7 @@ state counts the same either way."""
 
 import pickle
 import random
+from array import array
 
 import pytest
 
@@ -12,7 +13,7 @@ from frexport.decode.read import decode_bytes
 from frexport.live.state import LiveState
 from frexport.model import entry_runs
 from frexport.model.dump import Entry
-from frexport.model.entry_runs import any_set, distinct, fields_at, newest, record_ids, runs
+from frexport.model.entry_runs import any_set, ascends, distinct, fields_at, newest, record_ids, runs
 from tests.support.compiled import compiled_or_pure
 from tests.support.synth import T0, dump, entry
 
@@ -70,6 +71,20 @@ def test_the_compiled_passes_give_what_the_python_ones_give():
             assert list(ids) == list(want_ids) and ascending == want_ascending
             if all(type(i) is int for i in want_ids):  # (what every decoder makes)
                 assert ascending == all(a < b for a, b in zip(want_ids, want_ids[1:]))
+
+
+def test_the_compiled_ascent_check_gives_what_python_gives():
+    """(The live tail's record ids, as the scanner's array('q'); pickle_tail._cursor_at.)"""
+    rng = random.Random(11)
+    for _ in range(3000):
+        ids = array("q", sorted(rng.sample(range(-5, 60), rng.randint(0, 12))))
+        if ids and rng.random() < 0.5:  # a repeat or a step back somewhere
+            i = rng.randrange(len(ids))
+            ids[i] = ids[i - 1] if rng.random() < 0.5 else ids[i] - rng.randint(1, 3)
+        want = all(a < b for a, b in zip(ids, ids[1:]))
+        assert ascends(ids) is _pure(ascends, ids) is want
+    assert entry_runs._compiled.ascends(array("i", [1, 2])) is NotImplemented  # not int64: Python decides
+    assert ascends(array("i", [1, 2])) is True and ascends([2, 1]) is False
 
 
 def test_what_is_not_an_entry_is_left_to_python():
