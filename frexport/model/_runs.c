@@ -175,8 +175,13 @@ static PyObject *record_ids(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* `positions` (1 to MAX_POSITIONS non-negative ints) into pos; how many, or 0 where they are not such */
-static int positions_of(PyObject *positions, Py_ssize_t *pos) {
+/* newest's and any_set's arguments (entries, positions): the entries' items and count, the positions in
+ * pos; how many positions, 0 where the Python pass decides (not a tuple or list, not 1 to MAX_POSITIONS
+ * non-negative ints), -1 on an error */
+static int entries_at(PyObject *args, PyObject ***items, Py_ssize_t *n, Py_ssize_t *pos) {
+    PyObject *entries, *positions;
+    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
+        return -1;
     int np = (int)PyTuple_GET_SIZE(positions);
     if (np < 1 || np > MAX_POSITIONS)
         return 0;
@@ -185,28 +190,34 @@ static int positions_of(PyObject *positions, Py_ssize_t *pos) {
             PyErr_Clear();
             return 0;
         }
-    return np;
+    return entries_view(entries, items, n) ? np : 0;
 }
 
-static PyObject *newest(PyObject *self, PyObject *args) {
-    PyObject *entries, *positions, **items;
+/* an entry's field at `pos`; NULL where the entry is not a tuple that long */
+static inline PyObject *field_at(PyObject *e, Py_ssize_t pos) {
+    return PyTuple_Check(e) && pos < PyTuple_GET_SIZE(e) ? PyTuple_GET_ITEM(e, pos) : NULL;
+}
+
+/* newest (`any` 0: the greatest int at `positions`, 0 at least) or any_set (`any` 1: whether one is not None) */
+static PyObject *over_fields(PyObject *args, int any) {
+    PyObject **items;
     Py_ssize_t n, pos[MAX_POSITIONS];
-    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
-        return NULL;
-    int np = positions_of(positions, pos);
-    if (!np || !entries_view(entries, &items, &n))
+    int np = entries_at(args, &items, &n, pos);
+    if (np <= 0) {
+        if (np < 0)
+            return NULL;
         Py_RETURN_NOTIMPLEMENTED;
+    }
     long long best = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = items[i];
-        if (!PyTuple_Check(e))
-            Py_RETURN_NOTIMPLEMENTED;
+    for (Py_ssize_t i = 0; i < n; i++)
         for (int j = 0; j < np; j++) {
-            if (pos[j] >= PyTuple_GET_SIZE(e))
+            PyObject *v = field_at(items[i], pos[j]);
+            if (!v)
                 Py_RETURN_NOTIMPLEMENTED;
-            PyObject *v = PyTuple_GET_ITEM(e, pos[j]);
             if (v == Py_None)
                 continue;
+            if (any)
+                Py_RETURN_TRUE;
             if (!PyLong_CheckExact(v))
                 Py_RETURN_NOTIMPLEMENTED;
             int overflow;
@@ -217,31 +228,14 @@ static PyObject *newest(PyObject *self, PyObject *args) {
             }
             best = t > best ? t : best;
         }
-    }
+    if (any)
+        Py_RETURN_FALSE;
     return PyLong_FromLongLong(best);
 }
 
-static PyObject *any_set(PyObject *self, PyObject *args) {
-    PyObject *entries, *positions, **items;
-    Py_ssize_t n, pos[MAX_POSITIONS];
-    if (!PyArg_ParseTuple(args, "OO!", &entries, &PyTuple_Type, &positions))
-        return NULL;
-    int np = positions_of(positions, pos);
-    if (!np || !entries_view(entries, &items, &n))
-        Py_RETURN_NOTIMPLEMENTED;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = items[i];
-        if (!PyTuple_Check(e))
-            Py_RETURN_NOTIMPLEMENTED;
-        for (int j = 0; j < np; j++) {
-            if (pos[j] >= PyTuple_GET_SIZE(e))
-                Py_RETURN_NOTIMPLEMENTED;
-            if (PyTuple_GET_ITEM(e, pos[j]) != Py_None)
-                Py_RETURN_TRUE;
-        }
-    }
-    Py_RETURN_FALSE;
-}
+static PyObject *newest(PyObject *self, PyObject *args) { return over_fields(args, 0); }
+
+static PyObject *any_set(PyObject *self, PyObject *args) { return over_fields(args, 1); }
 
 static PyObject *ascends(PyObject *self, PyObject *arg) {
     Py_buffer b;
