@@ -21,6 +21,7 @@ from frexport.sources.http_client import (
     request,
     request_all,
 )
+from tests.support.examples import examples
 from tests.support.peers import FakePeer, stale_socket
 from tests.unit.sources import test_hostile_peers as hostile
 from tests.unit.sources.test_http_client import cut_short, in_pieces
@@ -164,7 +165,7 @@ def _answers(draw: st.DrawFn) -> bytes:
     return b"\r\n".join([draw(_STATUS), *lines]) + b"\r\n" + end + body
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(_answers(), st.booleans(), st.sampled_from([4, 5, 1 << 20]))
 def test_a_whole_answer_read_fast_is_what_the_general_reader_gives(data, ended, max_body):
     """`request_all` reads an answer received whole in a few C calls where it is the usual kind; it
