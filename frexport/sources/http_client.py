@@ -212,9 +212,7 @@ def _exchange(r: _Reader, max_body: int) -> Response:
             break
     else:
         raise _Bad("bad_response", f"more than {MAX_INTERIM} interim (1xx) responses")
-    length_text = headers.get("content-length")
-    length = int(length_text) if length_text is not None and length_text.isascii() and length_text.isdigit() \
-        else None
+    length = _content_length(headers)
     if length is not None and length > max_body:
         raise _Bad("too_large", f"body of {length} bytes is over the {max_body}-byte limit")
     if status in (204, 304):
@@ -236,16 +234,36 @@ def _exchange(r: _Reader, max_body: int) -> Response:
 
 def _head(r: _Reader) -> tuple[int, dict[str, str]]:
     line = r.head_line()
-    parts = line.split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+    status = _status_code(line)
+    if status is None:
         raise _Bad("bad_response", f"not an HTTP status line: {line[:60]!r}")
     headers: dict[str, str] = {}
     while line := r.head_line():
-        name, sep, value = line.partition(b":")
-        if not sep:
+        header = _header(line)
+        if header is None:
             raise _Bad("bad_response", f"not a header line: {line[:60]!r}")
-        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
-    return int(parts[1]), headers
+        headers[header[0]] = header[1]
+    return status, headers
+
+
+def _status_code(line: bytes) -> int | None:
+    """A status line's code (`HTTP/x NNN ...`), None where it is not one."""
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+        return None
+    return int(parts[1])
+
+
+def _header(line: bytes) -> tuple[str, str] | None:
+    """A header line as (lower-case name, value), None where it has no colon."""
+    name, sep, value = line.partition(b":")
+    return (name.strip().decode("latin-1").lower(), value.strip().decode("latin-1")) if sep else None
+
+
+def _content_length(headers: dict[str, str]) -> int | None:
+    """The Content-Length where it is a plain decimal, else None (the body then ends with the connection)."""
+    text = headers.get("content-length")
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
 
 
 def _chunked(r: _Reader, max_body: int) -> bytes:
@@ -405,26 +423,22 @@ def _whole(data: bytes, max_body: int) -> Response | None:
     if end < 0 or end + 4 > MAX_HEAD_BYTES:
         return None
     status_line, *lines = data[:end].split(b"\r\n")
-    parts = status_line.split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3) \
-            or parts[1] < b"200" or parts[1] in (b"204", b"304"):
+    status = _status_code(status_line)
+    if status is None or status < 200 or status in (204, 304):
         return None
-    headers: dict[str, str] = {}
     for line in (status_line, *lines):
         if len(line) + 2 > MAX_LINE_BYTES or b"\n" in line or line.endswith(b"\r"):
             return None
+    headers: dict[str, str] = {}
     for line in lines:
-        name, sep, value = line.partition(b":")
-        if not sep:
+        header = _header(line)
+        if header is None:
             return None
-        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
-    length_text = headers.get("content-length")
-    if "transfer-encoding" in headers or length_text is None or not (length_text.isascii() and length_text.isdigit()):
+        headers[header[0]] = header[1]
+    length = _content_length(headers)
+    if "transfer-encoding" in headers or length is None or length > max_body or len(data) < end + 4 + length:
         return None
-    length = int(length_text)
-    if length > max_body or len(data) < end + 4 + length:
-        return None
-    return Response(int(parts[1]), headers.get("content-type", ""), data[end + 4:end + 4 + length])
+    return Response(status, headers.get("content-type", ""), data[end + 4:end + 4 + length])
 
 
 def _connect_nonblocking(target: Target, timeout: float) -> socket.socket:
