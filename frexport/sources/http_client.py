@@ -326,6 +326,18 @@ def _short_of_its_length(got: bytearray) -> bool:
     return len(lengths) == 1 and len(got) < end + 4 + int(lengths[0])
 
 
+@dataclass(slots=True)
+class _Open:
+    """An exchange of `request_all` under way."""
+
+    index: int  # in `wanted`
+    target: Target
+    sock: socket.socket
+    to_send: bytes  # what is left of the request
+    got: bytearray  # what has come of the answer
+    deadline: float  # monotonic
+
+
 def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: int, limit: int = 64,
                 method: str = "POST") -> list[Response | PeerError]:
     """Each (target, path) asked from this thread, the exchanges multiplexed (at most `limit` open at
@@ -341,14 +353,13 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
     out: list[Response | PeerError | None] = [None] * len(wanted)
     todo = deque(enumerate(wanted))
     poller = select.epoll()
-    # fd -> [index, target, socket, bytes left to send, bytes received, deadline]
-    open_: dict[int, list] = {}
+    open_: dict[int, _Open] = {}  # by the socket's fd
 
     def finish(fd: int, result: Response | PeerError) -> None:
-        i, _target, sock = open_.pop(fd)[:3]
+        held = open_.pop(fd)
         poller.unregister(fd)
-        sock.close()
-        out[i] = result
+        held.sock.close()
+        out[held.index] = result
 
     try:
         while todo or open_:
@@ -369,24 +380,24 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
                         sock.close()
                         out[i] = _peer_error(target, exc, timeout)
                         continue
-                open_[sock.fileno()] = [i, target, sock, to_send, bytearray(), time.monotonic() + timeout]
+                open_[sock.fileno()] = _Open(i, target, sock, to_send, bytearray(), time.monotonic() + timeout)
                 poller.register(sock.fileno(), select.EPOLLOUT if to_send else select.EPOLLIN)
             now = time.monotonic()
             for fd, held in list(open_.items()):
-                if held[5] <= now:
-                    finish(fd, _peer_error(held[1], socket.timeout(), timeout))
+                if held.deadline <= now:
+                    finish(fd, _peer_error(held.target, socket.timeout(), timeout))
             if not open_:
                 continue
-            for fd, _events in poller.poll(max(0.0, min(held[5] for held in open_.values()) - now)):
+            for fd, _events in poller.poll(max(0.0, min(held.deadline for held in open_.values()) - now)):
                 held = open_[fd]
-                target, sock, got = held[1], held[2], held[4]
+                target, sock, got = held.target, held.sock, held.got
                 try:
-                    if held[3]:  # connected (or failed to): the request, then its answer
+                    if held.to_send:  # connected (or failed to): the request, then its answer
                         failed = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                         if failed:
                             raise OSError(failed, errno.errorcode.get(failed, str(failed)))
-                        held[3] = held[3][sock.send(held[3]):]
-                        if not held[3]:
+                        held.to_send = held.to_send[sock.send(held.to_send):]
+                        if not held.to_send:
                             poller.modify(fd, select.EPOLLIN)
                         continue
                     chunk = sock.recv(1 << 16)
@@ -408,7 +419,7 @@ def request_all(wanted: Sequence[tuple[Target, str]], timeout: float, max_body: 
                 finish(fd, result)
     finally:
         for held in open_.values():
-            held[2].close()
+            held.sock.close()
         poller.close()
     return out  # type: ignore[return-value]
 
